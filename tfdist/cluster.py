@@ -1,0 +1,342 @@
+"""Reads the cluster from `TF_CONFIG` or Vertex AI's `CLUSTER_SPEC`.
+
+A pure module: it does not import TensorFlow, so flag validation and job
+building can use it without paying for TensorFlow's import.
+
+Both variables can carry the whole job specification, which may hold secrets,
+so no error message or log line here ever repeats them verbatim: messages quote
+only the single field that was wrong.
+"""
+
+import dataclasses
+import json
+import logging
+import types
+from typing import Mapping
+
+from tfdist.errors import ClusterConfigError
+
+CHIEF = "chief"
+WORKER = "worker"
+PS = "ps"
+EVALUATOR = "evaluator"
+ROLES = (CHIEF, WORKER, PS, EVALUATOR)
+
+TF_CONFIG = "TF_CONFIG"
+CLUSTER_SPEC = "CLUSTER_SPEC"
+
+# Vertex AI worker pools, in order: primary replica, workers, parameter
+# servers (or Reduction Server), evaluators.
+VERTEX_POOLS = ("workerpool0", "workerpool1", "workerpool2", "workerpool3")
+_POOL_ROLES = {"workerpool0": CHIEF, "workerpool1": WORKER, "workerpool2": PS,
+               "workerpool3": EVALUATOR}
+
+_TF_CONFIG_EXAMPLE = ('{"cluster": {"worker": ["host0:2222", "host1:2222"]}, '
+                      '"task": {"type": "worker", "index": 0}}')
+
+_log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Cluster:
+    """An immutable description of the cluster and of this task's place in it.
+
+    Attributes:
+        task_type: `"chief"`, `"worker"`, `"ps"` or `"evaluator"`; `None` when
+            no cluster variable is set (a single process).
+        task_index: Index of this task among the tasks of its type.
+        addresses: Role name to the `host:port` addresses of its tasks. Roles
+            without tasks are absent.
+        source: Where the description came from: `"TF_CONFIG"`,
+            `"CLUSTER_SPEC"` or `"none"`.
+        num_reduction_servers: Replicas of a Reduction Server pool. They run
+            Vertex's reducer, not our code, and are not part of `addresses`.
+    """
+
+    task_type: str | None = None
+    task_index: int = 0
+    addresses: Mapping[str, tuple[str, ...]] = dataclasses.field(
+        default_factory=lambda: types.MappingProxyType({}))
+    source: str = "none"
+    num_reduction_servers: int = 0
+
+    def __post_init__(self):
+        frozen = {role: tuple(hosts) for role, hosts in self.addresses.items() if hosts}
+        object.__setattr__(self, "addresses", types.MappingProxyType(frozen))
+
+    def count(self, role: str) -> int:
+        """Number of tasks of `role` in the cluster."""
+        return len(self.addresses.get(role, ()))
+
+    @property
+    def is_distributed(self) -> bool:
+        """Whether any task besides this process is described."""
+        return self.task_type is not None
+
+    @property
+    def num_workers(self) -> int:
+        """Tasks that train in a synchronous job: the chief plus the workers.
+
+        A single process counts as one worker.
+        """
+        if not self.is_distributed:
+            return 1
+        return self.count(CHIEF) + self.count(WORKER)
+
+    @property
+    def num_ps(self) -> int:
+        return self.count(PS)
+
+    @property
+    def is_chief(self) -> bool:
+        """Whether this task writes the job's outputs.
+
+        The chief task if there is one, else worker 0, else a single process.
+        """
+        if self.task_type is None:
+            return True
+        if self.task_type == CHIEF:
+            return True
+        return self.task_type == WORKER and self.task_index == 0 and not self.count(CHIEF)
+
+    @property
+    def task_address(self) -> str | None:
+        """This task's own `host:port`, when the cluster lists it."""
+        hosts = self.addresses.get(self.task_type or "", ())
+        return hosts[self.task_index] if self.task_index < len(hosts) else None
+
+    def cluster_dict(self) -> dict[str, list[str]]:
+        """The cluster as `tf.train.ClusterSpec` accepts it."""
+        return {role: list(hosts) for role, hosts in self.addresses.items()}
+
+    def tf_config(self) -> dict:
+        """This task's `TF_CONFIG`, as TensorFlow reads it."""
+        return {"cluster": self.cluster_dict(),
+                "task": {"type": self.task_type, "index": self.task_index}}
+
+    def describe(self) -> str:
+        """A one-line summary safe to log: roles, counts and this task."""
+        if not self.is_distributed:
+            return "single process (no TF_CONFIG or CLUSTER_SPEC)"
+        counts = ", ".join(f"{role}={self.count(role)}" for role in ROLES if self.count(role))
+        extra = (f", reduction_server={self.num_reduction_servers}"
+                 if self.num_reduction_servers else "")
+        return (f"task {self.task_type}:{self.task_index} of cluster "
+                f"[{counts}{extra}] from {self.source}")
+
+
+def resolve_cluster(environ: Mapping[str, str], *,
+                    pool2_is_reduction_server: bool = False) -> Cluster:
+    """Reads the cluster from `TF_CONFIG` or `CLUSTER_SPEC` in `environ`.
+
+    When both are set, `TF_CONFIG` wins: TensorFlow's own cluster resolvers read
+    it, so tfdist and TensorFlow then agree on the cluster. Vertex AI sets both
+    for TensorFlow jobs, describing the same cluster.
+
+    Args:
+        environ: The environment, usually `os.environ`.
+        pool2_is_reduction_server: Whether Vertex's worker pool 2 runs Reduction
+            Server (which runs no task of ours) rather than parameter servers.
+            Only read for `CLUSTER_SPEC`.
+
+    Returns:
+        The cluster, or a single-process `Cluster` when neither is set.
+
+    Raises:
+        ClusterConfigError: The variable is malformed; the message names the
+            field, the value, what was expected and how to fix it.
+    """
+    tf_config = (environ.get(TF_CONFIG) or "").strip()
+    cluster_spec = (environ.get(CLUSTER_SPEC) or "").strip()
+    if tf_config:
+        if cluster_spec:
+            _log.info("Both TF_CONFIG and CLUSTER_SPEC are set; using TF_CONFIG because "
+                      "TensorFlow's own resolvers read it.")
+        return _parse_tf_config(tf_config)
+    if cluster_spec:
+        return _parse_cluster_spec(cluster_spec, pool2_is_reduction_server)
+    return Cluster()
+
+
+def _load_json_object(text: str, variable: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ClusterConfigError(
+            f"{variable} is not valid JSON ({error.msg} at line {error.lineno} column "
+            f"{error.colno}); expected a JSON object such as {_TF_CONFIG_EXAMPLE}; "
+            f"fix the variable or unset it to train in one process") from None
+    if not isinstance(value, dict):
+        raise ClusterConfigError(
+            f"{variable} holds a JSON {type(value).__name__}, expected a JSON object "
+            f"with 'cluster' and 'task' keys such as {_TF_CONFIG_EXAMPLE}")
+    return value
+
+
+def _require_mapping(parent: dict, key: str, variable: str) -> dict:
+    value = parent.get(key)
+    if not isinstance(value, dict):
+        found = "missing" if value is None else f"a {type(value).__name__}"
+        raise ClusterConfigError(
+            f"{variable}['{key}'] is {found}, expected a JSON object; "
+            f"see {_TF_CONFIG_EXAMPLE}")
+    return value
+
+
+def _check_index(value, field: str) -> int:
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ClusterConfigError(
+            f"{field} is {value!r}, expected a whole number >= 0; set it to the task's "
+            f"position in its role's address list")
+    if value < 0:
+        raise ClusterConfigError(
+            f"{field} is {value}, expected a whole number >= 0; set it to the task's "
+            f"position in its role's address list")
+    return value
+
+
+def _check_address(address, field: str) -> str:
+    if not isinstance(address, str):
+        raise ClusterConfigError(f"{field} is {address!r}, expected a 'host:port' string")
+    host, sep, port = address.rpartition(":")
+    if address.startswith("[") and "]" in address:
+        host = address[:address.index("]") + 1]
+        sep, port = (":", address[len(host) + 1:]) if address[len(host):].startswith(":") else ("", "")
+    if not sep or not host or not port:
+        raise ClusterConfigError(
+            f"{field} is {address!r}, expected 'host:port' such as 'localhost:2222'; "
+            f"add the port the task listens on")
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ClusterConfigError(
+            f"{field} has port {port!r} in {address!r}, expected a port from 1 to 65535")
+    return address
+
+
+def _check_addresses(hosts, field: str) -> tuple[str, ...]:
+    if not isinstance(hosts, list):
+        raise ClusterConfigError(
+            f"{field} is a {type(hosts).__name__}, expected a list of 'host:port' strings")
+    return tuple(_check_address(host, f"{field}[{i}]") for i, host in enumerate(hosts))
+
+
+def _check_unique(addresses: Mapping[str, tuple[str, ...]], variable: str) -> None:
+    seen: dict[str, str] = {}
+    for role, hosts in addresses.items():
+        for index, host in enumerate(hosts):
+            here = f"{role}[{index}]"
+            if host in seen:
+                raise ClusterConfigError(
+                    f"{variable} lists address {host!r} for both {seen[host]} and {here}, "
+                    f"expected one address per task; give each task its own port")
+            seen[host] = here
+
+
+def _check_task(task_type: str, task_index: int, addresses, variable: str) -> None:
+    hosts = addresses.get(task_type, ())
+    # TensorFlow's evaluator is allowed outside the cluster it evaluates.
+    if task_type == EVALUATOR and not hosts:
+        return
+    if task_index >= len(hosts):
+        raise ClusterConfigError(
+            f"{variable}['task']['index'] is {task_index} but the cluster lists "
+            f"{len(hosts)} '{task_type}' task(s), expected an index from 0 to "
+            f"{max(len(hosts) - 1, 0)}; fix the index or add the task's address")
+
+
+def _parse_tf_config(text: str) -> Cluster:
+    config = _load_json_object(text, TF_CONFIG)
+    raw_cluster = _require_mapping(config, "cluster", TF_CONFIG)
+    addresses = {}
+    for role, hosts in raw_cluster.items():
+        if role not in ROLES:
+            raise ClusterConfigError(
+                f"TF_CONFIG['cluster'] has unknown role {role!r}, expected one of "
+                f"{', '.join(ROLES)}; rename it (the legacy 'master' is 'chief')")
+        addresses[role] = _check_addresses(hosts, f"TF_CONFIG['cluster']['{role}']")
+    if len(addresses.get(CHIEF, ())) > 1:
+        raise ClusterConfigError(
+            f"TF_CONFIG lists {len(addresses[CHIEF])} chief tasks, expected at most 1; "
+            f"make the others 'worker' tasks")
+    _check_unique(addresses, TF_CONFIG)
+    task = _require_mapping(config, "task", TF_CONFIG)
+    task_type = task.get("type")
+    if task_type not in ROLES:
+        raise ClusterConfigError(
+            f"TF_CONFIG['task']['type'] is {task_type!r}, expected one of "
+            f"{', '.join(ROLES)}")
+    task_index = _check_index(task.get("index", 0), "TF_CONFIG['task']['index']")
+    _check_task(task_type, task_index, addresses, TF_CONFIG)
+    return Cluster(task_type=task_type, task_index=task_index, addresses=addresses,
+                   source=TF_CONFIG)
+
+
+def _parse_cluster_spec(text: str, pool2_is_reduction_server: bool) -> Cluster:
+    spec = _load_json_object(text, CLUSTER_SPEC)
+    raw_cluster = _require_mapping(spec, "cluster", CLUSTER_SPEC)
+    pools = {}
+    for pool, hosts in raw_cluster.items():
+        if pool not in _POOL_ROLES:
+            raise ClusterConfigError(
+                f"CLUSTER_SPEC['cluster'] has unknown pool {pool!r}, expected one of "
+                f"{', '.join(VERTEX_POOLS)}")
+        pools[pool] = _check_addresses(hosts, f"CLUSTER_SPEC['cluster']['{pool}']")
+    if len(pools.get("workerpool0", ())) != 1:
+        raise ClusterConfigError(
+            f"CLUSTER_SPEC['cluster']['workerpool0'] lists "
+            f"{len(pools.get('workerpool0', ()))} replicas, expected exactly 1 primary "
+            f"replica; set replica_count=1 on worker pool 0")
+    num_reduction_servers = 0
+    if pool2_is_reduction_server:
+        num_reduction_servers = len(pools.pop("workerpool2", ()))
+    addresses = {_POOL_ROLES[pool]: hosts for pool, hosts in pools.items()}
+    _check_unique(addresses, CLUSTER_SPEC)
+    task = _require_mapping(spec, "task", CLUSTER_SPEC)
+    pool = task.get("type")
+    if pool not in _POOL_ROLES:
+        raise ClusterConfigError(
+            f"CLUSTER_SPEC['task']['type'] is {pool!r}, expected one of "
+            f"{', '.join(VERTEX_POOLS)}")
+    if pool == "workerpool2" and pool2_is_reduction_server:
+        raise ClusterConfigError(
+            "CLUSTER_SPEC['task']['type'] is 'workerpool2', which runs Reduction Server "
+            "in this job, expected our trainer only in pools 0, 1 and 3; run the "
+            "Reduction Server image in pool 2")
+    task_type = _POOL_ROLES[pool]
+    task_index = _check_index(task.get("index", 0), "CLUSTER_SPEC['task']['index']")
+    _check_task(task_type, task_index, addresses, CLUSTER_SPEC)
+    return Cluster(task_type=task_type, task_index=task_index, addresses=addresses,
+                   source=CLUSTER_SPEC, num_reduction_servers=num_reduction_servers)
+
+
+def check_cluster_for_strategy(cluster: Cluster, strategy: str) -> None:
+    """Rejects clusters the named strategy cannot run on.
+
+    Args:
+        cluster: The resolved cluster.
+        strategy: A strategy name as `tfdist.strategy.STRATEGIES` lists.
+
+    Raises:
+        ClusterConfigError: The combination cannot run.
+    """
+    if strategy == "parameter_server":
+        if not cluster.is_distributed:
+            raise ClusterConfigError(
+                "strategy 'parameter_server' needs a cluster, but neither TF_CONFIG nor "
+                "CLUSTER_SPEC is set; expected a chief, workers and ps tasks; run under "
+                "`python -m tfdist.launch --chief --workers 2 --ps 1 -- ...` or set TF_CONFIG")
+        for role, needed in ((PS, "ps"), (WORKER, "worker")):
+            if not cluster.count(role):
+                raise ClusterConfigError(
+                    f"strategy 'parameter_server' found 0 {needed} tasks in {cluster.source}, "
+                    f"expected at least 1; add {needed} tasks to the cluster")
+        if not cluster.count(CHIEF):
+            raise ClusterConfigError(
+                f"strategy 'parameter_server' found no chief task in {cluster.source}, "
+                f"expected 1 chief to coordinate; add a chief (Vertex: worker pool 0)")
+        return
+    if cluster.num_ps:
+        raise ClusterConfigError(
+            f"strategy {strategy!r} found {cluster.num_ps} ps task(s) in {cluster.source}, "
+            f"expected none; use --strategy=parameter_server or remove the ps tasks")
