@@ -1,0 +1,38 @@
+"""Small pieces shared by the layer-wise optimizers (LARS, LAMB)."""
+
+import keras
+from keras import ops
+
+
+def refuse_decoupled_weight_decay(kwargs: dict, optimizer_name: str) -> None:
+    """Rejects Keras's `weight_decay`, which would act outside the trust ratio."""
+    weight_decay = kwargs.get("weight_decay")
+    if weight_decay is not None:
+        raise ValueError(
+            f"{optimizer_name} got weight_decay={weight_decay!r}, Keras's decoupled "
+            f"decay applied outside the trust ratio; pass weight_decay_rate instead")
+
+
+def update_dtype(dtype):
+    """The dtype an update is computed in: float32 for float16/bfloat16 variables."""
+    if keras.backend.standardize_dtype(dtype) in ("float16", "bfloat16"):
+        return "float32"
+    return dtype
+
+
+def norm(tensor):
+    """The L2 norm of a whole tensor."""
+    return ops.sqrt(ops.sum(ops.square(tensor)))
+
+
+def as_list(patterns):
+    """Exclusion patterns as stored in a config: None or a list."""
+    return None if patterns is None else list(patterns)
+
+
+def refuse_keras_exclusions(optimizer_name: str) -> None:
+    """Points callers of Keras's `exclude_from_weight_decay()` to our argument."""
+    raise ValueError(
+        f"{optimizer_name}.exclude_from_weight_decay() is Keras's hook for decoupled "
+        f"decay, which {optimizer_name} does not use; pass "
+        f"exclude_from_weight_decay=[patterns] to the constructor instead")
