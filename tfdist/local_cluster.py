@@ -657,7 +657,8 @@ class LocalCluster:
         header = None if reason is None else f"tfdist: cluster start {self._starts} ({reason})"
         for name in self._names:
             self._launch(name, header)
-        self._emit(f"started {self.describe()}; logs in {self._log_dir}")
+        where = "" if self._owns_log_dir else f"; logs in {self._log_dir}"
+        self._emit(f"started {self.describe()}{where}")
 
     def _poll_tasks(self, stop_on_failure: bool) -> None:
         for name in self._running():

@@ -1,0 +1,118 @@
+"""Runs a command as a local multi-process cluster on loopback.
+
+    python -m tfdist.launch --workers 2 -- python -m trainer.task --strategy=multiworker
+
+Every task runs the command after `--` with its own `TF_CONFIG`. Each output
+line is copied to the console prefixed with the task's name (`[worker:1] `),
+and to `<log_dir>/<role>-<index>.log` with `--log_dir`. SIGINT and SIGTERM are
+forwarded to every task; tasks still running `--grace_period` seconds later are
+killed.
+
+Exit code: 0 when the job succeeds; else the code of the first task that
+failed (a task killed by signal N counts as 128+N, so 143 for SIGTERM); 2 for a
+usage error; 124 when `--timeout` expires. With parameter servers, the `ps` and
+`worker` tasks serve until the chief finishes, and the chief's code decides.
+"""
+
+import signal
+import sys
+from typing import Sequence
+
+from absl import flags
+
+from tfdist import cli
+from tfdist.errors import UsageError
+from tfdist.local_cluster import LocalCluster, shell_exit_code
+
+EXIT_TIMEOUT = 124
+
+_USAGE_EXAMPLE = "python -m tfdist.launch --workers 2 -- python -m trainer.task"
+
+_WORKERS = flags.DEFINE_integer("workers", None, "Number of `worker` tasks.", lower_bound=0)
+_PS = flags.DEFINE_integer("ps", 0, "Number of parameter-server (`ps`) tasks; needs --chief.",
+                           lower_bound=0)
+_CHIEF = flags.DEFINE_bool("chief", False, "Run a `chief` task.")
+_EVALUATOR = flags.DEFINE_bool(
+    "evaluator", False, "Run an `evaluator` task; the launcher waits for it after the chief.")
+# absl.logging already defines --log_dir ("directory to write logfiles into"); the
+# launcher reads that flag as the directory for the tasks' log files.
+_LOG_DIR_FLAG = "log_dir"
+_RESTART_ON_FAILURE = flags.DEFINE_integer(
+    "restart_on_failure", 0,
+    "Restart the whole cluster up to this many times after a task fails (any non-zero "
+    "exit, including 143 after a preemption).", lower_bound=0)
+_TIMEOUT = flags.DEFINE_float(
+    "timeout", None, "Stop every task and exit 124 after this many seconds.", lower_bound=0)
+_GRACE_PERIOD = flags.DEFINE_float(
+    "grace_period", 10.0, "Seconds between SIGTERM and SIGKILL when stopping tasks.",
+    lower_bound=0)
+_PORT_RETRIES = flags.DEFINE_integer(
+    "port_retries", 3, "Restarts on new ports when a task cannot bind its port.", lower_bound=0)
+_HOST = flags.DEFINE_string("host", "127.0.0.1", "Address every task listens on.")
+_ALLOW_NON_LOOPBACK = flags.DEFINE_bool(
+    "allow_non_loopback", False,
+    "Accept a non-loopback --host. TensorFlow's gRPC servers run whatever anyone who can "
+    "connect sends them: use only on a trusted, firewalled network.")
+_QUIET = flags.DEFINE_bool("quiet", False, "Do not copy task output to the console.")
+
+
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Splits argv at the first `--` into the launcher's part and the command."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
+def _run_cluster(leftover_args: Sequence[str], command: Sequence[str]) -> int:
+    if len(leftover_args) > 1:
+        raise UsageError(
+            f"unexpected argument(s) {' '.join(leftover_args[1:])!r} before '--', expected "
+            f"only flags there and the command after '--', e.g. `{_USAGE_EXAMPLE}`")
+    if not command:
+        raise UsageError(
+            f"no command to run, expected `-- CMD...` after the flags, e.g. `{_USAGE_EXAMPLE}`")
+    if _WORKERS.value is None:
+        raise UsageError(
+            f"--workers is not set, expected the number of worker tasks, e.g. `{_USAGE_EXAMPLE}`")
+    cluster = LocalCluster(
+        num_workers=_WORKERS.value, num_ps=_PS.value, has_chief=_CHIEF.value,
+        has_evaluator=_EVALUATOR.value, command=command,
+        log_dir=flags.FLAGS[_LOG_DIR_FLAG].value or None,
+        host=_HOST.value, allow_non_loopback=_ALLOW_NON_LOOPBACK.value,
+        console=None if _QUIET.value else sys.stdout, events=sys.stderr,
+        max_port_retries=_PORT_RETRIES.value, restart_on_failure=_RESTART_ON_FAILURE.value,
+        grace_period=_GRACE_PERIOD.value)
+
+    def forward(signum, _frame):
+        cluster.interrupt(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        cluster.start()
+        try:
+            cluster.wait(_TIMEOUT.value)
+        except TimeoutError as error:
+            sys.stderr.write(f"tfdist.launch: {error}\n")
+            return EXIT_TIMEOUT
+    finally:
+        cluster.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    failure = cluster.first_failure
+    if failure is None:
+        return cli.EXIT_OK
+    name, code = failure
+    sys.stderr.write(f"tfdist.launch: exiting with {name}'s code {shell_exit_code(code)}\n")
+    return shell_exit_code(code)
+
+
+def run(argv: Sequence[str] | None = None) -> None:
+    """Entry point: parses the flags before `--` and runs the command after it."""
+    launcher_argv, command = split_command(sys.argv if argv is None else argv)
+    cli.run(lambda leftover_args: _run_cluster(leftover_args, command), argv=launcher_argv)
+
+
+if __name__ == "__main__":
+    run()
