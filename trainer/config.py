@@ -10,9 +10,8 @@ import os
 from typing import Any, Mapping
 
 from tfdist.errors import UsageError
+from tfdist.strategy_choice import STRATEGIES
 
-STRATEGIES = ("auto", "default", "one_device", "mirrored", "multiworker",
-              "parameter_server", "tpu")
 OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
 LR_SCALING_RULES = ("none", "linear", "sqrt")
 LR_DECAYS = ("constant", "cosine", "polynomial", "step")

@@ -1,0 +1,55 @@
+"""absl flags for the strategy, for a user's own training script.
+
+    from absl import app
+    from tfdist import flags as tfdist_flags
+
+    tfdist_flags.define_strategy_flags()
+
+    def main(argv):
+        strategy = tfdist_flags.strategy_from_flags()
+        with strategy.scope():
+            model = ...
+
+    if __name__ == "__main__":
+        tfdist_flags.run(main)
+"""
+
+import os
+
+from absl import flags
+
+from tfdist.cli import run  # re-exported: exit code 2 on usage errors  # noqa: F401
+from tfdist.cluster import resolve_cluster
+from tfdist.strategy_choice import STRATEGIES
+
+__all__ = ["define_strategy_flags", "strategy_from_flags", "run"]
+
+
+def define_strategy_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
+    """Defines --strategy, --all_reduce, --num_cpu_devices and --tpu."""
+    flags.DEFINE_string("strategy", "auto", f"Distribution strategy: {', '.join(STRATEGIES)}.",
+                        flag_values=flag_values)
+    flags.DEFINE_string("all_reduce", "auto",
+                        "Collective implementation: auto, ring or nccl.",
+                        flag_values=flag_values)
+    flags.DEFINE_integer("num_cpu_devices", 0,
+                         "For --strategy=mirrored without GPUs: split the CPU into this "
+                         "many logical devices.", flag_values=flag_values)
+    flags.DEFINE_string("tpu", "", "TPU name or grpc:// address; 'local' on a TPU VM.",
+                        flag_values=flag_values)
+
+
+def strategy_from_flags(flag_values: flags.FlagValues = flags.FLAGS):
+    """Builds the strategy the flags ask for, on the cluster the environment describes.
+
+    Raises:
+        UsageError: Bad flags or cluster variables (`run` turns it into exit code 2).
+    """
+    from tfdist import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
+
+    cluster = resolve_cluster(os.environ,
+                              pool2_is_reduction_server=flag_values.strategy != "parameter_server")
+    options = strategy_lib.StrategyOptions(all_reduce=flag_values.all_reduce,
+                                           num_cpu_devices=flag_values.num_cpu_devices,
+                                           tpu=flag_values.tpu)
+    return strategy_lib.make_strategy(flag_values.strategy, cluster, options)

@@ -1,0 +1,109 @@
+"""Makes Keras 3 `fit`, `evaluate` and `predict` work under MultiWorkerMirroredStrategy.
+
+The one module of tfdist that touches private Keras internals. Upstream Keras
+3 (through 3.15, keras-team/keras#20585) fails under MultiWorkerMirroredStrategy
+in two reductions of `keras/src/backend/tensorflow/trainer.py`:
+
+1. `TensorFlowTrainer._maybe_symbolic_build` averages the first distributed
+   batch with `strategy.reduce("MEAN", batch)` to learn its shapes, which a
+   multi-worker strategy cannot do eagerly ("Attempt to convert a value
+   (PerReplica...)"). We build from the first local replica's batch instead:
+   only its shapes and dtypes matter.
+2. `reduce_per_replica(..., "mean")` reduces every step output with
+   `strategy.reduce("MEAN", value, axis=0)`; for scalar metrics axis 0 does not
+   exist ("Invalid reduction dimension 0"). We average across replicas only
+   (`axis=None`), which is what the single-worker path computes.
+
+`apply()` installs both corrections once, only on Keras versions that need
+them; each correction hands every call under any other strategy to the
+original Keras code unchanged. Nothing happens at import time.
+`tests/test_keras_compat.py` runs the unpatched path to show the upstream bug
+still exists, so this module can be retired when it is fixed.
+"""
+
+import functools
+import threading
+
+import keras
+from keras.src.backend.tensorflow import trainer as tf_trainer
+import tensorflow as tf
+
+# First Keras release assumed fixed; raise it while the upstream test still fails.
+FIRST_FIXED_KERAS = (3, 16)
+_lock = threading.Lock()
+_originals: dict[str, object] = {}
+
+
+def keras_version() -> tuple[int, int]:
+    major, minor = keras.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+def needs_patch() -> bool:
+    """Whether this Keras version has the multi-worker reduction bugs."""
+    return (3, 0) <= keras_version() < FIRST_FIXED_KERAS
+
+
+def is_applied() -> bool:
+    return bool(_originals)
+
+
+def _is_multi_worker(strategy) -> bool:
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and strategy.extended._in_multi_worker_mode())  # pylint: disable=protected-access
+
+
+def _first_local_value(value):
+    if isinstance(value, tf.distribute.DistributedValues):
+        return value.values[0]
+    return value
+
+
+def _maybe_symbolic_build(self, iterator=None, data_batch=None):
+    original = _originals["_maybe_symbolic_build"]
+    strategy = self._distribute_strategy  # pylint: disable=protected-access
+    if iterator is None or strategy is None or not _is_multi_worker(strategy):
+        return original(self, iterator=iterator, data_batch=data_batch)
+    for _, _, batches in iterator:
+        data_batch = tf.nest.map_structure(_first_local_value, next(batches))
+        break
+    with strategy.scope():
+        self._symbolic_build(data_batch=data_batch)  # pylint: disable=protected-access
+
+
+def _reduce_per_replica(values, strategy, reduction):
+    original = _originals["reduce_per_replica"]
+    if reduction not in ("auto", "mean") or not _is_multi_worker(strategy):
+        return original(values, strategy, reduction)
+    return tf.nest.map_structure(lambda value: strategy.reduce("MEAN", value, axis=None),
+                                 values)
+
+
+def apply() -> bool:
+    """Installs the corrections if this Keras needs them. Idempotent.
+
+    Returns:
+        Whether the corrections are installed.
+    """
+    if not needs_patch():
+        return False
+    with _lock:
+        if _originals:
+            return True
+        _originals["_maybe_symbolic_build"] = tf_trainer.TensorFlowTrainer._maybe_symbolic_build  # pylint: disable=protected-access
+        _originals["reduce_per_replica"] = tf_trainer.reduce_per_replica
+        tf_trainer.TensorFlowTrainer._maybe_symbolic_build = functools.wraps(  # pylint: disable=protected-access
+            _originals["_maybe_symbolic_build"])(_maybe_symbolic_build)
+        tf_trainer.reduce_per_replica = functools.wraps(
+            _originals["reduce_per_replica"])(_reduce_per_replica)
+    return True
+
+
+def remove() -> None:
+    """Restores the original Keras functions (for tests of the upstream bug)."""
+    with _lock:
+        if not _originals:
+            return
+        tf_trainer.TensorFlowTrainer._maybe_symbolic_build = _originals.pop(  # pylint: disable=protected-access
+            "_maybe_symbolic_build")
+        tf_trainer.reduce_per_replica = _originals.pop("reduce_per_replica")

@@ -1,0 +1,41 @@
+"""Strategy names and the `auto` choice, kept free of TensorFlow imports."""
+
+from tfdist.cluster import Cluster
+from tfdist.errors import UsageError
+
+STRATEGIES = ("auto", "default", "one_device", "mirrored", "multiworker",
+              "parameter_server", "tpu")
+
+
+def check_strategy_name(name: str) -> str:
+    """Returns `name` lowercased, or raises a `UsageError` listing valid names."""
+    normalized = str(name).strip().lower()
+    if normalized not in STRATEGIES:
+        raise UsageError(f"Unrecognized strategy {name!r}, expected one of: "
+                         f"{', '.join(STRATEGIES)}")
+    return normalized
+
+
+def choose_strategy(cluster: Cluster, *, num_gpus: int, tpu: str = "") -> tuple[str, str]:
+    """What `--strategy=auto` picks, and why.
+
+    Args:
+        cluster: The resolved cluster.
+        num_gpus: GPUs visible to this process.
+        tpu: The `--tpu` flag's value ("" when unset).
+
+    Returns:
+        The strategy name and a sentence explaining the choice.
+    """
+    if tpu:
+        return "tpu", f"--tpu={tpu!r} is set"
+    if cluster.num_ps:
+        return "parameter_server", f"the cluster has {cluster.num_ps} ps task(s)"
+    if cluster.num_workers > 1:
+        return "multiworker", (f"the cluster has {cluster.num_workers} training tasks "
+                               f"(chief and workers)")
+    if num_gpus > 1:
+        return "mirrored", f"this machine has {num_gpus} GPUs"
+    if num_gpus == 1:
+        return "one_device", "this machine has 1 GPU"
+    return "default", "single process with no GPU"

@@ -1,0 +1,46 @@
+"""Built-in models, by name."""
+
+from typing import Callable
+
+import keras
+
+from tfdist.errors import UsageError
+
+
+def mlp(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
+    """Two hidden layers on the flattened input."""
+    return keras.Sequential([
+        keras.Input(shape=input_shape),
+        keras.layers.Flatten(),
+        keras.layers.Dense(128, activation="relu"),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(num_classes),
+    ], name="mlp")
+
+
+def cnn(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
+    """A small convolutional network for 28x28-style images."""
+    return keras.Sequential([
+        keras.Input(shape=input_shape),
+        keras.layers.Conv2D(16, 3, activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Conv2D(32, 3, activation="relu"),
+        keras.layers.MaxPooling2D(),
+        keras.layers.Flatten(),
+        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(num_classes),
+    ], name="cnn")
+
+
+MODELS: dict[str, Callable[[tuple[int, ...], int], keras.Model]] = {"mlp": mlp, "cnn": cnn}
+
+
+def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
+    """Builds the registered model `name` for inputs of `input_shape`.
+
+    Raises:
+        UsageError: `name` is not registered.
+    """
+    if name not in MODELS:
+        raise UsageError(f"--model is {name!r}, expected one of: {', '.join(MODELS)}")
+    return MODELS[name](tuple(input_shape), num_classes)

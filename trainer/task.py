@@ -1,0 +1,115 @@
+"""The trainer's entry point: `python -m trainer.task [--flags]`.
+
+Every task of a job runs this same command. Flags override the `--config` file,
+which overrides the embedded defaults (`trainer.config.ExperimentConfig`).
+Exit codes: 0 done, 2 usage or configuration error, 143 preempted and saved.
+"""
+
+import dataclasses
+import json
+import os
+import sys
+
+from absl import flags
+from absl import logging
+
+from tfdist import cli
+from tfdist.errors import UsageError
+from tfdist import flags as tfdist_flags
+from tfdist.cluster import check_cluster_for_strategy, resolve_cluster
+from trainer import config as config_lib
+
+FLAGS = flags.FLAGS
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
+
+_HELP = {
+    "model": "Model name: mlp or cnn.",
+    "dataset": "'synthetic' (offline) or a tfds dataset name, read from --data_dir.",
+    "data_dir": "tfds data directory; nothing is downloaded.",
+    "num_examples": "Training examples of the synthetic dataset.",
+    "epochs": "Training epochs.",
+    "steps_per_epoch": "Steps per epoch; default: the training split over the global batch.",
+    "validation_steps": "Validation batches after each epoch; 0 skips validation.",
+    "global_batch_size": "Examples per step summed over all replicas.",
+    "steps_per_execution": "Steps run per call into the compiled training function.",
+    "optimizer": f"Optimizer: {', '.join(config_lib.OPTIMIZERS)}.",
+    "learning_rate": "Base learning rate (for --reference_batch_size when scaling).",
+    "momentum": "Momentum for sgd and lars.",
+    "weight_decay": "Weight decay rate.",
+    "lr_scaling": "Scale the learning rate by global batch: none, linear or sqrt.",
+    "reference_batch_size": "Batch size --learning_rate was tuned for.",
+    "warmup_epochs": "Linear learning-rate warmup length in epochs.",
+    "warmup_steps": "Linear learning-rate warmup length in steps.",
+    "lr_decay": f"Decay after warmup: {', '.join(config_lib.LR_DECAYS)}.",
+    "decay_power": "Power of the polynomial decay.",
+    "decay_boundaries": "Comma-separated boundaries of the step decay.",
+    "decay_rate": "Factor applied at each step-decay boundary.",
+    "exclude_from_weight_decay": "Comma-separated regexes of variable paths without decay.",
+    "exclude_from_layer_adaptation": "Comma-separated regexes of variable paths without "
+                                     "the LARS/LAMB trust ratio.",
+    "seed": "Seed for weights, synthetic data and shuffling.",
+    "deterministic": "Make TensorFlow ops deterministic (slower).",
+    "mixed_precision": f"Mixed precision: {', '.join(config_lib.MIXED_PRECISION)}.",
+    "model_dir": "Where the chief writes model.keras and summary.json; "
+                 "default $AIP_MODEL_DIR.",
+    "backup_dir": "Backup-and-restore directory; default $AIP_CHECKPOINT_DIR.",
+    "backup_every_steps": "Back up every N steps (and at each epoch end).",
+    "keep_backup": "Keep the backup after training completes.",
+    "tensorboard_dir": "TensorBoard logs; default $AIP_TENSORBOARD_LOG_DIR or "
+                       "<model_dir>/logs.",
+}
+_DISTRIBUTION_FLAGS = ("strategy", "all_reduce", "num_cpu_devices", "tpu")
+
+
+def _define_flags() -> None:
+    tfdist_flags.define_strategy_flags()
+    flags.DEFINE_string("config", None, "JSON file of experiment settings (see configs/).")
+    for name, help_text in _HELP.items():
+        default = config_lib.FIELDS[name].default
+        if isinstance(default, bool):
+            flags.DEFINE_boolean(name, default, help_text)
+        elif isinstance(default, tuple):
+            flags.DEFINE_list(name, list(default), help_text)
+        elif isinstance(default, int):
+            flags.DEFINE_integer(name, default, help_text)
+        elif isinstance(default, float):
+            flags.DEFINE_float(name, default, help_text)
+        else:
+            flags.DEFINE_string(name, default, help_text)
+
+
+_define_flags()
+
+
+def config_from_flags() -> config_lib.ExperimentConfig:
+    """The embedded defaults, then `--config`, then the flags the user passed."""
+    file_values = config_lib.load_config_file(FLAGS.config) if FLAGS.config else {}
+    passed = {name: FLAGS[name].value for name in (*_DISTRIBUTION_FLAGS, *_HELP)
+              if FLAGS[name].present}
+    return config_lib.build_config(file_values, passed)
+
+
+def main(argv) -> None:
+    if len(argv) > 1:
+        raise UsageError(f"unexpected argument {argv[1]!r}, expected only --flags; "
+                             f"run with --helpfull to list them")
+    config = config_from_flags()
+    cluster = resolve_cluster(
+        os.environ, pool2_is_reduction_server=config.strategy != "parameter_server")
+    if config.strategy != "auto":
+        check_cluster_for_strategy(cluster, config.strategy)
+    if not cluster.is_chief:
+        logging.set_verbosity(logging.WARNING)
+    logging.info("Config: %s", json.dumps(config.to_json_dict(), sort_keys=True))
+
+    from trainer import train  # pylint: disable=g-import-not-at-top  (imports TensorFlow)
+
+    summary = train.run(config, cluster)
+    if cluster.is_chief:
+        print(json.dumps({key: summary[key] for key in
+                          ("strategy", "num_replicas", "steps_completed", "final_loss",
+                           "examples_per_second")}), flush=True)
+
+
+if __name__ == "__main__":
+    cli.run(main)

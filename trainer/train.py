@@ -1,0 +1,143 @@
+"""One training run: strategy, data, model, fit, and the chief's outputs."""
+
+import json
+import os
+import time
+from typing import Mapping
+
+from absl import logging
+import keras
+import tensorflow as tf
+
+from tfdist import strategy as strategy_lib
+from tfdist.cluster import Cluster
+from tfdist.data import per_replica_batch_size
+from trainer import datasets as datasets_lib
+from trainer import models
+from trainer.config import ExperimentConfig
+from trainer.optimization import build_optimizer
+from trainer.throughput import ThroughputMeter
+
+MODEL_FILE = "model.keras"
+SUMMARY_FILE = "summary.json"
+
+
+def output_dirs(config: ExperimentConfig, environ: Mapping[str, str]) -> dict[str, str]:
+    """Model, backup and TensorBoard directories; Vertex's `AIP_*` are defaults."""
+    model_dir = config.model_dir or environ.get("AIP_MODEL_DIR", "")
+    tensorboard_dir = (config.tensorboard_dir or environ.get("AIP_TENSORBOARD_LOG_DIR", "")
+                       or (os.path.join(model_dir, "logs") if model_dir else ""))
+    return {
+        "model_dir": model_dir,
+        "backup_dir": config.backup_dir or environ.get("AIP_CHECKPOINT_DIR", ""),
+        "tensorboard_dir": tensorboard_dir,
+    }
+
+
+def strategy_options(config: ExperimentConfig) -> strategy_lib.StrategyOptions:
+    return strategy_lib.StrategyOptions(all_reduce=config.all_reduce,
+                                        num_cpu_devices=config.num_cpu_devices,
+                                        tpu=config.tpu)
+
+
+def _seed_everything(config: ExperimentConfig) -> None:
+    keras.utils.set_random_seed(config.seed)
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+
+
+def _compile(model: keras.Model, config: ExperimentConfig, steps_per_epoch: int) -> None:
+    model.compile(
+        optimizer=build_optimizer(config, steps_per_epoch=steps_per_epoch),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        steps_per_execution=config.steps_per_execution,
+    )
+
+
+def write_json_atomically(path: str, payload: dict) -> None:
+    """Writes `payload` to `path` through a temporary file and a rename."""
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with tf.io.gfile.GFile(temporary, "w") as handle:
+        handle.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+
+
+def run(config: ExperimentConfig, cluster: Cluster,
+        environ: Mapping[str, str] = os.environ) -> dict:
+    """Trains per `config` as this task of `cluster`; returns the summary.
+
+    Only the chief writes `model.keras`, `summary.json` and TensorBoard logs.
+    """
+    dirs = output_dirs(config, environ)
+    tf.get_logger().setLevel("WARNING")
+    strategy_name = strategy_lib.resolve_strategy_name(config.strategy, cluster,
+                                                       strategy_options(config))
+    if config.mixed_precision != "none":
+        keras.mixed_precision.set_global_policy(config.mixed_precision)
+    if strategy_name != "parameter_server":
+        replicas = strategy_lib.expected_num_replicas(strategy_name, cluster,
+                                                      strategy_options(config))
+        if replicas:
+            per_replica_batch_size(config.global_batch_size, replicas)
+    strategy = strategy_lib.make_strategy(strategy_name, cluster, strategy_options(config))
+    _seed_everything(config)
+
+    data = datasets_lib.load_datasets(
+        config.dataset, global_batch_size=config.global_batch_size, seed=config.seed,
+        num_examples=config.num_examples, data_dir=config.data_dir)
+    steps_per_epoch = (config.steps_per_epoch
+                       or max(data.info.num_train_examples // config.global_batch_size, 1))
+    with strategy.scope():
+        model = models.build_model(config.model, data.info.input_shape, data.info.num_classes)
+        _compile(model, config, steps_per_epoch)
+
+    meter = ThroughputMeter(global_batch_size=config.global_batch_size,
+                            steps_per_execution=config.steps_per_execution)
+    callbacks = [meter]
+    if cluster.is_chief and dirs["tensorboard_dir"]:
+        callbacks.append(keras.callbacks.TensorBoard(dirs["tensorboard_dir"]))
+    validation = ({"validation_data": data.test, "validation_steps": config.validation_steps}
+                  if config.validation_steps else {})
+    started = time.perf_counter()
+    history = model.fit(data.train, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
+                        callbacks=callbacks, verbose=2 if cluster.is_chief else 0, shuffle=False,
+                        **validation)
+    evaluation = model.evaluate(data.test, verbose=0, return_dict=True)
+
+    summary = {
+        "strategy": strategy_name,
+        "num_replicas": int(strategy.num_replicas_in_sync),
+        "num_workers": cluster.num_workers,
+        "global_batch_size": config.global_batch_size,
+        "epochs": config.epochs,
+        "steps_per_epoch": steps_per_epoch,
+        "steps_completed": int(model.optimizer.iterations.numpy()),
+        "final_loss": float(history.history["loss"][-1]),
+        "metrics": {
+            "train": {name: float(values[-1]) for name, values in history.history.items()},
+            "test": {name: float(value) for name, value in evaluation.items()},
+        },
+        "examples_per_second": meter.examples_per_second,
+        "wall_seconds": time.perf_counter() - started,
+        "resumed_from_step": 0,
+    }
+    if cluster.is_chief:
+        _write_outputs(model, summary, dirs["model_dir"])
+    return summary
+
+
+def _write_outputs(model: keras.Model, summary: dict, model_dir: str) -> None:
+    if not model_dir:
+        logging.warning("No --model_dir (and no AIP_MODEL_DIR): the model and summary are "
+                        "not saved.")
+        return
+    tf.io.gfile.makedirs(model_dir)
+    model_path = os.path.join(model_dir, MODEL_FILE)
+    # Keras needs the .keras suffix; the rename keeps a previous model intact
+    # until the new one is complete.
+    temporary = os.path.join(model_dir, f".model.tmp-{os.getpid()}.keras")
+    model.save(temporary)
+    tf.io.gfile.rename(temporary, model_path, overwrite=True)
+    write_json_atomically(os.path.join(model_dir, SUMMARY_FILE), summary)
+    logging.info("Wrote %s and %s.", model_path, os.path.join(model_dir, SUMMARY_FILE))
