@@ -64,8 +64,8 @@ def build_sdist(project_root: str, out_dir: str) -> BuiltPackage:
     """Builds the sdist of `project_root` into `out_dir`.
 
     The sources are copied to a scratch directory first, so the build leaves
-    nothing (such as `*.egg-info`) in the checkout. Build output goes to
-    stderr; stdout stays free for the caller's own output.
+    nothing (such as `*.egg-info`) in the checkout. The build's own output is
+    shown (on stderr) only when it fails.
 
     Raises:
         UsageError: The build failed; the message holds its last output line.
@@ -83,7 +83,7 @@ def build_sdist(project_root: str, out_dir: str) -> BuiltPackage:
             shutil.copytree(os.path.join(project_root, package),
                             os.path.join(source, package), ignore=_IGNORED)
         builder = build.ProjectBuilder(source, python_executable=sys.executable,
-                                       runner=_stderr_runner)
+                                       runner=_quiet_runner)
         try:
             path = builder.build("sdist", out_dir)
         except (build.BuildException, build.BuildBackendException,
@@ -96,13 +96,17 @@ def build_sdist(project_root: str, out_dir: str) -> BuiltPackage:
                         size=os.path.getsize(path))
 
 
-def _stderr_runner(cmd, cwd=None, extra_environ=None):
-    """Runs a build hook with its stdout sent to our stderr."""
+def _quiet_runner(cmd, cwd=None, extra_environ=None):
+    """Runs a build hook quietly; on failure its output goes to stderr."""
     import subprocess
 
     env = os.environ.copy()
     env.update(extra_environ or {})
-    subprocess.run(cmd, cwd=cwd, env=env, stdout=sys.stderr, check=True)
+    result = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, check=False)
+    if result.returncode:
+        sys.stderr.write(result.stdout[-4000:])
+        raise subprocess.CalledProcessError(result.returncode, cmd)
 
 
 def content_digest(archive_path: str) -> str:
