@@ -79,31 +79,39 @@ def _reduce_per_replica(values, strategy, reduction):
                                  values)
 
 
-def apply() -> bool:
+CORRECTIONS = ("symbolic_build", "reduce_per_replica")
+
+
+def apply(corrections: tuple[str, ...] = CORRECTIONS) -> bool:
     """Installs the corrections if this Keras needs them. Idempotent.
 
+    Args:
+        corrections: Which corrections to install; tests install a subset to
+            show each upstream failure on its own.
+
     Returns:
-        Whether the corrections are installed.
+        Whether any correction is installed.
     """
     if not needs_patch():
         return False
     with _lock:
-        if _originals:
-            return True
-        _originals["_maybe_symbolic_build"] = tf_trainer.TensorFlowTrainer._maybe_symbolic_build  # pylint: disable=protected-access
-        _originals["reduce_per_replica"] = tf_trainer.reduce_per_replica
-        tf_trainer.TensorFlowTrainer._maybe_symbolic_build = functools.wraps(  # pylint: disable=protected-access
-            _originals["_maybe_symbolic_build"])(_maybe_symbolic_build)
-        tf_trainer.reduce_per_replica = functools.wraps(
-            _originals["reduce_per_replica"])(_reduce_per_replica)
-    return True
+        if "symbolic_build" in corrections and "_maybe_symbolic_build" not in _originals:
+            original = tf_trainer.TensorFlowTrainer._maybe_symbolic_build  # pylint: disable=protected-access
+            _originals["_maybe_symbolic_build"] = original
+            tf_trainer.TensorFlowTrainer._maybe_symbolic_build = functools.wraps(original)(  # pylint: disable=protected-access
+                _maybe_symbolic_build)
+        if "reduce_per_replica" in corrections and "reduce_per_replica" not in _originals:
+            original = tf_trainer.reduce_per_replica
+            _originals["reduce_per_replica"] = original
+            tf_trainer.reduce_per_replica = functools.wraps(original)(_reduce_per_replica)
+    return bool(_originals)
 
 
 def remove() -> None:
     """Restores the original Keras functions (for tests of the upstream bug)."""
     with _lock:
-        if not _originals:
-            return
-        tf_trainer.TensorFlowTrainer._maybe_symbolic_build = _originals.pop(  # pylint: disable=protected-access
-            "_maybe_symbolic_build")
-        tf_trainer.reduce_per_replica = _originals.pop("reduce_per_replica")
+        if "_maybe_symbolic_build" in _originals:
+            tf_trainer.TensorFlowTrainer._maybe_symbolic_build = _originals.pop(  # pylint: disable=protected-access
+                "_maybe_symbolic_build")
+        if "reduce_per_replica" in _originals:
+            tf_trainer.reduce_per_replica = _originals.pop("reduce_per_replica")

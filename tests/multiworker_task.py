@@ -1,0 +1,99 @@
+"""A small training task for multi-process tests, run once per task.
+
+    python tests/multiworker_task.py --strategy=multiworker --out=DIR [--compat=full]
+
+Trains the `mlp` on the synthetic data, then evaluates and predicts on a test
+set whose last batch is partial. The chief writes `weights.npz`,
+`evaluate.json` and `predict.npy` into `--out`. `--marker_step=N` writes
+`<out>/started-<task>` after step N, so a test can act once training runs.
+`--compat=none` leaves Keras unpatched (to show the upstream failure);
+`--compat=build_only` corrects only the first of the two upstream reductions.
+"""
+
+import argparse
+import json
+import os
+import pathlib
+
+import numpy as np
+
+from tfdist import keras_compat
+from tfdist import strategy as strategy_lib
+from tfdist.cluster import resolve_cluster
+from tfdist.data import with_shard_policy
+
+
+def _parse_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--strategy", default="multiworker")
+    parser.add_argument("--compat", choices=("full", "none", "build_only"), default="full")
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--marker_step", type=int, default=0)
+    parser.add_argument("--num_cpu_devices", type=int, default=0)
+    return parser.parse_args()
+
+
+def _make_strategy(args, cluster):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    if args.strategy == "multiworker" and args.compat != "full":
+        if args.compat == "build_only":
+            keras_compat.apply(corrections=("symbolic_build",))
+        resolver = strategy_lib.cluster_resolver(cluster, ("chief", "worker"))
+        return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+    options = strategy_lib.StrategyOptions(num_cpu_devices=args.num_cpu_devices)
+    return strategy_lib.make_strategy(args.strategy, cluster, options)
+
+
+class _Marker:
+    """Keras callback factory that writes a file after a given step."""
+
+    @staticmethod
+    def make(path: pathlib.Path, step: int):
+        import keras  # pylint: disable=g-import-not-at-top
+
+        class Marker(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                if batch + 1 == step:
+                    path.write_text("started")
+
+        return Marker()
+
+
+def main():
+    args = _parse_args()
+    out = pathlib.Path(args.out)
+    cluster = resolve_cluster(os.environ)
+    strategy = _make_strategy(args, cluster)
+
+    import keras  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from trainer import datasets, models  # pylint: disable=g-import-not-at-top
+
+    keras.utils.set_random_seed(0)
+    data = datasets.load_datasets("synthetic", global_batch_size=64, seed=0, num_examples=2048)
+    test_images, test_labels = datasets.synthetic_arrays(100, 0, "test")
+    test = tf.data.Dataset.from_tensor_slices((test_images, test_labels)).batch(64)
+    test = with_shard_policy(test)
+    with strategy.scope():
+        model = models.build_model("mlp", data.info.input_shape, data.info.num_classes)
+        model.compile(optimizer=keras.optimizers.SGD(0.05),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      metrics=["accuracy"])
+    callbacks = []
+    if args.marker_step:
+        task = f"{cluster.task_type}-{cluster.task_index}"
+        callbacks.append(_Marker.make(out / f"started-{task}", args.marker_step))
+    model.fit(data.train, epochs=1, steps_per_epoch=args.steps, verbose=0, shuffle=False,
+              callbacks=callbacks)
+    evaluation = model.evaluate(test, verbose=0, return_dict=True)
+    predictions = model.predict(test_images, batch_size=64, verbose=0)
+    if cluster.is_chief:
+        np.savez(out / "weights.npz", *model.get_weights())
+        (out / "evaluate.json").write_text(json.dumps(evaluation))
+        np.save(out / "predict.npy", predictions, allow_pickle=False)
+
+
+if __name__ == "__main__":
+    main()

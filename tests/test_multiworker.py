@@ -1,0 +1,157 @@
+"""Keras 3 under MultiWorkerMirroredStrategy: equal to one process, and the upstream bug.
+
+Every test here starts real TensorFlow processes on loopback through
+`tfdist.testing.local_cluster`, which keeps per-task logs, prints them when a
+test fails and checks that no process is left behind.
+"""
+
+import json
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from tfdist.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
+
+pytestmark = pytest.mark.slow
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+TASK = str(ROOT / "tests" / "multiworker_task.py")
+ENV = {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+WAIT_SECONDS = 240
+
+
+def _run_single(args: list[str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
+    import os  # pylint: disable=g-import-not-at-top
+
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("TF_CONFIG", "CLUSTER_SPEC")}
+    env.update(ENV)
+    result = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
+                            text=True, timeout=WAIT_SECONDS)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def _run_cluster(local_cluster, args: list[str], num_workers: int = 2) -> dict:
+    cluster = local_cluster(num_workers=num_workers, command=[sys.executable, *args], env=ENV)
+    cluster.start()
+    codes = cluster.wait(timeout=WAIT_SECONDS)
+    assert set(codes.values()) == {0}, cluster.format_logs()
+    return codes
+
+
+def _weights(npz_path: pathlib.Path) -> list[np.ndarray]:
+    with np.load(npz_path, allow_pickle=False) as archive:
+        return [archive[f"arr_{i}"] for i in range(len(archive.files))]
+
+
+def _model_weights(model_dir: pathlib.Path) -> list[np.ndarray]:
+    import keras  # pylint: disable=g-import-not-at-top
+
+    model = keras.saving.load_model(model_dir / "model.keras", safe_mode=True)
+    return model.get_weights()
+
+
+def _max_difference(left: list[np.ndarray], right: list[np.ndarray]) -> float:
+    assert [w.shape for w in left] == [w.shape for w in right]
+    return max(float(np.max(np.abs(a - b))) for a, b in zip(left, right))
+
+
+@pytest.mark.parametrize("model,optimizer,learning_rate", [
+    ("mlp", "sgd", "0.05"),
+    ("cnn", "adam", "0.001"),
+])
+def test_two_workers_end_with_the_weights_of_one_process(local_cluster, tmp_path, model,
+                                                         optimizer, learning_rate):
+    common = ["-m", "trainer.task", f"--model={model}", f"--optimizer={optimizer}",
+              f"--learning_rate={learning_rate}", "--global_batch_size=64", "--epochs=2",
+              "--steps_per_epoch=10", "--num_examples=2048", "--seed=3"]
+    _run_single([*common, "--strategy=default", f"--model_dir={tmp_path / 'one'}"], ROOT)
+    _run_cluster(local_cluster, [*common, "--strategy=multiworker",
+                                 f"--model_dir={tmp_path / 'two'}"])
+
+    one = json.loads((tmp_path / "one" / "summary.json").read_text())
+    two = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert (two["num_workers"], two["num_replicas"], two["steps_completed"]) == (2, 2, 20)
+    assert one["steps_completed"] == 20
+    assert two["final_loss"] == pytest.approx(one["final_loss"], rel=1e-5)
+    assert _max_difference(_model_weights(tmp_path / "one"),
+                           _model_weights(tmp_path / "two")) < 1e-5
+
+
+def test_only_the_chief_writes_into_the_model_dir(local_cluster, tmp_path):
+    _run_cluster(local_cluster, ["-m", "trainer.task", "--strategy=multiworker", "--epochs=1",
+                                 "--steps_per_epoch=3", "--num_examples=512",
+                                 f"--model_dir={tmp_path / 'out'}"])
+    written = sorted(path.relative_to(tmp_path / "out").parts[0]
+                     for path in (tmp_path / "out").rglob("*") if path.is_file())
+    assert set(written) == {"logs", "model.keras", "summary.json"}, written
+
+
+def test_evaluate_and_predict_under_two_workers_equal_one_process(local_cluster, tmp_path):
+    _run_single([TASK, "--strategy=default", f"--out={tmp_path}", "--steps=8"], ROOT)
+    (tmp_path / "two").mkdir()
+    _run_cluster(local_cluster, [TASK, "--strategy=multiworker",
+                                 f"--out={tmp_path / 'two'}", "--steps=8"])
+
+    assert _max_difference(_weights(tmp_path / "weights.npz"),
+                           _weights(tmp_path / "two" / "weights.npz")) < 1e-5
+    one_eval = json.loads((tmp_path / "evaluate.json").read_text())
+    two_eval = json.loads((tmp_path / "two" / "evaluate.json").read_text())
+    assert two_eval == pytest.approx(one_eval, rel=1e-5)
+    one_predict = np.load(tmp_path / "predict.npy", allow_pickle=False)
+    two_predict = np.load(tmp_path / "two" / "predict.npy", allow_pickle=False)
+    assert two_predict.shape == one_predict.shape == (100, 10)
+    np.testing.assert_allclose(two_predict, one_predict, rtol=1e-5, atol=1e-5)
+
+
+def test_mirrored_on_two_logical_cpus_equals_one_device(tmp_path):
+    (tmp_path / "two").mkdir()
+    _run_single([TASK, "--strategy=default", f"--out={tmp_path}", "--steps=8"], ROOT)
+    _run_single([TASK, "--strategy=mirrored", "--num_cpu_devices=2",
+                 f"--out={tmp_path / 'two'}", "--steps=8"], ROOT)
+    assert _max_difference(_weights(tmp_path / "weights.npz"),
+                           _weights(tmp_path / "two" / "weights.npz")) < 1e-5
+    np.testing.assert_allclose(np.load(tmp_path / "two" / "predict.npy"),
+                               np.load(tmp_path / "predict.npy"), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("compat,upstream_error", [
+    ("none", "Attempt to convert a value (PerReplica"),
+    ("build_only", "Invalid reduction dimension 0"),
+])
+def test_upstream_keras_still_fails_without_the_compat_layer(local_cluster, tmp_path, compat,
+                                                             upstream_error):
+    """When this fails, upstream fixed the bug: raise `FIRST_FIXED_KERAS` and retire the patch."""
+    from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
+
+    if not keras_compat.needs_patch():
+        pytest.skip(f"keras {keras_compat.keras_version()} is not patched")
+    cluster = local_cluster(num_workers=2, command=[
+        sys.executable, TASK, "--strategy=multiworker", f"--compat={compat}",
+        f"--out={tmp_path}", "--steps=2"], env=ENV)
+    cluster.start()
+    codes = cluster.wait(timeout=WAIT_SECONDS)
+    assert codes["worker:0"] != 0, cluster.format_logs()
+    assert upstream_error in cluster.log("worker:0"), cluster.format_logs()
+
+
+def test_survivor_fails_within_a_bound_when_a_peer_dies(local_cluster, tmp_path):
+    cluster = local_cluster(num_workers=2, command=[
+        sys.executable, TASK, "--strategy=multiworker", f"--out={tmp_path}",
+        "--steps=100000", "--marker_step=3"], env=ENV)
+    cluster.start()
+    poll_until(lambda: (tmp_path / "started-worker-1").exists(), timeout=WAIT_SECONDS,
+               what="worker 1 to run 3 steps")
+    killed_at = time.monotonic()
+    assert cluster.kill("worker:1", signal.SIGKILL)
+    codes = cluster.wait(timeout=120, stop_on_failure=False)
+    survivor_seconds = time.monotonic() - killed_at
+    assert codes["worker:1"] == -signal.SIGKILL
+    assert codes["worker:0"] not in (0, None), cluster.format_logs()
+    print(f"survivor exited {codes['worker:0']} {survivor_seconds:.1f} s after its peer died")
