@@ -43,25 +43,41 @@ def _wait_for_file(path):
     return True
 
 
+def _wait_for_peers(config, out_dir, suffix):
+    """Waits until every task of the cluster has written its `<name><suffix>` file."""
+    for role, addresses in config["cluster"].items():
+        for index in range(len(addresses)):
+            if not _wait_for_file(os.path.join(out_dir, f"{role}-{index}{suffix}")):
+                return False
+    return True
+
+
 def main(mode, out_dir):
     config = json.loads(os.environ["TF_CONFIG"])
     role, index = config["task"]["type"], config["task"]["index"]
     me = f"{role}-{index}"
     _write(out_dir, f"{me}.tf_config", os.environ["TF_CONFIG"])
-    _write(out_dir, f"{me}.pid", str(os.getpid()))
     print(f"hello from {me}")
+    # Written after the greeting: once it exists, the greeting is in the log.
+    _write(out_dir, f"{me}.pid", str(os.getpid()))
 
     if mode == "exit0":
-        return 0
+        # Succeeds once every task of its cluster has started.
+        return 0 if _wait_for_peers(config, out_dir, ".pid") else 97
     if mode == "block":
         return _block()
     if mode.startswith("worker1_exits_"):
-        # worker 1 fails with the given code; the others run until stopped.
-        return int(mode.rsplit("_", 1)[1]) if me == "worker-1" else _block()
+        # Once every task runs, worker 1 fails with the given code; the others
+        # run until stopped.
+        if me != "worker-1":
+            return _block()
+        _wait_for_peers(config, out_dir, ".pid")
+        return int(mode.rsplit("_", 1)[1])
     if mode.startswith("fail_once_"):
         # worker 1 fails on its first run only; a marker file remembers the run.
         marker = os.path.join(out_dir, f"{me}.failed_once")
         if me == "worker-1" and not os.path.exists(marker):
+            _wait_for_peers(config, out_dir, ".pid")
             _write(out_dir, f"{me}.failed_once", "")
             return int(mode.rsplit("_", 1)[1])
         return 0
@@ -76,7 +92,10 @@ def main(mode, out_dir):
     if mode == "grandchild":
         child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({GIVE_UP_SECONDS})"])
         _write(out_dir, f"{me}.grandchild", str(child.pid))
-        return 3 if me == "worker-1" else _block()
+        if me != "worker-1":
+            return _block()
+        _wait_for_peers(config, out_dir, ".grandchild")
+        return 3
     if mode == "preempt":
         def on_signal(signum, _frame):
             _write(out_dir, f"{me}.signal", str(signum))
