@@ -296,9 +296,6 @@ def test_tf_config_round_trips_through_the_resolver():
 # --- Unicode digits: str.isdigit() accepts them, int() does not -------------
 
 
-@pytest.mark.xfail(strict=True, reason="tfdist/cluster.py _check_index/_check_address use "
-                   "str.isdigit(), which accepts '²'; int('²') then raises a plain "
-                   "ValueError (not ClusterConfigError), so the CLI prints a traceback")
 @pytest.mark.parametrize("cluster, index", [
     ({"worker": ["localhost:1"]}, "²"),
     ({"worker": ["localhost:²²"]}, 0),
@@ -308,9 +305,6 @@ def test_unicode_digits_are_a_clear_error(cluster, index):
         resolve_cluster({"TF_CONFIG": tf_config(cluster, "worker", index)})
 
 
-@pytest.mark.xfail(strict=True, reason="tfdist/cluster.py _check_address splits '::1' at the "
-                   "last colon and accepts it as host '::' port 1; a bare IPv6 address has "
-                   "no port (gRPC needs '[::1]:port')")
 def test_bare_ipv6_without_brackets_is_rejected():
     with pytest.raises(ClusterConfigError, match="port"):
         resolve_cluster({"TF_CONFIG": tf_config({"worker": ["::1"]}, "worker", 0)})

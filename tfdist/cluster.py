@@ -11,6 +11,7 @@ only the single field that was wrong.
 import dataclasses
 import json
 import logging
+import re
 import types
 from typing import Mapping
 
@@ -184,7 +185,7 @@ def _require_mapping(parent: dict, key: str, variable: str) -> dict:
 
 
 def _check_index(value, field: str) -> int:
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ClusterConfigError(
@@ -204,11 +205,11 @@ def _check_address(address, field: str) -> str:
     if address.startswith("[") and "]" in address:
         host = address[:address.index("]") + 1]
         sep, port = (":", address[len(host) + 1:]) if address[len(host):].startswith(":") else ("", "")
-    if not sep or not host or not port:
+    if not sep or not host or not port or (":" in host and not host.startswith("[")):
         raise ClusterConfigError(
-            f"{field} is {address!r}, expected 'host:port' such as 'localhost:2222'; "
-            f"add the port the task listens on")
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
+            f"{field} is {address!r}, expected 'host:port' such as 'localhost:2222' "
+            f"(IPv6 as '[::1]:2222'); add the port the task listens on")
+    if not re.fullmatch(r"[0-9]+", port) or not 1 <= int(port) <= 65535:
         raise ClusterConfigError(
             f"{field} has port {port!r} in {address!r}, expected a port from 1 to 65535")
     return address
