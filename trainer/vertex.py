@@ -5,6 +5,7 @@ only a real submission pays for it, never `--dry_run`.
 """
 
 import json
+import logging
 import sys
 from typing import Any, Mapping
 
@@ -39,26 +40,11 @@ def create_custom_job(custom_job: Mapping[str, Any], spec: JobSpec, *, project: 
     Raises:
         UsageError: No credentials, or Vertex AI refused the job (4xx).
     """
-    aiplatform.init(project=project, location=region,
-                    credentials=AnonymousCredentials() if anonymous else None,
-                    api_endpoint=api_endpoint or None, api_transport="rest",
-                    staging_bucket=staging_bucket)
-    pools = [custom_job_types.WorkerPoolSpec.from_json(json.dumps(pool))
-             for pool in custom_job["jobSpec"]["workerPoolSpecs"]]
-    job = aiplatform.CustomJob(display_name=spec.display_name, worker_pool_specs=pools,
-                               base_output_dir=spec.base_output_dir,
-                               labels=dict(spec.labels) or None,
-                               staging_bucket=staging_bucket)
-    scheduling = spec.scheduling
-    strategy = custom_job_types.Scheduling.Strategy[scheduling.strategy.upper()]
+    _keep_stdout_for_the_result()
     try:
-        job.submit(service_account=spec.service_account or None,
-                   timeout=scheduling.timeout_seconds or None,
-                   restart_job_on_worker_restart=scheduling.restart_job_on_worker_restart,
-                   enable_web_access=spec.enable_web_access,
-                   tensorboard=spec.tensorboard or None,
-                   scheduling_strategy=strategy,
-                   max_wait_duration=scheduling.max_wait_seconds)
+        return _submit(custom_job, spec, project=project, region=region,
+                       staging_bucket=staging_bucket, api_endpoint=api_endpoint,
+                       anonymous=anonymous)
     except auth_exceptions.DefaultCredentialsError:
         raise UsageError(
             "no Application Default Credentials found, expected credentials to call Vertex "
@@ -77,4 +63,41 @@ def create_custom_job(custom_job: Mapping[str, Any], spec: JobSpec, *, project: 
         print(f"error: Vertex AI failed to create the job ({error.code}: {summary})",
               file=sys.stderr)
         sys.exit(1)
+
+
+def _submit(custom_job, spec, *, project, region, staging_bucket, api_endpoint, anonymous):
+    aiplatform.init(project=project, location=region,
+                    credentials=AnonymousCredentials() if anonymous else None,
+                    api_endpoint=api_endpoint or None, api_transport="rest",
+                    staging_bucket=staging_bucket)
+    pools = [custom_job_types.WorkerPoolSpec.from_json(json.dumps(pool))
+             for pool in custom_job["jobSpec"]["workerPoolSpecs"]]
+    job = aiplatform.CustomJob(display_name=spec.display_name, worker_pool_specs=pools,
+                               base_output_dir=spec.base_output_dir,
+                               labels=dict(spec.labels) or None,
+                               staging_bucket=staging_bucket)
+    scheduling = spec.scheduling
+    job.submit(service_account=spec.service_account or None,
+               timeout=scheduling.timeout_seconds or None,
+               restart_job_on_worker_restart=scheduling.restart_job_on_worker_restart,
+               enable_web_access=spec.enable_web_access,
+               tensorboard=spec.tensorboard or None,
+               scheduling_strategy=custom_job_types.Scheduling.Strategy[
+                   scheduling.strategy.upper()],
+               max_wait_duration=scheduling.max_wait_seconds)
     return job.resource_name
+
+
+def _keep_stdout_for_the_result() -> None:
+    """Sends the SDK's progress lines to stderr (via logging) instead of stdout.
+
+    The SDK adds a stdout handler to its loggers; our stdout carries only the
+    created job's resource name, so scripts can read it.
+    """
+    for name, logger in list(logging.root.manager.loggerDict.items()):
+        if not name.startswith("google.cloud.aiplatform") or \
+                not isinstance(logger, logging.Logger):
+            continue
+        for handler in list(logger.handlers):
+            if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:
+                logger.removeHandler(handler)
