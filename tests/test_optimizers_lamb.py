@@ -44,9 +44,13 @@ CASES = {
                          decays=[True] * 6, adapts=[True] * 6),
     "exclusions_shared": dict(
         kwargs=dict(weight_decay_rate=0.01,
-                    exclude_from_weight_decay=["bias", "batch_normalization"]),
+                    exclude_from_weight_decay=["bias", "batch_normalization"],
+                    exclude_from_layer_adaptation=["bias", "batch_normalization"]),
         decays=[True, False, False, False, True, False],
         adapts=[True, False, False, False, True, False]),
+    "decay_exclusions_only": dict(
+        kwargs=dict(weight_decay_rate=0.01, exclude_from_weight_decay=["bias"]),
+        decays=[True, False, True, True, True, False], adapts=[True] * 6),
     "exclusions_separate": dict(
         kwargs=dict(weight_decay_rate=0.1, exclude_from_weight_decay=["bias$"],
                     exclude_from_layer_adaptation=["head/"]),

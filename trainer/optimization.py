@@ -26,8 +26,9 @@ def build_optimizer(config: ExperimentConfig, *, steps_per_epoch: int,
     of `epochs * steps_per_epoch`. One line names the rule and the peak rate.
 
     For `lars` and `lamb`, an empty `exclude_from_weight_decay` means the usual
-    exclusions (biases, normalization scales and offsets), and an empty
-    `exclude_from_layer_adaptation` means the same list as weight decay. For
+    exclusions (biases, normalization scales and offsets: see
+    `tfdist.optimizers.usual_exclusions`); an empty
+    `exclude_from_layer_adaptation` excludes nothing from the trust ratio. For
     `sgd` and `adam`, `weight_decay` is Keras's decoupled decay and
     `exclude_from_weight_decay` is matched against the variable's name, which in
     the TensorFlow backend is its path.
@@ -84,11 +85,15 @@ def describe_learning_rate(config: ExperimentConfig, peak: float, total_steps: i
             f"{decay}")
 
 
-def optimizer_exclusions(config: ExperimentConfig):
-    """The (weight decay, layer adaptation) exclusions passed to LARS or LAMB."""
+def optimizer_exclusions(config: ExperimentConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The (weight decay, layer adaptation) exclusions passed to LARS or LAMB.
+
+    Weight decay defaults to the usual exclusions. Layer adaptation defaults to
+    none: an excluded variable is updated at the full, LARS-sized learning rate,
+    which made zero-initialized biases diverge in bench/bench_optimizers.py.
+    """
     weight_decay = config.exclude_from_weight_decay or usual_exclusions()
-    layer_adaptation = config.exclude_from_layer_adaptation or None
-    return weight_decay, layer_adaptation
+    return weight_decay, config.exclude_from_layer_adaptation
 
 
 def _learning_rate(config, peak, total_steps, warmup_steps):

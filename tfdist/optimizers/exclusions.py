@@ -87,11 +87,8 @@ def layer_masks(variables: Sequence, weight_decay_rate: float,
                 ) -> tuple[list[bool], list[bool]]:
     """Per variable: whether it gets weight decay, whether it gets a trust ratio.
 
-    `exclude_from_layer_adaptation=None` means the same exclusions as for
-    weight decay; an empty sequence means none.
+    The two lists are independent; None or empty excludes nothing.
     """
-    if exclude_from_layer_adaptation is None:
-        exclude_from_layer_adaptation = exclude_from_weight_decay
     decays = [weight_decay_rate > 0 and not is_excluded(v, exclude_from_weight_decay)
               for v in variables]
     adapts = [not is_excluded(v, exclude_from_layer_adaptation) for v in variables]

@@ -37,8 +37,8 @@ class LAMB(keras.optimizers.Optimizer):
         exclude_from_weight_decay: Regular expressions searched in variable
             paths (e.g. `"bias"`); matching variables get no weight decay.
         exclude_from_layer_adaptation: Same, for the trust ratio (matching
-            variables use ratio 1, i.e. Adam). None means "the same as
-            `exclude_from_weight_decay`"; pass `[]` for none.
+            variables use ratio 1, i.e. Adam). Independent of
+            `exclude_from_weight_decay`.
         **kwargs: Keras optimizer arguments (`name`, `clipnorm`, `use_ema`,
             ...). Keras's decoupled `weight_decay` is refused: use
             `weight_decay_rate`.
