@@ -90,7 +90,8 @@ def main(mode, out_dir):
             print(f"listening on port {port}")
         return 0
     if mode == "grandchild":
-        child = subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({GIVE_UP_SECONDS})"])
+        child = subprocess.Popen(
+            [sys.executable, "-c", f"import time; time.sleep({GIVE_UP_SECONDS})"])
         _write(out_dir, f"{me}.grandchild", str(child.pid))
         if me != "worker-1":
             return _block()

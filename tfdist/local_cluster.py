@@ -221,15 +221,21 @@ class _TaskProcess:
 
     def _copy_output(self) -> None:
         prefix = f"[{self.name}] "
+        console = self._console
         try:
             for line in iter(self._popen.stdout.readline, b""):
                 self._log_file.write(line)
                 self._log_file.flush()
-                if self._console is not None:
-                    text = line.decode("utf-8", "replace").rstrip("\r\n")
+                if console is None:
+                    continue
+                text = line.decode("utf-8", "replace").rstrip("\r\n")
+                try:
                     with self._console_lock:
-                        self._console.write(f"{prefix}{text}\n")
-                        self._console.flush()
+                        console.write(f"{prefix}{text}\n")
+                        console.flush()
+                except (OSError, ValueError):
+                    # A closed console (e.g. `| head` exited) must not stop the log.
+                    console = None
         finally:
             self._popen.stdout.close()
             self._log_file.close()
