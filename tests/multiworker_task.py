@@ -7,7 +7,8 @@ set whose last batch is partial. The chief writes `weights.npz`,
 `evaluate.json` and `predict.npy` into `--out`. `--marker_step=N` writes
 `<out>/started-<task>` after step N, so a test can act once training runs.
 `--compat=none` leaves Keras unpatched (to show the upstream failure);
-`--compat=build_only` corrects only the first of the two upstream reductions.
+`--compat=build_only` corrects only the first of the two upstream reductions;
+`--compat=no_steps_per_execution` corrects both but not the multi-step loop.
 """
 
 import argparse
@@ -26,7 +27,9 @@ from tfdist.data import with_shard_policy
 def _parse_args():
     parser = argparse.ArgumentParser()
     parser.add_argument("--strategy", default="multiworker")
-    parser.add_argument("--compat", choices=("full", "none", "build_only"), default="full")
+    parser.add_argument("--compat", default="full",
+                        choices=("full", "none", "build_only", "no_steps_per_execution"))
+    parser.add_argument("--steps_per_execution", type=int, default=1)
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--marker_step", type=int, default=0)
@@ -40,6 +43,8 @@ def _make_strategy(args, cluster):
     if args.strategy == "multiworker" and args.compat != "full":
         if args.compat == "build_only":
             keras_compat.apply(corrections=("symbolic_build",))
+        elif args.compat == "no_steps_per_execution":
+            keras_compat.apply(corrections=("symbolic_build", "reduce_per_replica"))
         resolver = strategy_lib.cluster_resolver(cluster, ("chief", "worker"))
         return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
     options = strategy_lib.StrategyOptions(num_cpu_devices=args.num_cpu_devices)
@@ -80,7 +85,7 @@ def main():
         model = models.build_model("mlp", data.info.input_shape, data.info.num_classes)
         model.compile(optimizer=keras.optimizers.SGD(0.05),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"])
+                      metrics=["accuracy"], steps_per_execution=args.steps_per_execution)
     callbacks = []
     if args.marker_step:
         task = f"{cluster.task_type}-{cluster.task_index}"

@@ -62,14 +62,16 @@ def _max_difference(left: list[np.ndarray], right: list[np.ndarray]) -> float:
     return max(float(np.max(np.abs(a - b))) for a, b in zip(left, right))
 
 
-@pytest.mark.parametrize("model,optimizer,learning_rate", [
-    ("mlp", "sgd", "0.05"),
-    ("cnn", "adam", "0.001"),
+@pytest.mark.parametrize("model,optimizer,learning_rate,steps_per_execution", [
+    ("mlp", "sgd", "0.05", "5"),
+    ("cnn", "adam", "0.001", "1"),
 ])
 def test_two_workers_end_with_the_weights_of_one_process(local_cluster, tmp_path, model,
-                                                         optimizer, learning_rate):
+                                                         optimizer, learning_rate,
+                                                         steps_per_execution):
     common = ["-m", "trainer.task", f"--model={model}", f"--optimizer={optimizer}",
               f"--learning_rate={learning_rate}", "--global_batch_size=64", "--epochs=2",
+              f"--steps_per_execution={steps_per_execution}",
               "--steps_per_epoch=10", "--num_examples=2048", "--seed=3"]
     _run_single([*common, "--strategy=default", f"--model_dir={tmp_path / 'one'}"], ROOT)
     _run_cluster(local_cluster, [*common, "--strategy=multiworker",
@@ -94,10 +96,11 @@ def test_only_the_chief_writes_into_the_model_dir(local_cluster, tmp_path):
 
 
 def test_evaluate_and_predict_under_two_workers_equal_one_process(local_cluster, tmp_path):
-    _run_single([TASK, "--strategy=default", f"--out={tmp_path}", "--steps=8"], ROOT)
+    _run_single([TASK, "--strategy=default", f"--out={tmp_path}", "--steps=8",
+                 "--steps_per_execution=2"], ROOT)
     (tmp_path / "two").mkdir()
-    _run_cluster(local_cluster, [TASK, "--strategy=multiworker",
-                                 f"--out={tmp_path / 'two'}", "--steps=8"])
+    _run_cluster(local_cluster, [TASK, "--strategy=multiworker", f"--out={tmp_path / 'two'}",
+                                 "--steps=8", "--steps_per_execution=2"])
 
     assert _max_difference(_weights(tmp_path / "weights.npz"),
                            _weights(tmp_path / "two" / "weights.npz")) < 1e-5
@@ -124,6 +127,7 @@ def test_mirrored_on_two_logical_cpus_equals_one_device(tmp_path):
 @pytest.mark.parametrize("compat,upstream_error", [
     ("none", "Attempt to convert a value (PerReplica"),
     ("build_only", "Invalid reduction dimension 0"),
+    ("no_steps_per_execution", "You must feed a value for placeholder tensor"),
 ])
 def test_upstream_keras_still_fails_without_the_compat_layer(local_cluster, tmp_path, compat,
                                                              upstream_error):
@@ -134,9 +138,9 @@ def test_upstream_keras_still_fails_without_the_compat_layer(local_cluster, tmp_
         pytest.skip(f"keras {keras_compat.keras_version()} is not patched")
     cluster = local_cluster(num_workers=2, command=[
         sys.executable, TASK, "--strategy=multiworker", f"--compat={compat}",
-        f"--out={tmp_path}", "--steps=2"], env=ENV)
+        f"--out={tmp_path}", "--steps=4", "--steps_per_execution=2"], env=ENV)
     cluster.start()
-    codes = cluster.wait(timeout=WAIT_SECONDS)
+    codes = cluster.wait(timeout=WAIT_SECONDS, stop_on_failure=False)
     assert codes["worker:0"] != 0, cluster.format_logs()
     assert upstream_error in cluster.log("worker:0"), cluster.format_logs()
 

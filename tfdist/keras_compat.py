@@ -14,7 +14,13 @@ in two reductions of `keras/src/backend/tensorflow/trainer.py`:
    exist ("Invalid reduction dimension 0"). We average across replicas only
    (`axis=None`), which is what the single-worker path computes.
 
-`apply()` installs both corrections once, only on Keras versions that need
+3. With `steps_per_execution > 1`, `_make_function` runs the steps in a
+   `tf.while_loop` whose `tf.cond` branches hold the collective step; the
+   graph fails to run under a multi-worker strategy ("You must feed a value
+   for placeholder tensor 'while/cond/Placeholder'"). We run the steps of one
+   execution as calls of the compiled single step instead.
+
+`apply()` installs the corrections once, only on Keras versions that need
 them; each correction hands every call under any other strategy to the
 original Keras code unchanged. Nothing happens at import time.
 `tests/test_keras_compat.py` runs the unpatched path to show the upstream bug
@@ -71,6 +77,34 @@ def _maybe_symbolic_build(self, iterator=None, data_batch=None):
         self._symbolic_build(data_batch=data_batch)  # pylint: disable=protected-access
 
 
+def _make_function(self, step_function):
+    original = _originals["_make_function"]
+    strategy = self.distribute_strategy
+    if self.steps_per_execution == 1 or not _is_multi_worker(strategy):
+        return original(self, step_function)
+
+    def one_step_on_data(data):
+        outputs = strategy.run(step_function, args=(data,))
+        return tf_trainer.reduce_per_replica(outputs, strategy, reduction="auto")
+
+    if not self.run_eagerly:
+        one_step_on_data = tf.function(one_step_on_data, reduce_retracing=True,
+                                       jit_compile=self.jit_compile)
+
+    def function(iterator):
+        outputs = None
+        for _ in range(self.steps_per_execution):
+            next_batch = iterator.get_next_as_optional()
+            if not next_batch.has_value():
+                break
+            outputs = one_step_on_data(next_batch.get_value())
+        if outputs is None:
+            raise StopIteration
+        return outputs
+
+    return function
+
+
 def _reduce_per_replica(values, strategy, reduction):
     original = _originals["reduce_per_replica"]
     if reduction not in ("auto", "mean") or not _is_multi_worker(strategy):
@@ -79,7 +113,7 @@ def _reduce_per_replica(values, strategy, reduction):
                                  values)
 
 
-CORRECTIONS = ("symbolic_build", "reduce_per_replica")
+CORRECTIONS = ("symbolic_build", "reduce_per_replica", "steps_per_execution")
 
 
 def apply(corrections: tuple[str, ...] = CORRECTIONS) -> bool:
@@ -104,6 +138,11 @@ def apply(corrections: tuple[str, ...] = CORRECTIONS) -> bool:
             original = tf_trainer.reduce_per_replica
             _originals["reduce_per_replica"] = original
             tf_trainer.reduce_per_replica = functools.wraps(original)(_reduce_per_replica)
+        if "steps_per_execution" in corrections and "_make_function" not in _originals:
+            original = tf_trainer.TensorFlowTrainer._make_function  # pylint: disable=protected-access
+            _originals["_make_function"] = original
+            tf_trainer.TensorFlowTrainer._make_function = functools.wraps(original)(  # pylint: disable=protected-access
+                _make_function)
     return bool(_originals)
 
 
@@ -115,3 +154,5 @@ def remove() -> None:
                 "_maybe_symbolic_build")
         if "reduce_per_replica" in _originals:
             tf_trainer.reduce_per_replica = _originals.pop("reduce_per_replica")
+        if "_make_function" in _originals:
+            tf_trainer.TensorFlowTrainer._make_function = _originals.pop("_make_function")  # pylint: disable=protected-access
