@@ -97,7 +97,8 @@ def _ignored(path, patterns):
         anywhere = pattern.startswith("**/")  # any number of directories, none included
         for prefix in prefixes:
             name = prefix.rsplit("/", 1)[-1]
-            if fnmatch.fnmatch(prefix, pattern) or (anywhere and fnmatch.fnmatch(name, pattern[3:])):
+            if fnmatch.fnmatch(prefix, pattern) or (
+                    anywhere and fnmatch.fnmatch(name, pattern[3:])):
                 return True
     return False
 

@@ -99,10 +99,9 @@ def main(argv, trainer_args=()):
     flag_values = {name: FLAGS[name].value for name in _JOB_FLAGS if FLAGS[name].present}
     flag_values["trainer_args"] = tuple(trainer_args)
     options = job_spec_lib.merge_options(file_values, flag_values)
-    for name in ("project", "region"):
+    for name, example in (("project", "my-project"), ("region", "us-central1")):
         if not options[name]:
-            raise UsageError(f"--{name} is not set, expected e.g. "
-                             f"{'--project=my-project' if name == 'project' else '--region=us-central1'}")
+            raise UsageError(f"--{name} is not set, expected e.g. --{name}={example}")
     timestamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     spec = job_spec_lib.job_spec_from_options(options, timestamp=timestamp)
     endpoint, is_emulator = parse_api_endpoint(FLAGS.api_endpoint)
