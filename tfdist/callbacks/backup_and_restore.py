@@ -1,0 +1,253 @@
+"""`BackupAndRestore`: step-exact, atomic, multi-worker-safe backups for `fit`.
+
+Unlike `keras.callbacks.BackupAndRestore`, backups commit atomically and the
+previous one stays until the next commits; only the chief writes to
+`backup_dir`; a torn backup falls back to the previous one; a run interrupted
+mid-epoch resumes at the exact step instead of replaying the epoch; a preemption
+signal saves at an agreed step and exits with 143; and a finished job that is
+restarted by accident does not train again.
+
+Keras `fit` can only start at an epoch boundary, so resuming takes the callback's
+help before `fit`:
+
+    backup = tfdist.callbacks.BackupAndRestore("/tmp/backup", save_freq=50)
+    for segment in backup.resume(model, epochs=10, steps_per_epoch=100):
+        model.fit(stream.skip(segment.first_step), callbacks=[backup],
+                  **segment.fit_kwargs())
+
+where `stream` is the deterministic, repeated input pipeline iterated once
+across epochs. A mid-epoch resume runs as two `fit` calls: the rest of the
+interrupted epoch, then the remaining epochs.
+"""
+
+import logging
+import os
+
+import keras
+
+from tfdist.checkpointing import BackupStore, ResumePoint, TrainingBackup, WorkerSync
+from tfdist.checkpointing.state import FitSegment
+from tfdist.cluster import Cluster, resolve_cluster
+from tfdist.errors import UsageError
+from tfdist.preemption import PreemptionOptions, PreemptionWatcher
+
+_log = logging.getLogger(__name__)
+
+
+def check_save_freq(save_freq) -> int | str:
+    """Returns `save_freq` if it is `"epoch"` or a whole number > 0.
+
+    Raises:
+        UsageError: `False`, `0`, negatives, floats and anything else.
+    """
+    if save_freq == "epoch" and isinstance(save_freq, str):
+        return save_freq
+    if isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq <= 0:
+        raise UsageError(
+            f"save_freq is {save_freq!r}, expected 'epoch' or a whole number of steps > 0; "
+            f"use save_freq='epoch' to back up once per epoch")
+    return save_freq
+
+
+class BackupAndRestore(keras.callbacks.Callback):
+    """Backs up the training state and resumes from it at the exact step.
+
+    Every worker of a synchronous job runs it; only the chief writes to
+    `backup_dir`, the others write to a local scratch directory removed after
+    each save (checkpoint saving is collective, so every worker takes part).
+
+    Args:
+        backup_dir: Where backups go; shared storage (`gs://...`) when workers
+            run on several hosts. Use it for nothing else.
+        save_freq: `"epoch"`, or a whole number of steps: back up whenever the
+            global step reaches a multiple of it. The end of every epoch is
+            backed up in both cases.
+        delete_checkpoint: Delete the backups when training completes (the
+            completion record stays, so a restart does not retrain).
+        keep: Committed backups kept (>= 2).
+        preemption: How to react to SIGTERM; `None` leaves signals alone.
+        extra_state: Named trackables saved too, e.g. `{"rng": generator}`.
+        strategy: The strategy; defaults to the model's.
+        cluster: The cluster; defaults to `TF_CONFIG` / `CLUSTER_SPEC`.
+        verify_checksums: Check each file's CRC-32 on restore.
+        scratch_dir: Parent of non-chief scratch directories (default: the
+            local temporary directory).
+    """
+
+    def __init__(self, backup_dir: str, *, save_freq="epoch", delete_checkpoint: bool = True,
+                 keep: int = 2, preemption: PreemptionOptions | None = PreemptionOptions(),
+                 extra_state=None, strategy=None, cluster: Cluster | None = None,
+                 verify_checksums: bool = True, scratch_dir: str | None = None):
+        super().__init__()
+        self.save_freq = check_save_freq(save_freq)
+        if not isinstance(delete_checkpoint, bool):
+            raise UsageError(f"delete_checkpoint is {delete_checkpoint!r}, expected True or False")
+        if preemption is not None and not isinstance(preemption, PreemptionOptions):
+            raise UsageError(f"preemption is {preemption!r}, expected a "
+                             f"tfdist.preemption.PreemptionOptions or None")
+        cluster = cluster or resolve_cluster(os.environ)
+        self.delete_checkpoint = delete_checkpoint
+        self.store = BackupStore(
+            backup_dir, is_chief=cluster.is_chief,
+            task_name=f"{cluster.task_type or 'single'}-{cluster.task_index}", keep=keep,
+            verify_checksums=verify_checksums, scratch_root=scratch_dir)
+        self._preemption_options = preemption
+        self._extra_state = extra_state
+        self._strategy = strategy
+        self._backup = None
+        self._watcher = None
+        self._resume_point = None
+        self._global_step = 0
+        self._epoch = 0
+        self._step_in_epoch = 0
+        self._batch_offset = 0
+        self._steps_per_epoch = None
+        self._total_steps = None
+        self._last_saved_step = None
+        self._completed = False
+
+    # ------------------------------------------------------------ public API
+
+    @property
+    def backup_dir(self) -> str:
+        return self.store.backup_dir
+
+    @property
+    def resumed_from_step(self) -> int:
+        """The global step training resumed from (0 on a fresh start)."""
+        return self._resume_point.global_step if self._resume_point else 0
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps applied so far, including those before a resume."""
+        return self._global_step
+
+    @property
+    def completed(self) -> bool:
+        """Whether training has completed (now, or in an earlier run)."""
+        return self._completed
+
+    def restore(self, model=None) -> ResumePoint:
+        """Loads the newest good backup into `model`; idempotent.
+
+        Call on every worker before training. `fit` calls it when it has not
+        been called, but only `resume` can start `fit` in the right place.
+        """
+        if self._resume_point is not None:
+            return self._resume_point
+        if model is not None:
+            self.set_model(model)
+        model = self.model
+        strategy = self._strategy or getattr(model, "distribute_strategy", None)
+        sync = WorkerSync(strategy)
+        self._backup = TrainingBackup(self.store, model, sync=sync,
+                                      extra_state=self._extra_state, strategy=strategy)
+        if self._preemption_options is not None:
+            self._watcher = PreemptionWatcher(self._preemption_options, sync=sync)
+            self._watcher.install()
+        point = self._backup.restore()
+        self._resume_point = point
+        self._completed = point.completed
+        self._global_step = self._last_saved_step = point.global_step
+        self._epoch, self._step_in_epoch = point.epoch, point.step_in_epoch
+        return point
+
+    def resume(self, model, *, epochs: int, steps_per_epoch: int | None) -> tuple[FitSegment, ...]:
+        """Restores, then returns the `fit` calls that finish the job exactly once.
+
+        Args:
+            model: The built, compiled model.
+            epochs: Total epochs of the job.
+            steps_per_epoch: Steps per epoch (`None`: the dataset decides, which
+                resumes only from epoch boundaries).
+
+        Returns:
+            The segments to run in order; empty when training had completed.
+        """
+        point = self.restore(model)
+        segments = point.segments(epochs=epochs, steps_per_epoch=steps_per_epoch)
+        self._steps_per_epoch = steps_per_epoch
+        if steps_per_epoch is not None:
+            self._total_steps = epochs * steps_per_epoch
+            if not point.completed:
+                self._epoch, self._step_in_epoch = divmod(point.global_step, steps_per_epoch)
+        if not segments and not point.completed:
+            _log.info("The backup is at step %d, past the %d planned steps; nothing to run.",
+                      point.global_step, self._total_steps or 0)
+        return segments
+
+    def close(self) -> None:
+        """Restores the signal handlers; call if training stops before its end."""
+        if self._watcher is not None:
+            self._watcher.close()
+
+    # -------------------------------------------------------------- callback
+
+    def on_train_begin(self, logs=None):
+        point = self.restore()
+        if point.completed:
+            raise UsageError(
+                f"{self.backup_dir} records that training completed at step "
+                f"{point.global_step}, so fit will not train again; use a new backup "
+                f"directory to train anew")
+        if self._steps_per_epoch is None and not self._step_in_epoch:
+            self._steps_per_epoch = self.params.get("steps")
+        if self._watcher is not None:
+            self._watcher.install()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch != self._epoch:
+            raise UsageError(
+                f"fit starts epoch {epoch} but training resumes at epoch {self._epoch} "
+                f"(step {self._step_in_epoch} of it, global step {self._global_step}); "
+                f"run fit once per segment of callback.resume(model, epochs=..., "
+                f"steps_per_epoch=...) with segment.fit_kwargs()")
+        if self._step_in_epoch:
+            remaining = (self._steps_per_epoch or 0) - self._step_in_epoch
+            if self.params.get("steps") != remaining:
+                raise UsageError(
+                    f"fit runs {self.params.get('steps')} steps in epoch {epoch} but "
+                    f"{self._step_in_epoch} of its {self._steps_per_epoch} steps were "
+                    f"already applied, expected steps_per_epoch={remaining}; use "
+                    f"callback.resume(...) and segment.fit_kwargs()")
+        self._batch_offset = self._step_in_epoch
+
+    def on_train_batch_end(self, batch, logs=None):
+        done_in_epoch = self._batch_offset + batch + 1
+        self._global_step += done_in_epoch - self._step_in_epoch
+        self._step_in_epoch = done_in_epoch
+        if self.save_freq != "epoch":
+            previous = self._last_saved_step or 0
+            if self._global_step // self.save_freq > previous // self.save_freq:
+                self._save()
+        if self._watcher is not None and self._watcher.should_stop(self._global_step):
+            if self._last_saved_step != self._global_step:
+                self._save()
+            raise self._watcher.finish()
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._epoch = epoch + 1
+        self._step_in_epoch = 0
+        self._batch_offset = 0
+        if self._last_saved_step != self._global_step:
+            self._save()
+
+    def on_train_end(self, logs=None):
+        if self._total_steps is not None:
+            finished = self._global_step >= self._total_steps
+        else:
+            finished = self._epoch >= self.params.get("epochs", 0)
+        if finished:
+            self._backup.finish(global_step=self._global_step,
+                                delete_backups=self.delete_checkpoint)
+            self._completed = True
+        if finished or self._total_steps is None or self.model.stop_training:
+            self.close()
+
+    # -------------------------------------------------------------- internal
+
+    def _save(self) -> None:
+        self._backup.save(global_step=self._global_step, epoch=self._epoch,
+                          step_in_epoch=self._step_in_epoch,
+                          steps_per_epoch=self._steps_per_epoch)
+        self._last_saved_step = self._global_step

@@ -1,0 +1,16 @@
+"""Atomic, multi-worker-safe training backups with step-exact resume.
+
+`BackupStore` commits backup directories atomically and falls back past torn
+ones; `TrainingBackup` decides what a backup holds (model, optimizer, extra
+state, counters) and where training resumes; `WorkerSync` keeps the workers of
+a synchronous job in agreement. `tfdist.callbacks.BackupAndRestore` wires them
+into Keras `fit`. See docs/fault_tolerance.md.
+"""
+
+from tfdist.checkpointing.state import FitSegment, ResumePoint, TrainingBackup
+from tfdist.checkpointing.store import (BackupInfo, BackupStore, CorruptBackupError,
+                                        has_atomic_rename)
+from tfdist.checkpointing.sync import WorkerSync
+
+__all__ = ["BackupInfo", "BackupStore", "CorruptBackupError", "FitSegment", "ResumePoint",
+           "TrainingBackup", "WorkerSync", "has_atomic_rename"]

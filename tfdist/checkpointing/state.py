@@ -1,0 +1,262 @@
+"""What a training backup holds, and where training resumes from it.
+
+A backup holds every variable of the model (trainable, non-trainable such as
+batch-norm statistics, and Keras seed-generator states), every variable of the
+optimizer (slots, `iterations`, a variable learning rate), any extra trackable
+state the caller adds (e.g. a `tf.random.Generator`), and the counters
+`global_step`, `epoch` and `step_in_epoch`. The input pipeline's position is the
+global step: a deterministic pipeline skips that many batches on resume.
+
+Variables are saved by position, not by name: Keras names layers by creation
+order in a process (`dense_3`), which differs between runs of one program.
+"""
+
+import contextlib
+import dataclasses
+import logging
+from typing import Mapping
+
+import tensorflow as tf
+
+from tfdist.checkpointing.store import BackupInfo, BackupStore
+from tfdist.checkpointing.sync import WorkerSync
+from tfdist.errors import UsageError
+
+_log = logging.getLogger(__name__)
+
+
+def _check_positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UsageError(f"{name} is {value!r}, expected a whole number > 0")
+    return value
+
+
+@dataclasses.dataclass(frozen=True)
+class FitSegment:
+    """One `model.fit` call of a resumed run.
+
+    Attributes:
+        initial_epoch: Pass as `fit(initial_epoch=...)`.
+        epochs: Pass as `fit(epochs=...)`.
+        steps_per_epoch: Pass as `fit(steps_per_epoch=...)`; shorter than an
+            epoch for the rest of an interrupted epoch.
+        first_step: Global index of this segment's first batch: skip that many
+            batches of an input stream that starts at step 0 and runs across
+            epochs (`dataset.repeat()` iterated once).
+        first_step_in_epoch: Index of the first batch within its epoch: skip
+            that many batches of a dataset that restarts every epoch.
+    """
+
+    initial_epoch: int
+    epochs: int
+    steps_per_epoch: int | None
+    first_step: int
+    first_step_in_epoch: int
+
+    def fit_kwargs(self) -> dict:
+        """`initial_epoch`, `epochs` and `steps_per_epoch` for `model.fit`."""
+        return {"initial_epoch": self.initial_epoch, "epochs": self.epochs,
+                "steps_per_epoch": self.steps_per_epoch}
+
+
+@dataclasses.dataclass(frozen=True)
+class ResumePoint:
+    """Where training continues.
+
+    Attributes:
+        global_step: Optimizer steps already applied (0 on a fresh start).
+        epoch: The epoch that step falls in.
+        step_in_epoch: Steps of `epoch` already applied.
+        completed: Training finished before; nothing is left to run.
+        backup_path: The backup restored, if any.
+    """
+
+    global_step: int = 0
+    epoch: int = 0
+    step_in_epoch: int = 0
+    completed: bool = False
+    backup_path: str | None = None
+
+    def segments(self, *, epochs: int, steps_per_epoch: int | None) -> tuple[FitSegment, ...]:
+        """The `fit` calls that run the rest of `epochs` epochs exactly once.
+
+        Keras `fit` starts only at an epoch boundary, so a run interrupted in
+        the middle of an epoch resumes with one short `fit` over the rest of
+        that epoch, then one over the remaining whole epochs.
+
+        Args:
+            epochs: Total epochs of the job.
+            steps_per_epoch: Steps per epoch; `None` when the dataset decides,
+                which only resumes from backups taken at an epoch boundary.
+
+        Returns:
+            Zero, one or two segments, in order.
+
+        Raises:
+            UsageError: Bad arguments, or a mid-epoch backup without
+                `steps_per_epoch`.
+        """
+        _check_positive("epochs", epochs)
+        if self.completed:
+            return ()
+        if steps_per_epoch is None:
+            if self.step_in_epoch:
+                raise UsageError(
+                    f"the backup at step {self.global_step} stops {self.step_in_epoch} "
+                    f"steps into epoch {self.epoch}, expected steps_per_epoch to resume "
+                    f"there exactly; pass steps_per_epoch to fit and to segments()")
+            if self.epoch >= epochs:
+                return ()
+            return (FitSegment(self.epoch, epochs, None, self.global_step, 0),)
+        _check_positive("steps_per_epoch", steps_per_epoch)
+        epoch, step_in_epoch = divmod(self.global_step, steps_per_epoch)
+        result = []
+        if step_in_epoch and epoch < epochs:
+            result.append(FitSegment(epoch, epoch + 1, steps_per_epoch - step_in_epoch,
+                                     self.global_step, step_in_epoch))
+            epoch += 1
+        if epoch < epochs:
+            result.append(FitSegment(epoch, epochs, steps_per_epoch,
+                                     epoch * steps_per_epoch, 0))
+        return tuple(result)
+
+
+class TrainingBackup:
+    """Saves and restores a Keras model's full training state in a store.
+
+    Every worker of a synchronous job holds one, calls `restore` once before
+    training and `save` at the same steps: saves and restores take part in
+    collectives, and the restored step is checked to agree across workers.
+
+    Args:
+        store: Where backups go.
+        model: A built Keras model; its compiled optimizer is saved too.
+        sync: Cross-worker agreement; `None` for one process.
+        extra_state: Named trackables saved alongside, e.g.
+            `{"rng": tf.random.Generator}`.
+        strategy: The strategy the model was built under (the optimizer is
+            built in its scope when it has not been yet).
+    """
+
+    def __init__(self, store: BackupStore, model, *, sync: WorkerSync | None = None,
+                 extra_state: Mapping[str, object] | None = None,
+                 strategy: tf.distribute.Strategy | None = None):
+        self.store = store
+        self.model = model
+        self.sync = sync or WorkerSync(None)
+        self._extra_state = dict(extra_state or {})
+        reserved = {"model_variables", "optimizer_variables"} & set(self._extra_state)
+        if reserved:
+            raise UsageError(f"extra_state uses reserved name(s) {sorted(reserved)}; rename them")
+        self._strategy = strategy
+        self._checkpoint = None
+
+    @property
+    def optimizer(self):
+        return getattr(self.model, "optimizer", None)
+
+    def _variable_shapes(self) -> list[list]:
+        return [list(variable.shape) for variable in self.model.variables]
+
+    def _ensure_checkpoint(self) -> tf.train.Checkpoint:
+        if self._checkpoint is not None:
+            return self._checkpoint
+        if not self.model.built:
+            raise UsageError(
+                f"model {self.model.name!r} is not built, expected a built model to back up; "
+                f"build it (call it on a batch or give it an Input) before training")
+        optimizer = self.optimizer
+        parts = {"model_variables": list(self.model.variables)}
+        if optimizer is not None:
+            if not optimizer.built:
+                scope = self._strategy.scope() if self._strategy else contextlib.nullcontext()
+                with scope:
+                    optimizer.build(self.model.trainable_variables)
+            parts["optimizer_variables"] = list(optimizer.variables)
+        self._checkpoint = tf.train.Checkpoint(**parts, **self._extra_state)
+        return self._checkpoint
+
+    def _read(self, prefix: str) -> None:
+        status = self._ensure_checkpoint().read(prefix)
+        status.assert_existing_objects_matched()
+
+    def _check_compatible(self, info: BackupInfo) -> None:
+        saved = info.metadata.get("model_variable_shapes")
+        if saved is not None and saved != self._variable_shapes():
+            raise UsageError(
+                f"the backup at step {info.step} in {self.store.backup_dir} holds "
+                f"{len(saved)} model variables whose shapes differ from this model's "
+                f"{len(self.model.variables)}; it belongs to another model: point the "
+                f"backup directory at a new path or delete the old one")
+
+    def restore(self) -> ResumePoint:
+        """Loads the newest good backup; call once, on every worker, before training.
+
+        Returns:
+            Where to resume. `completed` when a finished run is restarted.
+
+        Raises:
+            UsageError: The backup belongs to a different model.
+            RuntimeError: Workers restored different steps (their backup
+                directories differ: use storage every worker can read).
+        """
+        completion = self.store.completion()
+        if completion is not None:
+            _log.info("Training already completed at step %d (%s); nothing to resume.",
+                      completion["step"], self.store.backup_dir)
+            return ResumePoint(global_step=completion["step"], completed=True)
+        self.store.clean_leftovers()
+        self._ensure_checkpoint()
+
+        def read(candidate: BackupInfo) -> None:
+            self._check_compatible(candidate)
+            self._read(candidate.checkpoint_prefix)
+
+        info = self.store.restore(read)
+        step = info.step if info else 0
+        steps = self.sync.gather(step)
+        if len(set(steps)) > 1:
+            raise RuntimeError(
+                f"workers restored different backups (steps {steps}); every worker must "
+                f"read the chief's backups: use a backup directory on storage they all "
+                f"share, such as gs://")
+        if info is None:
+            return ResumePoint()
+        metadata = info.metadata
+        iterations = metadata.get("optimizer_iterations")
+        if iterations is not None and self.optimizer is not None:
+            restored = int(self.optimizer.iterations.numpy())
+            if restored != iterations:
+                _log.warning("Restored optimizer.iterations=%d but the backup recorded %d.",
+                             restored, iterations)
+        _log.info("Resuming from the backup at step %d (%s).", info.step, info.path)
+        return ResumePoint(global_step=info.step, epoch=int(metadata.get("epoch", 0)),
+                           step_in_epoch=int(metadata.get("step_in_epoch", 0)),
+                           backup_path=info.path)
+
+    def save(self, *, global_step: int, epoch: int, step_in_epoch: int,
+             steps_per_epoch: int | None = None, extra_metadata: Mapping | None = None
+             ) -> BackupInfo | None:
+        """Backs up the current state; every worker calls it at the same step.
+
+        Returns once the chief's backup has committed on every worker.
+        """
+        checkpoint = self._ensure_checkpoint()
+        metadata = {"global_step": global_step, "epoch": epoch,
+                    "step_in_epoch": step_in_epoch, "steps_per_epoch": steps_per_epoch,
+                    "num_workers": self.sync.num_workers,
+                    "model_variable_shapes": self._variable_shapes(),
+                    **dict(extra_metadata or {})}
+        if self.optimizer is not None:
+            metadata["optimizer_iterations"] = int(self.optimizer.iterations.numpy())
+        info = self.store.save(checkpoint.write, step=global_step, metadata=metadata)
+        self.sync.barrier()
+        if info is not None:
+            _log.info("Backed up step %d to %s.", global_step, info.path)
+        return info
+
+    def finish(self, *, global_step: int, delete_backups: bool) -> None:
+        """Records completion (then deletes backups if asked); the chief writes."""
+        self.store.mark_completed(step=global_step)
+        if delete_backups:
+            self.store.delete_backups()
