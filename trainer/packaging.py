@@ -135,16 +135,28 @@ def stage(package: BuiltPackage, staging_bucket: str, *, client=None) -> str:
     Returns:
         The package's gs:// URI.
     """
+    from google.api_core import exceptions as api_exceptions
+    from google.auth import exceptions as auth_exceptions
     from google.cloud import storage  # Only a real submission needs the client.
 
     uri = package.uri(staging_bucket)
     bucket_name, _, blob_name = uri[len("gs://"):].partition("/")
-    client = client or storage.Client()
-    blob = client.bucket(bucket_name).blob(blob_name)
-    if blob.exists():
-        print(f"Package already staged (same contents): {uri}", file=sys.stderr)
-    else:
-        print(f"Uploading {os.path.basename(package.path)} ({package.size} bytes) to {uri}",
-              file=sys.stderr)
-        blob.upload_from_filename(package.path, content_type="application/gzip")
+    try:
+        client = client or storage.Client()
+        blob = client.bucket(bucket_name).blob(blob_name)
+        if blob.exists():
+            print(f"Package already staged (same contents): {uri}", file=sys.stderr)
+        else:
+            print(f"Uploading {os.path.basename(package.path)} ({package.size} bytes) to "
+                  f"{uri}", file=sys.stderr)
+            blob.upload_from_filename(package.path, content_type="application/gzip")
+    except auth_exceptions.DefaultCredentialsError:
+        raise UsageError(
+            "no Application Default Credentials found, expected credentials to upload the "
+            "package; run `gcloud auth application-default login`") from None
+    except api_exceptions.GoogleAPICallError as error:
+        summary = " ".join(str(error.message or "").split())[:300]
+        raise UsageError(f"uploading the package to {uri} failed ({error.code}: {summary}); "
+                         f"expected a bucket you can write to: check --staging_bucket and "
+                         f"its permissions") from None
     return uri
