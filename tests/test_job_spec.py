@@ -32,6 +32,9 @@ IMPOSSIBLE = {
         dict(strategy="multiworker", reduction_servers=2, **GPU), "needs GPU workers"),
     "reduction server on CPU workers": (
         dict(strategy="multiworker", workers=1, reduction_servers=2), "needs GPU workers"),
+    "reduction server with auto": (
+        dict(strategy="auto", workers=1, reduction_servers=1, **GPU),
+        "needs --strategy=multiworker"),
     "reduction server with mirrored": (
         dict(strategy="mirrored", workers=1, reduction_servers=1, **GPU),
         "needs --strategy=multiworker"),

@@ -321,7 +321,9 @@ def _check_strategy(spec: JobSpec) -> None:
             f"--accelerator_type={spec.machine.accelerator_type or 'none'}; Reduction Server "
             f"speeds up NCCL all-reduce between GPU machines: add --workers and GPUs, or "
             f"drop --reduction_servers")
-    if spec.reduction_servers and strategy not in ("multiworker", "auto"):
+    if spec.reduction_servers and strategy != "multiworker":
+        # Not `auto` either: a cluster variable listing pool 2 could make the
+        # trainer pick parameter_server for the reducers.
         raise UsageError(f"--reduction_servers={spec.reduction_servers} needs "
                          f"--strategy=multiworker (NCCL all-reduce), got --strategy={strategy}")
     if strategy == "parameter_server" and not (spec.parameter_servers and spec.workers):
