@@ -407,6 +407,9 @@ class BackupStore:
             tf.io.gfile.rename(temporary, target, overwrite=True)
         else:
             # An object store makes a single object visible only once complete.
+            # Remove first: some filesystems (ram://) append to existing files.
+            if tf.io.gfile.exists(target):
+                tf.io.gfile.remove(target)
             _write_bytes(target, data)
 
     def completion(self) -> Mapping | None:
