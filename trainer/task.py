@@ -104,7 +104,14 @@ def main(argv) -> None:
 
     from trainer import train  # pylint: disable=g-import-not-at-top  (imports TensorFlow)
 
-    summary = train.run(config, cluster)
+    try:
+        summary = train.run(config, cluster)
+    except train.PEER_FAILURES as error:
+        first_line = (str(error).strip().splitlines() or [""])[0][:300]
+        sys.stderr.write(
+            f"error: lost contact with another task of the job ({type(error).__name__}: "
+            f"{first_line}); exiting so that the job can restart from its last backup\n")
+        sys.exit(1)
     if cluster.is_chief:
         print(json.dumps({key: summary[key] for key in
                           ("strategy", "num_replicas", "steps_completed", "final_loss",

@@ -18,6 +18,10 @@ from trainer.config import ExperimentConfig
 from trainer.optimization import build_optimizer
 from trainer.throughput import ThroughputMeter
 
+# What a collective or a remote call raises when another task died or hung.
+PEER_FAILURES = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                 tf.errors.AbortedError, tf.errors.CancelledError)
+
 MODEL_FILE = "model.keras"
 SUMMARY_FILE = "summary.json"
 
