@@ -122,14 +122,36 @@ def main(argv, trainer_args=()):
         if FLAGS.dry_run:
             print(json.dumps(job_spec_lib.redact_env(custom_job), indent=2))
             return
+        credentials = _anonymous() if is_emulator else _application_default_credentials()
         if package:
             packaging.stage(package, staging_bucket)
     from trainer import vertex  # Imports google.cloud.aiplatform: real submissions only.
 
     resource_name = vertex.create_custom_job(
         custom_job, spec, project=options["project"], region=options["region"],
-        staging_bucket=staging_bucket, api_endpoint=endpoint, anonymous=is_emulator)
+        staging_bucket=staging_bucket, api_endpoint=endpoint, credentials=credentials)
     print(resource_name)
+
+
+def _anonymous():
+    from google.auth.credentials import AnonymousCredentials
+    return AnonymousCredentials()
+
+
+def _application_default_credentials():
+    """ADC, looked up before anything is built, uploaded or sent."""
+    import google.auth
+    from google.auth import exceptions as auth_exceptions
+
+    try:
+        credentials, _ = google.auth.default(
+            scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    except auth_exceptions.DefaultCredentialsError:
+        raise UsageError(
+            "no Application Default Credentials found, expected credentials to call Vertex "
+            "AI; run `gcloud auth application-default login` or point "
+            "GOOGLE_APPLICATION_CREDENTIALS at a key file") from None
+    return credentials
 
 
 def parse_api_endpoint(value: str) -> tuple[str, bool]:

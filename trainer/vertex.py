@@ -11,7 +11,6 @@ from typing import Any, Mapping
 
 from google.api_core import exceptions as api_exceptions
 from google.auth import exceptions as auth_exceptions
-from google.auth.credentials import AnonymousCredentials
 from google.cloud import aiplatform
 from google.cloud.aiplatform_v1.types import custom_job as custom_job_types
 
@@ -21,7 +20,7 @@ from trainer.job_spec import JobSpec
 
 def create_custom_job(custom_job: Mapping[str, Any], spec: JobSpec, *, project: str,
                       region: str, staging_bucket: str, api_endpoint: str = "",
-                      anonymous: bool = False) -> str:
+                      credentials=None) -> str:
     """Sends the CustomJob built by `trainer.job_spec.build_custom_job`.
 
     Args:
@@ -31,8 +30,9 @@ def create_custom_job(custom_job: Mapping[str, Any], spec: JobSpec, *, project: 
         region: Vertex AI region.
         staging_bucket: gs:// bucket the SDK requires.
         api_endpoint: Endpoint override; empty for the regional endpoint.
-        anonymous: Send no credentials (a loopback emulator). Otherwise the SDK
-            uses Application Default Credentials.
+        credentials: `google.auth` credentials: Application Default Credentials,
+            or `AnonymousCredentials` for a loopback emulator. `None` lets the
+            SDK look up Application Default Credentials itself.
 
     Returns:
         The created job's resource name, projects/P/locations/R/customJobs/ID.
@@ -44,7 +44,7 @@ def create_custom_job(custom_job: Mapping[str, Any], spec: JobSpec, *, project: 
     try:
         return _submit(custom_job, spec, project=project, region=region,
                        staging_bucket=staging_bucket, api_endpoint=api_endpoint,
-                       anonymous=anonymous)
+                       credentials=credentials)
     except auth_exceptions.DefaultCredentialsError:
         raise UsageError(
             "no Application Default Credentials found, expected credentials to call Vertex "
@@ -65,9 +65,8 @@ def create_custom_job(custom_job: Mapping[str, Any], spec: JobSpec, *, project: 
         sys.exit(1)
 
 
-def _submit(custom_job, spec, *, project, region, staging_bucket, api_endpoint, anonymous):
-    aiplatform.init(project=project, location=region,
-                    credentials=AnonymousCredentials() if anonymous else None,
+def _submit(custom_job, spec, *, project, region, staging_bucket, api_endpoint, credentials):
+    aiplatform.init(project=project, location=region, credentials=credentials,
                     api_endpoint=api_endpoint or None, api_transport="rest",
                     staging_bucket=staging_bucket)
     pools = [custom_job_types.WorkerPoolSpec.from_json(json.dumps(pool))
