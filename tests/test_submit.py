@@ -373,19 +373,27 @@ def test_real_submission_reaches_vertex_stand_in_and_stages_package(
 
 
 def test_real_submission_with_our_image_sends_a_container_spec(vertex_stand_in):
-    result = submit(f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}", *COMMON,
-                    f"--api_endpoint={vertex_stand_in.url}", "--env", f"API_KEY={FAKE_KEY}",
-                    "--", "--epochs=1", timeout=180)
+    flags = [f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}", *COMMON,
+             f"--base_output_dir=gs://{BUCKET}/runs/r2", "--env", f"API_KEY={FAKE_KEY}"]
+    preview = submit(*flags, "--dry_run", "--", "--epochs=1")
+    assert preview.returncode == 0, preview.stderr
+    result = submit(*flags, f"--api_endpoint={vertex_stand_in.url}", "--", "--epochs=1",
+                    timeout=180)
     logs = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     assert result.returncode == 0, logs
     (request,) = vertex_stand_in.requests
-    (pool,) = request["body"]["jobSpec"]["workerPoolSpecs"]
+    sent = request["body"]
+    (pool,) = sent["jobSpec"]["workerPoolSpecs"]
     assert pool["containerSpec"]["imageUri"] == our_image()
     assert pool["containerSpec"]["args"][-1] == "--epochs=1"
-    assert request["body"]["jobSpec"]["serviceAccount"] == SERVICE_ACCOUNT
+    assert pool["containerSpec"]["env"] == [{"name": "API_KEY", "value": FAKE_KEY}]
+    assert sent["jobSpec"]["serviceAccount"] == SERVICE_ACCOUNT
+    pool["containerSpec"]["env"][0]["value"] = "<redacted>"
+    assert _normalized(sent) == _normalized(json.loads(preview.stdout))
     assert "Uploading" not in result.stderr, "our own image needs no package"
-    assert FAKE_KEY not in result.stdout + result.stderr
-    assert FAKE_TOKEN not in result.stdout + result.stderr
+    for output in (preview.stdout, preview.stderr, result.stdout, result.stderr):
+        assert FAKE_KEY not in output
+        assert FAKE_TOKEN not in output
 
 
 def test_job_refused_by_vertex_exits_2_with_one_line(vertex_stand_in):
