@@ -7,6 +7,11 @@ import keras
 from tfdist.errors import UsageError
 
 
+def _logits(num_classes: int) -> keras.layers.Layer:
+    # float32 logits keep the loss numerically stable under mixed precision.
+    return keras.layers.Dense(num_classes, dtype="float32", name="logits")
+
+
 def mlp(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
     """Two hidden layers on the flattened input."""
     return keras.Sequential([
@@ -14,7 +19,7 @@ def mlp(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
         keras.layers.Flatten(),
         keras.layers.Dense(128, activation="relu"),
         keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(num_classes),
+        _logits(num_classes),
     ], name="mlp")
 
 
@@ -28,7 +33,7 @@ def cnn(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
         keras.layers.MaxPooling2D(),
         keras.layers.Flatten(),
         keras.layers.Dense(64, activation="relu"),
-        keras.layers.Dense(num_classes),
+        _logits(num_classes),
     ], name="cnn")
 
 
