@@ -123,6 +123,11 @@ class BackupAndRestore(keras.callbacks.Callback):
         return self._global_step
 
     @property
+    def preemption(self) -> PreemptionWatcher | None:
+        """The preemption watcher, once `restore` has run (None if disabled)."""
+        return self._watcher
+
+    @property
     def completed(self) -> bool:
         """Whether training has completed (now, or in an earlier run)."""
         return self._completed
