@@ -138,7 +138,8 @@ def resolve_cluster(environ: Mapping[str, str], *,
         environ: The environment, usually `os.environ`.
         pool2_is_reduction_server: Whether Vertex's worker pool 2 runs Reduction
             Server (which runs no task of ours) rather than parameter servers.
-            Only read for `CLUSTER_SPEC`.
+            Read for `CLUSTER_SPEC`, and for a `TF_CONFIG` set beside it (a
+            Vertex job), whose "ps" tasks are then the reducers.
 
     Returns:
         The cluster, or a single-process `Cluster` when neither is set.
@@ -150,10 +151,18 @@ def resolve_cluster(environ: Mapping[str, str], *,
     tf_config = (environ.get(TF_CONFIG) or "").strip()
     cluster_spec = (environ.get(CLUSTER_SPEC) or "").strip()
     if tf_config:
-        if cluster_spec:
-            _log.info("Both TF_CONFIG and CLUSTER_SPEC are set; using TF_CONFIG because "
-                      "TensorFlow's own resolvers read it.")
-        return _parse_tf_config(tf_config)
+        if not cluster_spec:
+            return _parse_tf_config(tf_config)
+        _log.info("Both TF_CONFIG and CLUSTER_SPEC are set; using TF_CONFIG because "
+                  "TensorFlow's own resolvers read it.")
+        cluster = _parse_tf_config(tf_config)
+        if pool2_is_reduction_server and cluster.num_ps:
+            # Vertex may list a Reduction Server pool as "ps" in TF_CONFIG; it runs
+            # Vertex's reducer, not a parameter server of ours.
+            addresses = {role: hosts for role, hosts in cluster.addresses.items() if role != PS}
+            return dataclasses.replace(cluster, addresses=addresses,
+                                       num_reduction_servers=cluster.num_ps)
+        return cluster
     if cluster_spec:
         return _parse_cluster_spec(cluster_spec, pool2_is_reduction_server)
     return Cluster()
