@@ -106,6 +106,11 @@ class PreemptionWatcher:
         return self._notice.is_set()
 
     @property
+    def deadline_pending(self) -> bool:
+        """Whether a grace-period deadline is running."""
+        return self._deadline_thread is not None and self._deadline_thread.is_alive()
+
+    @property
     def installed(self) -> bool:
         return bool(self._previous_handlers)
 

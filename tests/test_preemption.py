@@ -1,0 +1,212 @@
+"""Preemption and kills of a real training process, then resume.
+
+The process tests run tests/fault_tolerance_job.py (one TensorFlow process at a
+time): SIGKILL after a backup exists, and SIGTERM, each followed by a restart
+that must end with the weights of an uninterrupted run, every step applied once.
+The 2-worker versions run it under `tfdist.local_cluster` with MWMS.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tfdist.cli import EXIT_PREEMPTED
+from tfdist.errors import UsageError
+from tfdist.preemption import (EXIT_GRACE_EXPIRED, Preempted, PreemptionOptions,
+                               PreemptionWatcher)
+from tfdist.testing import poll_until
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+TOTAL_STEPS = 30  # the job's 3 epochs x 10 steps
+PROCESS_TIMEOUT = 240
+
+
+# ------------------------------------------------------------------ in process
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"grace_period_seconds": 0}, "grace_period_seconds is 0"),
+    ({"grace_period_seconds": -5}, "grace_period_seconds is -5"),
+    ({"grace_period_seconds": "30"}, "grace_period_seconds is '30'"),
+    ({"grace_period_seconds": True}, "grace_period_seconds is True"),
+    ({"check_every_steps": 0}, "check_every_steps is 0"),
+    ({"check_every_steps": 2.0}, "check_every_steps is 2.0"),
+    ({"signals": ()}, "signals is empty"),
+])
+def test_bad_options_are_one_line_usage_errors(kwargs, message):
+    with pytest.raises(UsageError, match=message) as error:
+        PreemptionOptions(**kwargs)
+    assert "\n" not in str(error.value)
+
+
+@pytest.fixture
+def watcher():
+    exits = []
+    made = []
+
+    def make(**options):
+        created = PreemptionWatcher(PreemptionOptions(**options), exit_fn=exits.append)
+        created.exits = exits
+        made.append(created)
+        return created
+
+    yield make
+    for created in made:
+        created.close()
+
+
+def test_signal_sets_the_notice_and_stops_at_the_next_check(watcher):
+    previous = signal.getsignal(signal.SIGTERM)
+    handler = watcher(check_every_steps=3)
+    handler.install()
+    assert handler.should_stop(1) is False
+    os.kill(os.getpid(), signal.SIGTERM)
+    poll_until(lambda: handler.notice_received, timeout=10, what="the SIGTERM notice")
+    assert handler.should_stop(2) is False  # not a checking step
+    assert handler.should_stop(3) is True
+    assert handler.stop_step == 3
+    preempted = handler.finish()
+    assert isinstance(preempted, Preempted) and isinstance(preempted, SystemExit)
+    assert preempted.code == EXIT_PREEMPTED == 143 and preempted.step == 3
+    handler.close()
+    assert signal.getsignal(signal.SIGTERM) is previous
+
+
+@pytest.mark.parametrize("saved, code", [(False, EXIT_GRACE_EXPIRED), (True, EXIT_PREEMPTED)])
+def test_grace_period_end_exits_with_the_code_for_what_was_saved(watcher, saved, code):
+    handler = watcher(grace_period_seconds=0.3)
+    handler.install()
+    if saved:
+        handler.saved()
+    os.kill(os.getpid(), signal.SIGTERM)
+    poll_until(lambda: handler.exits, timeout=10, what="the grace-period exit")
+    assert handler.exits == [code]
+
+
+def test_normal_end_cancels_the_deadline(watcher):
+    handler = watcher(grace_period_seconds=0.3)
+    handler.install()
+    os.kill(os.getpid(), signal.SIGTERM)
+    poll_until(lambda: handler.notice_received, timeout=10, what="the SIGTERM notice")
+    assert handler.deadline_pending
+    handler.close()
+    poll_until(lambda: not handler.deadline_pending, timeout=10, what="the deadline to end")
+    assert handler.exits == []
+
+
+# ------------------------------------------------------------------ processes
+
+
+def _start_job(tmp_path: pathlib.Path, name: str, backup_dir: pathlib.Path, *extra: str):
+    out = tmp_path / name
+    out.mkdir()
+    log = open(out / "log.txt", "wb")  # pylint: disable=consider-using-with
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    env.pop("TF_CONFIG", None)
+    env.pop("CLUSTER_SPEC", None)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.fault_tolerance_job", f"--backup_dir={backup_dir}",
+         f"--out={out}", *extra], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    process.out, process.log = out, log
+    return process
+
+
+def _finish(process, timeout: float = PROCESS_TIMEOUT) -> int:
+    try:
+        return process.wait(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.log.close()
+
+
+def _log_of(process) -> str:
+    return (process.out / "log.txt").read_text(errors="replace")[-6000:]
+
+
+def _run_job(tmp_path, name, backup_dir, *extra) -> pathlib.Path:
+    process = _start_job(tmp_path, name, backup_dir, *extra)
+    code = _finish(process)
+    assert code == 0, f"{name} exited {code}:\n{_log_of(process)}"
+    return process.out
+
+
+def _weights(out: pathlib.Path) -> list[np.ndarray]:
+    with np.load(out / "weights.npz") as archive:
+        return [archive[key] for key in sorted(archive.files, key=lambda k: int(k[4:]))]
+
+
+def _summary(out: pathlib.Path) -> dict:
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def reference_weights(tmp_path_factory):
+    """Weights of the job run from start to end without interruption."""
+    tmp_path = tmp_path_factory.mktemp("reference")
+    out = _run_job(tmp_path, "reference", tmp_path / "backup")
+    assert _summary(out)["iterations"] == TOTAL_STEPS
+    return _weights(out)
+
+
+def _assert_resumed_equal(out, reference, resumed_from_step):
+    summary = _summary(out)
+    assert summary["resumed_from_step"] == resumed_from_step
+    assert summary["iterations"] == summary["global_step"] == TOTAL_STEPS
+    assert summary["steps_run"] == TOTAL_STEPS - resumed_from_step  # every step once
+    for want, got in zip(reference, _weights(out), strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_sigkill_after_a_backup_then_restart_equals_uninterrupted_run(tmp_path,
+                                                                      reference_weights):
+    backup_dir = tmp_path / "backup"
+    victim = _start_job(tmp_path, "killed", backup_dir, "--pause_after_step=7",
+                        "--pause_until=kill")
+    try:
+        poll_until(lambda: (victim.out / "paused-single-0-7").exists() or victim.poll(),
+                   timeout=PROCESS_TIMEOUT, what="the job to reach step 7")
+        assert victim.poll() is None, _log_of(victim)
+        victim.send_signal(signal.SIGKILL)
+    finally:
+        code = _finish(victim)
+    assert code == -signal.SIGKILL
+    assert sorted(os.listdir(backup_dir)) == ["backup-000000000004"]
+
+    out = _run_job(tmp_path, "resumed", backup_dir)
+
+    _assert_resumed_equal(out, reference_weights, resumed_from_step=4)
+    assert os.listdir(backup_dir) == ["COMPLETED.json"]
+
+
+@pytest.mark.slow
+def test_sigterm_saves_at_the_notice_step_exits_143_and_resumes_there(tmp_path,
+                                                                      reference_weights):
+    backup_dir = tmp_path / "backup"
+    grace = 20.0
+    victim = _start_job(tmp_path, "preempted", backup_dir, "--pause_after_step=6",
+                        "--pause_until=notice", f"--grace_period={grace}")
+    try:
+        poll_until(lambda: (victim.out / "paused-single-0-6").exists() or victim.poll(),
+                   timeout=PROCESS_TIMEOUT, what="the job to reach step 6")
+        assert victim.poll() is None, _log_of(victim)
+        victim.send_signal(signal.SIGTERM)
+        code = _finish(victim, timeout=grace + 10)
+    finally:
+        _finish(victim)
+    assert code == EXIT_PREEMPTED, _log_of(victim)
+    # The periodic backup was at step 4; the notice came at step 6.
+    assert sorted(os.listdir(backup_dir)) == ["backup-000000000004", "backup-000000000006"]
+    assert "Preemption notice agreed: stopping after step 6" in _log_of(victim)
+
+    out = _run_job(tmp_path, "resumed", backup_dir)
+
+    _assert_resumed_equal(out, reference_weights, resumed_from_step=6)
