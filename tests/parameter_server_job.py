@@ -1,0 +1,174 @@
+"""A tiny parameter-server job for multi-process tests, run once per task.
+
+    python tests/parameter_server_job.py --out=DIR [--epochs=2 --steps_per_epoch=20]
+
+Every task runs this same command; `TF_CONFIG` decides the role:
+
+- chief: trains a small regression model with `tfdist.parameter_server.fit`
+  (`steps_per_sync` steps between sync points), exports checkpoints to
+  `<out>/checkpoints` at every epoch end, and writes `<out>/summary.json`
+  (`steps_completed`, `iterations`, per-epoch `loss`, the examples counted by
+  the loss metric). After the first sync point it writes `<out>/underway` and,
+  with `--hold_after_first_sync`, waits until `<out>/release` exists, so a test
+  can kill a task while steps are known to be running.
+- worker and ps: `tfdist.parameter_server.serve` (chief gone for 3 s: exit 0).
+- evaluator: `SidecarEvaluator` on the exported checkpoints, metrics under
+  `<out>/eval`.
+
+Exit codes: 0 done; 3 when a parameter server was lost (message on stderr).
+"""
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import time
+
+import numpy as np
+
+from tfdist.cluster import resolve_cluster
+
+BATCH_SIZE = 16
+NUM_FEATURES = 8
+HOLD_TIMEOUT_SECONDS = 120
+
+
+def _parse_args():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--steps_per_epoch", type=int, default=20)
+    parser.add_argument("--steps_per_sync", type=int, default=0)
+    parser.add_argument("--hold_after_first_sync", action="store_true")
+    parser.add_argument("--omit_steps_per_epoch", action="store_true")
+    parser.add_argument("--min_shard_bytes", type=int, default=0)
+    parser.add_argument("--max_shards", type=int, default=1)
+    return parser.parse_args()
+
+
+def _arrays(seed: int):
+    rng = np.random.default_rng(seed)
+    features = rng.normal(size=(512, NUM_FEATURES)).astype(np.float32)
+    weights = np.arange(1, NUM_FEATURES + 1, dtype=np.float32)[:, None] / NUM_FEATURES
+    return features, features @ weights
+
+
+def _dataset():
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    features, targets = _arrays(0)
+    # No fixed seed: each worker's copy of the pipeline shuffles differently.
+    return (tf.data.Dataset.from_tensor_slices((features, targets))
+            .shuffle(512).batch(BATCH_SIZE, drop_remainder=True))
+
+
+def _model():
+    import keras  # pylint: disable=g-import-not-at-top
+
+    model = keras.Sequential([keras.Input((NUM_FEATURES,)),
+                              keras.layers.Dense(16, activation="relu"),
+                              keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", metrics=["mae"])
+    return model
+
+
+def _hold_callback(out: pathlib.Path, hold: bool):
+    import keras  # pylint: disable=g-import-not-at-top
+
+    class Hold(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.fired = False
+
+        def on_train_batch_end(self, batch, logs=None):
+            if self.fired:
+                return
+            self.fired = True
+            (out / "underway").write_text(str(batch + 1))
+            if not hold:
+                return
+            deadline = time.monotonic() + HOLD_TIMEOUT_SECONDS
+            while not (out / "release").exists():
+                if time.monotonic() > deadline:
+                    raise TimeoutError("no release file within the hold timeout")
+                time.sleep(0.05)
+
+    return Hold()
+
+
+def _chief(args, cluster, out: pathlib.Path) -> int:
+    import keras  # pylint: disable=g-import-not-at-top
+
+    from tfdist import parameter_server  # pylint: disable=g-import-not-at-top
+
+    strategy = parameter_server.make_parameter_server_strategy(
+        cluster, min_shard_bytes=args.min_shard_bytes, max_shards=args.max_shards)
+    with strategy.scope():
+        model = _model()
+    trainer = parameter_server.ParameterServerTrainer(model)
+    exporter = parameter_server.CheckpointExporter(str(out / "checkpoints"))
+    steps_per_epoch = None if args.omit_steps_per_epoch else args.steps_per_epoch
+    try:
+        history = trainer.fit(
+            _dataset(), epochs=args.epochs, steps_per_epoch=steps_per_epoch,
+            steps_per_sync=args.steps_per_sync or None, verbose=2,
+            callbacks=[_hold_callback(out, args.hold_after_first_sync), exporter])
+    except parameter_server.ParameterServerLostError as error:
+        sys.stderr.write(f"error: {error}\n")
+        return 3
+    loss_tracker = next(metric for metric in model.metrics if metric.name == "loss")
+    summary = {
+        "steps_completed": trainer.steps_completed,
+        "iterations": int(model.optimizer.iterations.numpy()),
+        "loss": [float(value) for value in history.history["loss"]],
+        "last_epoch_examples_counted": float(loss_tracker.variables[1].numpy()),
+        "num_partitioned_variables": sum(
+            1 for variable in model.variables
+            if type(variable.value).__name__ == "ShardedVariable"),
+    }
+    (out / "summary.json").write_text(json.dumps(summary))
+    keras.backend.clear_session()
+    return 0
+
+
+def _evaluator(out: pathlib.Path, cluster) -> int:
+    from tfdist import parameter_server  # pylint: disable=g-import-not-at-top
+
+    model = _model()
+    model.build((None, NUM_FEATURES))
+    alive = None
+    if cluster.count("chief"):  # tfdist.launch tells the evaluator only about itself.
+        watch = parameter_server.ChiefWatch(parameter_server.chief_address(cluster),
+                                            gone_seconds=3.0)
+        alive = lambda: not watch.gone()  # noqa: E731
+    evaluator = parameter_server.SidecarEvaluator(
+        model, _dataset(), checkpoint_dir=str(out / "checkpoints"),
+        output_dir=str(out / "eval"), poll_seconds=0.2, is_training_alive=alive,
+        give_up_seconds=5.0)
+    evaluator.run()
+    return 0
+
+
+def main() -> int:
+    args = _parse_args()
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cluster = resolve_cluster(os.environ)
+    if cluster.task_type in ("worker", "ps"):
+        from tfdist import parameter_server  # pylint: disable=g-import-not-at-top
+
+        parameter_server.serve(cluster, parameter_server.ServeOptions(
+            chief_gone_seconds=3.0, poll_seconds=0.2, chief_start_timeout=120.0))
+        return 0
+    if cluster.task_type == "evaluator":
+        return _evaluator(out, cluster)
+    return _chief(args, cluster, out)
+
+
+if __name__ == "__main__":
+    code = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # A TensorFlow gRPC server cannot be shut down; skip interpreter teardown.
+    os._exit(code)

@@ -1,0 +1,75 @@
+"""Builds a `ParameterServerStrategy` from a resolved `tfdist.cluster.Cluster`.
+
+The strategy is built from the cluster description itself, not from the
+environment, so it works when Vertex AI sets only `CLUSTER_SPEC`.
+"""
+
+import tensorflow as tf
+
+from tfdist.cluster import CHIEF, PS, WORKER, Cluster, check_cluster_for_strategy
+from tfdist.errors import UsageError
+
+# The evaluator evaluates checkpoints on its own: it is not part of the cluster
+# the coordinator drives, and the servers must not wait for it.
+TRAINING_ROLES = (CHIEF, WORKER, PS)
+
+
+def training_cluster_spec(cluster: Cluster) -> tf.train.ClusterSpec:
+    """The chief, worker and ps tasks of `cluster` as a `tf.train.ClusterSpec`."""
+    return tf.train.ClusterSpec({role: list(hosts) for role, hosts in cluster.addresses.items()
+                                 if role in TRAINING_ROLES})
+
+
+def variable_partitioner(*, min_shard_bytes: int, max_shards: int):
+    """A `MinSizePartitioner`, or `None` when partitioning is off.
+
+    Args:
+        min_shard_bytes: Smallest shard, in bytes; 0 turns partitioning off.
+        max_shards: Most shards per variable (usually the number of ps tasks).
+
+    Raises:
+        UsageError: A negative size or fewer than one shard.
+    """
+    if isinstance(min_shard_bytes, bool) or not isinstance(min_shard_bytes, int) or (
+            min_shard_bytes < 0):
+        raise UsageError(f"min_shard_bytes is {min_shard_bytes!r}, expected a whole number of "
+                         f"bytes >= 0 (0 turns variable partitioning off)")
+    if isinstance(max_shards, bool) or not isinstance(max_shards, int) or max_shards < 1:
+        raise UsageError(f"max_shards is {max_shards!r}, expected a whole number >= 1; use the "
+                         f"number of ps tasks to spread large variables over all of them")
+    if not min_shard_bytes or max_shards == 1:
+        return None
+    return tf.distribute.experimental.partitioners.MinSizePartitioner(
+        min_shard_bytes=min_shard_bytes, max_shards=max_shards)
+
+
+def make_parameter_server_strategy(cluster: Cluster, *, min_shard_bytes: int = 0,
+                                   max_shards: int = 1
+                                   ) -> tf.distribute.ParameterServerStrategy:
+    """Builds the strategy for the coordinator (the chief) of `cluster`.
+
+    Args:
+        cluster: A cluster with one chief, at least one worker and one ps task;
+            this process must be the chief.
+        min_shard_bytes: Partition variables larger than this into shards of
+            at least this many bytes (0: no partitioning). For large
+            embedding tables, so that no single ps holds all of one.
+        max_shards: Most shards per partitioned variable.
+
+    Returns:
+        The strategy; creating it connects this process to the cluster.
+
+    Raises:
+        UsageError: The cluster cannot run parameter-server training, or this
+            task is not the chief (workers and ps tasks `serve` instead).
+    """
+    check_cluster_for_strategy(cluster, "parameter_server")
+    if cluster.task_type != CHIEF:
+        raise UsageError(
+            f"task {cluster.task_type}:{cluster.task_index} cannot build a "
+            f"ParameterServerStrategy, expected the chief; worker and ps tasks run "
+            f"tfdist.parameter_server.serve(cluster) and the evaluator a SidecarEvaluator")
+    partitioner = variable_partitioner(min_shard_bytes=min_shard_bytes, max_shards=max_shards)
+    resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+        training_cluster_spec(cluster), task_type=CHIEF, task_id=0, rpc_layer="grpc")
+    return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
