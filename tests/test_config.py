@@ -76,10 +76,6 @@ def test_build_config_layers_in_order():
     assert (config.epochs, config.seed) == (5, 9)
 
 
-@pytest.mark.xfail(strict=True, reason="trainer/config.py: to_json_dict() (what the trainer "
-                   "logs as 'Config: ...') writes steps_per_epoch=0 and backup_every_steps=0, "
-                   "which load_config_file rejects, so a logged config cannot be reused as "
-                   "--config; omit unset zero fields in to_json_dict")
 def test_to_json_dict_round_trips_through_a_config_file(tmp_path):
     original = config_lib.ExperimentConfig(model="cnn", decay_boundaries=(0.5, 0.75),
                                            lr_decay="step")

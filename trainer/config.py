@@ -110,9 +110,11 @@ class ExperimentConfig:
         return dataclasses.replace(self, **changes)
 
     def to_json_dict(self) -> dict:
+        """The config as a `--config` file holds it; unset optional fields are left out."""
         return {field.name: (list(value) if isinstance(value, tuple) else value)
                 for field in dataclasses.fields(self)
-                for value in [getattr(self, field.name)]}
+                for value in [getattr(self, field.name)]
+                if not (field.name in _USER_ZERO_IS_ERROR and value == 0)}
 
 
 # Fields whose 0 is the "unset" default but which a user may not set to 0.
