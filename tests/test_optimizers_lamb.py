@@ -160,7 +160,7 @@ def test_rejects_keras_weight_decay_and_bad_values():
 
 
 def test_mirrored_two_cpus_matches_single_device():
-    result = run_mirrored("lamb")
+    result = run_mirrored("lars", "lamb")
     assert result["replicas"] == 2
     assert result["lamb"]["steps"] == [8, 8]
     assert result["lamb"]["moved"] > 1e-3

@@ -102,8 +102,8 @@ class LAMB(keras.optimizers.Optimizer):
         if self._adapts[index]:
             w_norm = _layerwise.norm(weights)
             r_norm = _layerwise.norm(update)
-            usable = ops.logical_and(w_norm > 0, r_norm > 0)
-            ratio = ops.where(usable, w_norm / ops.where(usable, r_norm, 1.0), 1.0)
+            # Where a norm is 0 the quotient may be nan or inf; `where` drops it.
+            ratio = ops.where(ops.logical_and(w_norm > 0, r_norm > 0), w_norm / r_norm, 1.0)
             scaled_lr = scaled_lr * ratio
         self.assign_sub(variable, scaled_lr * update)
 

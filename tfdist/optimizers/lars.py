@@ -91,10 +91,9 @@ class LARS(keras.optimizers.Optimizer):
         if self._adapts[index]:
             w_norm = _layerwise.norm(weights)
             g_norm = _layerwise.norm(gradient)
-            usable = ops.logical_and(w_norm > 0, g_norm > 0)
-            trust = ops.where(
-                usable, self.eeta * w_norm / ops.where(usable, g_norm + self.epsilon, 1.0),
-                1.0)
+            # Where a norm is 0 the quotient may be nan or inf; `where` drops it.
+            trust = ops.where(ops.logical_and(w_norm > 0, g_norm > 0),
+                              self.eeta * w_norm / (g_norm + self.epsilon), 1.0)
             scaled_lr = scaled_lr * trust
         step = scaled_lr * gradient
         if not self.momentum:
