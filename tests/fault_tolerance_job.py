@@ -7,10 +7,11 @@ repeated stream with `tfdist.callbacks.BackupAndRestore`, resuming from the
 backup when there is one. At the end the chief writes `<out>/weights.npz` and
 `<out>/summary.json` (`resumed_from_step`, `global_step`, `iterations`, ...).
 
-`--pause_after_step=K` makes each task in `--pause_tasks` (default: all) write
-`<out>/paused-<task>-<K>` after step K and then wait: `--pause_until=kill`
-waits to be killed, `--pause_until=notice` until its preemption notice
-arrives (then training goes on, so the step of the notice is K).
+`--pause_after_step=K` makes each task in `--pause_tasks` (default: all) of a
+fresh run (not a resumed one) write `<out>/paused-<task>-<K>` after step K and
+then wait: `--pause_until=kill` waits to be killed, `--pause_until=notice`
+until its preemption notice arrives (then training goes on, so the step of the
+notice is K). A restarted run resumes past the pause.
 """
 
 import argparse
@@ -88,7 +89,8 @@ def main():
         """Stops this task after a step until the test acts on it."""
 
         def on_train_batch_end(self, batch, logs=None):
-            pausing = not args.pause_tasks or task in args.pause_tasks.split(",")
+            pausing = (not args.pause_tasks or task in args.pause_tasks.split(",")) and (
+                backup.resumed_from_step == 0)
             if not pausing or backup.global_step + 1 != args.pause_after_step:
                 return
             (out / f"paused-{task}-{args.pause_after_step}").write_text("paused")

@@ -226,7 +226,8 @@ def test_non_chief_writes_nothing_in_backup_dir_and_removes_its_scratch(backup_d
         return checkpoint.write(prefix)
 
     assert worker.save(write, step=20, metadata={}) is None
-    assert written and written[0].startswith(str(scratch_root / "tfdist-scratch-worker-1-"))
+    assert written and written[0].startswith(str(scratch_root / "tfdist-scratch-"))
+    assert written[0].endswith("-worker-1/ckpt")
     assert _listing(backup_dir) == before
     assert os.listdir(scratch_root) == []
     assert worker.clean_leftovers() == []

@@ -20,7 +20,7 @@ from tfdist.cli import EXIT_PREEMPTED
 from tfdist.errors import UsageError
 from tfdist.preemption import (EXIT_GRACE_EXPIRED, Preempted, PreemptionOptions,
                                PreemptionWatcher)
-from tfdist.testing import poll_until
+from tfdist.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TOTAL_STEPS = 30  # the job's 3 epochs x 10 steps
@@ -210,3 +210,115 @@ def test_sigterm_saves_at_the_notice_step_exits_143_and_resumes_there(tmp_path,
     out = _run_job(tmp_path, "resumed", backup_dir)
 
     _assert_resumed_equal(out, reference_weights, resumed_from_step=6)
+
+
+# ------------------------------------------------------------ 2-worker MWMS
+
+JOB = [sys.executable, "-m", "tests.fault_tolerance_job", "--strategy=multiworker"]
+WORKERS = ("worker:0", "worker:1")
+# Kill steps drawn per trial; set TFDIST_FT_SEED to replay other draws.
+FT_SEED = int(os.environ.get("TFDIST_FT_SEED", "20261130"))
+
+
+def _cluster_env(tmp_path: pathlib.Path) -> dict:
+    scratch = tmp_path / "tmpdir"
+    scratch.mkdir(exist_ok=True)
+    # TMPDIR is where non-chief workers put their scratch checkpoints.
+    return {"TF_CPP_MIN_LOG_LEVEL": "2", "TMPDIR": str(scratch)}
+
+
+def _run_cluster(local_cluster, tmp_path, name, backup_dir, *extra, timeout=PROCESS_TIMEOUT):
+    out = tmp_path / name
+    cluster = local_cluster(num_workers=2, env=_cluster_env(tmp_path),
+                            command=[*JOB, f"--backup_dir={backup_dir}", f"--out={out}",
+                                     *extra])
+    cluster.start()
+    codes = cluster.wait(timeout=timeout)
+    assert codes == {task: 0 for task in WORKERS}, cluster.format_logs()
+    return out
+
+
+@pytest.fixture(scope="module")
+def two_worker_reference(tmp_path_factory):
+    """Weights of an uninterrupted 2-worker run."""
+    from tfdist.local_cluster import LocalCluster  # pylint: disable=g-import-not-at-top
+
+    tmp_path = tmp_path_factory.mktemp("mw-reference")
+    out = tmp_path / "out"
+    with LocalCluster(num_workers=2, env=_cluster_env(tmp_path), log_dir=tmp_path / "logs",
+                      command=[*JOB, f"--backup_dir={tmp_path / 'backup'}",
+                               f"--out={out}"]) as cluster:
+        codes = cluster.wait(timeout=PROCESS_TIMEOUT)
+        assert codes == {task: 0 for task in WORKERS}, cluster.format_logs()
+    assert _summary(out)["iterations"] == TOTAL_STEPS
+    return _weights(out)
+
+
+def _only_chief_files(backup_dir: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    names = sorted(os.listdir(backup_dir))
+    assert all(name.startswith("backup-") or name == "COMPLETED.json" for name in names), names
+    leftovers = [name for name in os.listdir(tmp_path / "tmpdir")
+                 if name.startswith("tfdist-scratch-")]
+    assert leftovers == [], "a worker's scratch directory was left behind"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", [0, 1])
+def test_two_workers_kill_9_one_then_restart_equals_uninterrupted_run(
+        local_cluster, tmp_path, two_worker_reference, trial):
+    import random  # pylint: disable=g-import-not-at-top
+
+    kill_step = random.Random(FT_SEED + trial).randint(5, TOTAL_STEPS - 3)
+    victim = random.Random(FT_SEED - trial).choice(WORKERS)
+    backup_dir = tmp_path / "backup"
+    out = tmp_path / "out"
+    task = victim.replace(":", "-")
+    cluster = local_cluster(
+        num_workers=2, env=_cluster_env(tmp_path), restart_on_failure=1,
+        command=[*JOB, f"--backup_dir={backup_dir}", f"--out={out}", "--keep_backup",
+                 f"--pause_after_step={kill_step}", f"--pause_tasks={task}"])
+    cluster.start()
+    poll_until(lambda: (out / f"paused-{task}-{kill_step}").exists(),
+               timeout=PROCESS_TIMEOUT, what=f"{victim} to reach step {kill_step}")
+    assert cluster.kill(victim, signal.SIGKILL), cluster.format_logs()
+
+    codes = cluster.wait(timeout=PROCESS_TIMEOUT)  # restarts both, as Vertex would
+
+    context = f"trial {trial}: SIGKILL {victim} at step {kill_step}\n{cluster.format_logs()}"
+    assert cluster.restarts == 1 and codes == {t: 0 for t in WORKERS}, context
+    summary = _summary(out)
+    assert 0 < summary["resumed_from_step"] <= kill_step, context
+    assert summary["iterations"] == summary["global_step"] == TOTAL_STEPS, context
+    assert summary["steps_run"] == TOTAL_STEPS - summary["resumed_from_step"], context
+    for want, got in zip(two_worker_reference, _weights(out), strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6, err_msg=context)
+    _only_chief_files(backup_dir, tmp_path)
+
+
+@pytest.mark.slow
+def test_two_workers_sigterm_to_one_all_exit_143_and_resume_at_the_notice(
+        local_cluster, tmp_path, two_worker_reference):
+    notice_step, grace = 14, 20.0
+    backup_dir = tmp_path / "backup"
+    out = tmp_path / "out"
+    cluster = local_cluster(
+        num_workers=2, env=_cluster_env(tmp_path),
+        command=[*JOB, f"--backup_dir={backup_dir}", f"--out={out}",
+                 f"--pause_after_step={notice_step}", "--pause_until=notice",
+                 "--pause_tasks=worker-1", f"--grace_period={grace}"])
+    cluster.start()
+    poll_until(lambda: (out / f"paused-worker-1-{notice_step}").exists(),
+               timeout=PROCESS_TIMEOUT, what=f"worker:1 to reach step {notice_step}")
+    assert cluster.kill("worker:1", signal.SIGTERM), cluster.format_logs()
+
+    codes = cluster.wait(timeout=grace + 15, stop_on_failure=False)
+
+    assert codes == {task: EXIT_PREEMPTED for task in WORKERS}, cluster.format_logs()
+    # Periodic backups were at 12 (and 10, the epoch end); the notice came at 14.
+    assert sorted(os.listdir(backup_dir)) == ["backup-000000000012", "backup-000000000014"]
+    _only_chief_files(backup_dir, tmp_path)
+
+    resumed = _run_cluster(local_cluster, tmp_path, "resumed", backup_dir)
+
+    _assert_resumed_equal(resumed, two_worker_reference, resumed_from_step=notice_step)
+    _only_chief_files(backup_dir, tmp_path)

@@ -24,6 +24,7 @@ right after.
 """
 
 import dataclasses
+import hashlib
 import json
 import logging
 import os
@@ -172,9 +173,13 @@ class BackupStore:
 
     @property
     def scratch_dir(self) -> str:
-        """This task's scratch directory (non-chief tasks only)."""
-        return os.path.join(self.scratch_root,
-                            f"tfdist-scratch-{self.task_name}-{os.getpid()}")
+        """This task's scratch directory (non-chief tasks only).
+
+        Named after the task and `backup_dir`, not the process, so that a
+        restarted task removes what its killed predecessor left.
+        """
+        job = hashlib.sha256(self.backup_dir.encode()).hexdigest()[:12]
+        return os.path.join(self.scratch_root, f"tfdist-scratch-{job}-{self.task_name}")
 
     def _names(self) -> list[str]:
         if not tf.io.gfile.isdir(self.backup_dir):
