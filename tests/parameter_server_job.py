@@ -10,7 +10,9 @@ Every task runs this same command; `TF_CONFIG` decides the role:
   (`steps_completed`, `iterations`, per-epoch `loss`, the examples counted by
   the loss metric). After the first sync point it writes `<out>/underway` and,
   with `--hold_after_first_sync`, waits until `<out>/release` exists, so a test
-  can kill a task while steps are known to be running.
+  can kill a task at a known point. With `--mark_batches` every batch a worker
+  reads also leaves a file in `<out>/batches`, so a test can tell that steps
+  are running right now.
 - worker and ps: `tfdist.parameter_server.serve` (chief gone for 3 s: exit 0).
 - evaluator: `SidecarEvaluator` on the exported checkpoints, metrics under
   `<out>/eval`.
@@ -41,7 +43,7 @@ def _parse_args():
     parser.add_argument("--steps_per_epoch", type=int, default=20)
     parser.add_argument("--steps_per_sync", type=int, default=0)
     parser.add_argument("--hold_after_first_sync", action="store_true")
-    parser.add_argument("--omit_steps_per_epoch", action="store_true")
+    parser.add_argument("--mark_batches", action="store_true")
     parser.add_argument("--min_shard_bytes", type=int, default=0)
     parser.add_argument("--max_shards", type=int, default=1)
     return parser.parse_args()
@@ -54,13 +56,24 @@ def _arrays(seed: int):
     return features, features @ weights
 
 
-def _dataset():
+def _dataset(mark_dir: str = ""):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     features, targets = _arrays(0)
     # No fixed seed: each worker's copy of the pipeline shuffles differently.
-    return (tf.data.Dataset.from_tensor_slices((features, targets))
-            .shuffle(512).batch(BATCH_SIZE, drop_remainder=True))
+    dataset = (tf.data.Dataset.from_tensor_slices((features, targets))
+               .shuffle(512).batch(BATCH_SIZE, drop_remainder=True))
+    if not mark_dir:
+        return dataset
+
+    def mark(batch_x, batch_y):
+        # Runs on the worker that reads the batch: a file per batch read shows
+        # a test that steps are being executed right now.
+        name = tf.strings.as_string(tf.random.uniform([], maxval=2**62, dtype=tf.int64))
+        with tf.control_dependencies([tf.io.write_file(mark_dir + "/" + name, "")]):
+            return tf.identity(batch_x), batch_y
+
+    return dataset.map(mark)
 
 
 def _model():
@@ -108,10 +121,13 @@ def _chief(args, cluster, out: pathlib.Path) -> int:
         model = _model()
     trainer = parameter_server.ParameterServerTrainer(model)
     exporter = parameter_server.CheckpointExporter(str(out / "checkpoints"))
-    steps_per_epoch = None if args.omit_steps_per_epoch else args.steps_per_epoch
+    mark_dir = ""
+    if args.mark_batches:
+        mark_dir = str(out / "batches")
+        os.makedirs(mark_dir, exist_ok=True)
     try:
         history = trainer.fit(
-            _dataset(), epochs=args.epochs, steps_per_epoch=steps_per_epoch,
+            _dataset(mark_dir), epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
             steps_per_sync=args.steps_per_sync or None, verbose=2,
             callbacks=[_hold_callback(out, args.hold_after_first_sync), exporter])
     except parameter_server.ParameterServerLostError as error:

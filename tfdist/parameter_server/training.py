@@ -24,6 +24,7 @@ about one step per other worker).
 
 import dataclasses
 import logging
+import re
 import time
 
 import keras
@@ -43,6 +44,21 @@ PS_FAILURES = (tf.errors.UnavailableError, tf.errors.AbortedError,
 
 class ParameterServerLostError(RuntimeError):
     """A parameter server failed; the job must restart from its last backup."""
+
+
+_PS_TASK = re.compile(r"/job:ps/replica:\d+/task:(\d+)")
+
+
+def describe_ps_failure(error: Exception) -> str:
+    """One line naming the parameter server(s) an error came from, and what to do."""
+    text = str(error)
+    tasks = sorted({f"ps:{index}" for index in _PS_TASK.findall(text)})
+    who = (f"parameter server {', '.join(tasks)}" if tasks
+           else "a parameter server or the connection to it")
+    unreachable = "failed to connect" in text.lower() or "connection refused" in text.lower()
+    return (f"parameter-server training stopped: {who} "
+            f"{'is unreachable' if unreachable else 'failed'} ({type(error).__name__}); the "
+            f"variables it held are gone, so restart the job to resume from the last backup")
 
 
 def _check_positive(name: str, value, hint: str) -> int:
@@ -232,11 +248,7 @@ class ParameterServerTrainer:
         try:
             self.coordinator.join()
         except PS_FAILURES as error:
-            first_line = (str(error).strip().splitlines() or [""])[0][:300]
-            raise ParameterServerLostError(
-                f"parameter-server training stopped: a parameter server or the connection to "
-                f"it failed ({type(error).__name__}: {first_line}); the variables it held are "
-                f"gone, so restart the job to resume from the last backup") from error
+            raise ParameterServerLostError(describe_ps_failure(error)) from error
 
     def _run_train_steps(self, iterator, num_steps: int, steps_per_execution: int) -> None:
         if self._train_function is None:
