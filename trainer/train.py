@@ -10,6 +10,8 @@ import keras
 import tensorflow as tf
 
 from tfdist import strategy as strategy_lib
+from tfdist.callbacks import BackupAndRestore
+from tfdist.checkpointing import ResumePoint
 from tfdist.cluster import Cluster
 from tfdist.data import per_replica_batch_size
 from trainer import datasets as datasets_lib
@@ -96,17 +98,33 @@ def run(config: ExperimentConfig, cluster: Cluster,
         model = models.build_model(config.model, data.info.input_shape, data.info.num_classes)
         _compile(model, config, steps_per_epoch)
 
+    backup = _make_backup(config, dirs["backup_dir"], strategy, cluster)
+    if backup is not None:
+        segments = backup.resume(model, epochs=config.epochs, steps_per_epoch=steps_per_epoch)
+        if backup.completed:
+            return _already_completed(backup, dirs["model_dir"], strategy_name, strategy)
+    else:
+        segments = ResumePoint().segments(epochs=config.epochs,
+                                          steps_per_epoch=steps_per_epoch)
+
     meter = ThroughputMeter(global_batch_size=config.global_batch_size,
                             steps_per_execution=config.steps_per_execution)
     callbacks = [meter]
     if cluster.is_chief and dirs["tensorboard_dir"]:
         callbacks.append(keras.callbacks.TensorBoard(dirs["tensorboard_dir"]))
+    if backup is not None:
+        callbacks.append(backup)  # last: it may end the process after a preemption notice
     validation = ({"validation_data": data.test, "validation_steps": config.validation_steps}
                   if config.validation_steps else {})
     started = time.perf_counter()
-    history = model.fit(data.train, epochs=config.epochs, steps_per_epoch=steps_per_epoch,
-                        callbacks=callbacks, verbose=2 if cluster.is_chief else 0, shuffle=False,
-                        **validation)
+    train_logs = {}
+    for segment in segments:
+        # The training stream is deterministic and runs across epochs, so a
+        # resumed run skips the batches that earlier runs consumed.
+        history = model.fit(data.train.skip(segment.first_step), callbacks=callbacks,
+                            verbose=2 if cluster.is_chief else 0, shuffle=False,
+                            **segment.fit_kwargs(), **validation)
+        train_logs = {name: float(values[-1]) for name, values in history.history.items()}
     evaluation = model.evaluate(data.test, verbose=0, return_dict=True)
 
     summary = {
@@ -117,18 +135,46 @@ def run(config: ExperimentConfig, cluster: Cluster,
         "epochs": config.epochs,
         "steps_per_epoch": steps_per_epoch,
         "steps_completed": int(model.optimizer.iterations.numpy()),
-        "final_loss": float(history.history["loss"][-1]),
+        "final_loss": train_logs.get("loss", float(evaluation["loss"])),
         "metrics": {
-            "train": {name: float(values[-1]) for name, values in history.history.items()},
+            "train": train_logs,
             "test": {name: float(value) for name, value in evaluation.items()},
         },
         "examples_per_second": meter.examples_per_second,
         "wall_seconds": time.perf_counter() - started,
-        "resumed_from_step": 0,
+        "resumed_from_step": backup.resumed_from_step if backup is not None else 0,
     }
     if cluster.is_chief:
         _write_outputs(model, summary, dirs["model_dir"])
+    if backup is not None:
+        backup.complete()  # only once the outputs exist: a restart before this re-writes them
     return summary
+
+
+def _make_backup(config: ExperimentConfig, backup_dir: str, strategy: tf.distribute.Strategy,
+                 cluster: Cluster) -> BackupAndRestore | None:
+    if not backup_dir:
+        logging.warning("No --backup_dir (and no AIP_CHECKPOINT_DIR): training cannot resume "
+                        "after a failure or preemption.")
+        return None
+    return BackupAndRestore(backup_dir, save_freq=config.backup_every_steps or "epoch",
+                            delete_checkpoint=not config.keep_backup,
+                            complete_on_train_end=False, strategy=strategy, cluster=cluster)
+
+
+def _already_completed(backup: BackupAndRestore, model_dir: str, strategy_name: str,
+                       strategy: tf.distribute.Strategy) -> dict:
+    """The summary of a job that had finished before this restart; trains nothing."""
+    logging.warning("%s records that this job completed at step %d; not training again. "
+                    "Use a new --backup_dir to train anew.", backup.backup_dir,
+                    backup.resumed_from_step)
+    path = os.path.join(model_dir, SUMMARY_FILE) if model_dir else ""
+    if path and tf.io.gfile.exists(path):
+        with tf.io.gfile.GFile(path) as handle:
+            return json.load(handle)
+    return {"strategy": strategy_name, "num_replicas": int(strategy.num_replicas_in_sync),
+            "steps_completed": backup.resumed_from_step, "final_loss": None,
+            "examples_per_second": 0.0, "resumed_from_step": backup.resumed_from_step}
 
 
 def _write_outputs(model: keras.Model, summary: dict, model_dir: str) -> None:

@@ -64,6 +64,10 @@ class BackupAndRestore(keras.callbacks.Callback):
             backed up in both cases.
         delete_checkpoint: Delete the backups when training completes (the
             completion record stays, so a restart does not retrain).
+        complete_on_train_end: Record completion as soon as the last planned
+            step has run. Pass False when outputs are written after `fit`, and
+            call `complete()` once they are: a restart in between then finds
+            the final backup instead of a finished job without outputs.
         keep: Committed backups kept (>= 2).
         preemption: How to react to SIGTERM; `None` leaves signals alone.
         extra_state: Named trackables saved too, e.g. `{"rng": generator}`.
@@ -75,7 +79,7 @@ class BackupAndRestore(keras.callbacks.Callback):
     """
 
     def __init__(self, backup_dir: str, *, save_freq="epoch", delete_checkpoint: bool = True,
-                 keep: int = 2, preemption: PreemptionOptions | None = PreemptionOptions(),
+                 complete_on_train_end: bool = True, keep: int = 2, preemption: PreemptionOptions | None = PreemptionOptions(),
                  extra_state=None, strategy=None, cluster: Cluster | None = None,
                  verify_checksums: bool = True, scratch_dir: str | None = None):
         super().__init__()
@@ -87,6 +91,7 @@ class BackupAndRestore(keras.callbacks.Callback):
                              f"tfdist.preemption.PreemptionOptions or None")
         cluster = cluster or resolve_cluster(os.environ)
         self.delete_checkpoint = delete_checkpoint
+        self.complete_on_train_end = bool(complete_on_train_end)
         self.store = BackupStore(
             backup_dir, is_chief=cluster.is_chief,
             task_name=f"{cluster.task_type or 'single'}-{cluster.task_index}", keep=keep,
@@ -181,6 +186,26 @@ class BackupAndRestore(keras.callbacks.Callback):
                       point.global_step, self._total_steps or 0)
         return segments
 
+    @property
+    def finished_training(self) -> bool:
+        """Whether every planned step has run (completion may not be recorded yet)."""
+        if self._total_steps is not None:
+            return self._global_step >= self._total_steps
+        return self._completed
+
+    def complete(self) -> None:
+        """Records that the job is complete, then deletes backups if asked.
+
+        Call on every task; only the chief writes. Idempotent.
+        """
+        if self._backup is None:
+            raise RuntimeError("complete() called before restore() or resume()")
+        if not self._completed:
+            self._backup.finish(global_step=self._global_step,
+                                delete_backups=self.delete_checkpoint)
+        self._completed = True
+        self.close()
+
     def close(self) -> None:
         """Restores the signal handlers; call if training stops before its end."""
         if self._watcher is not None:
@@ -242,10 +267,10 @@ class BackupAndRestore(keras.callbacks.Callback):
             finished = self._global_step >= self._total_steps
         else:
             finished = self._epoch >= self.params.get("epochs", 0)
-        if finished:
-            self._backup.finish(global_step=self._global_step,
-                                delete_backups=self.delete_checkpoint)
-            self._completed = True
+        if finished and self.complete_on_train_end:
+            self.complete()
+        elif finished and self._total_steps is None:
+            self._total_steps = self._global_step
         if finished or self._total_steps is None or self.model.stop_training:
             self.close()
 
