@@ -133,6 +133,7 @@ def _chief(args, cluster, out: pathlib.Path) -> int:
     except parameter_server.ParameterServerLostError as error:
         sys.stderr.write(f"error: {error}\n")
         return 3
+    exporter.finish()
     loss_tracker = next(metric for metric in model.metrics if metric.name == "loss")
     summary = {
         "steps_completed": trainer.steps_completed,

@@ -81,6 +81,10 @@ def run(config: ExperimentConfig, cluster: Cluster,
                                                        strategy_options(config))
     if config.mixed_precision != "none":
         keras.mixed_precision.set_global_policy(config.mixed_precision)
+    if strategy_name == "parameter_server":
+        # Every role (chief, worker, ps, evaluator) runs this same command.
+        from trainer import parameter_server_roles  # pylint: disable=g-import-not-at-top
+        return parameter_server_roles.run(config, cluster, dirs)
     if strategy_name != "parameter_server":
         replicas = strategy_lib.expected_num_replicas(strategy_name, cluster,
                                                       strategy_options(config))

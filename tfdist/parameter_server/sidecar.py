@@ -1,8 +1,9 @@
 """Sidecar evaluation: the chief exports checkpoints, an evaluator task evaluates them.
 
 `CheckpointExporter` (a Keras callback, on the chief) saves the model's
-variables at every epoch end to `<directory>/ckpt-<step>` and, when training
-ends, writes `<directory>/training_done.json` naming the last checkpoint.
+variables at every epoch end to `<directory>/ckpt-<step>`; its `finish()`,
+called once training is over, writes `<directory>/training_done.json` naming
+the last checkpoint.
 
 `SidecarEvaluator` (on the evaluator task: Vertex worker pool 3, or
 `tfdist.launch --evaluator`) builds the same model without a strategy, waits
@@ -124,10 +125,19 @@ class CheckpointExporter(keras.callbacks.Callback):
         self.export()
 
     def on_train_end(self, logs=None):
+        self.export()
+
+    def finish(self) -> str:
+        """Exports the final state and marks training done; call once, after the last `fit`.
+
+        Separate from `on_train_end` because a resumed job may train in
+        several `fit` calls, and the evaluator stops at the marker.
+        """
         path = self.export()
         _write_json_atomically(os.path.join(self.directory, DONE_MARKER),
                                {"last_checkpoint": os.path.basename(path),
                                 "step": checkpoint_step(path)})
+        return path
 
 
 class SidecarEvaluator:

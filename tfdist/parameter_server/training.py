@@ -42,8 +42,15 @@ PS_FAILURES = (tf.errors.UnavailableError, tf.errors.AbortedError,
                tf.errors.NotFoundError, tf.errors.FailedPreconditionError)
 
 
-class ParameterServerLostError(RuntimeError):
-    """A parameter server failed; the job must restart from its last backup."""
+class ParameterServerLostError(tf.errors.UnavailableError):
+    """A parameter server failed; the job must restart from its last backup.
+
+    An `UnavailableError`, so code that treats a lost peer as "exit non-zero
+    and let the job restart" handles it without knowing about it.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(None, None, message)
 
 
 _PS_TASK = re.compile(r"/job:ps/replica:\d+/task:(\d+)")
@@ -408,6 +415,23 @@ class ParameterServerTrainer:
         if callback_list:
             callback_list.on_test_end(logs)
         return logs
+
+    def evaluate_on_coordinator(self, dataset: tf.data.Dataset) -> dict:
+        """One exact pass over a finite `dataset`, computed on the coordinator.
+
+        The coordinator reads the current weights from the parameter servers
+        and runs `test_step` itself, so every batch counts once (unlike
+        `evaluate`, whose workers each read their own copy of the data).
+        """
+        if not isinstance(dataset, tf.data.Dataset):
+            raise UsageError(f"dataset is a {type(dataset).__name__}, expected a finite "
+                             f"tf.data.Dataset of batches")
+        self._build(_first_batch(lambda input_context: dataset))
+        test_step = tf.function(self.model.test_step)
+        self.model.reset_metrics()
+        for batch in dataset:
+            test_step(batch)
+        return self._metric_logs()
 
     @property
     def steps_per_second(self) -> float:
