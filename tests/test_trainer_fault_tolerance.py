@@ -1,0 +1,163 @@
+"""`python -m trainer.task` with --backup_dir: preemption, resume, completion.
+
+Runs the trainer as real processes: SIGTERM after a backup exists, exit 143,
+restart, and compare the final model with an uninterrupted run's.
+"""
+
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from tfdist.cli import EXIT_PREEMPTED
+from tfdist.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
+from trainer.config import ExperimentConfig
+
+REPO = pathlib.Path(__file__).resolve().parent.parent
+TIMEOUT = 300
+EPOCHS, STEPS_PER_EPOCH = 2, 60
+TRAIN_FLAGS = ["--model=mlp", "--dataset=synthetic", "--num_examples=1024",
+               f"--epochs={EPOCHS}", f"--steps_per_epoch={STEPS_PER_EPOCH}",
+               "--global_batch_size=32", "--backup_every_steps=10", "--deterministic",
+               "--seed=3"]
+_BACKUP = re.compile(r"^backup-(\d+)$")
+
+
+def test_backup_dir_defaults_to_aip_checkpoint_dir():
+    from trainer.train import output_dirs  # pylint: disable=g-import-not-at-top
+
+    environ = {"AIP_CHECKPOINT_DIR": "gs://bucket/job/checkpoints/"}
+    assert output_dirs(ExperimentConfig(), environ)["backup_dir"] == environ[
+        "AIP_CHECKPOINT_DIR"]
+    assert output_dirs(ExperimentConfig(backup_dir="/tmp/mine"), environ)[
+        "backup_dir"] == "/tmp/mine"
+    assert output_dirs(ExperimentConfig(), {})["backup_dir"] == ""
+
+
+def _start(tmp_path: pathlib.Path, name: str, backup_dir: pathlib.Path, *extra: str):
+    model_dir = tmp_path / name
+    model_dir.mkdir()
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")}
+    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
+    log = open(model_dir / "log.txt", "wb")  # pylint: disable=consider-using-with
+    process = subprocess.Popen(
+        [sys.executable, "-m", "trainer.task", *TRAIN_FLAGS, f"--model_dir={model_dir}",
+         f"--backup_dir={backup_dir}", *extra], cwd=REPO, env=env, stdout=log,
+        stderr=subprocess.STDOUT)
+    process.model_dir, process.log = model_dir, log
+    return process
+
+
+def _finish(process, timeout: float = TIMEOUT) -> int:
+    try:
+        return process.wait(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.log.close()
+
+
+def _log(process) -> str:
+    return (process.model_dir / "log.txt").read_text(errors="replace")[-6000:]
+
+
+def _run(tmp_path, name, backup_dir, *extra):
+    process = _start(tmp_path, name, backup_dir, *extra)
+    code = _finish(process)
+    assert code == 0, f"{name} exited {code}:\n{_log(process)}"
+    return process
+
+
+def _committed_steps(backup_dir: pathlib.Path) -> list[int]:
+    if not backup_dir.is_dir():
+        return []
+    return sorted(int(match.group(1)) for name in os.listdir(backup_dir)
+                  if (match := _BACKUP.match(name))
+                  and (backup_dir / name / "COMMITTED").exists())
+
+
+def _weights(model_dir: pathlib.Path) -> list[np.ndarray]:
+    model = keras.saving.load_model(model_dir / "model.keras", safe_mode=True, compile=False)
+    return [np.asarray(weight) for weight in model.get_weights()]
+
+
+def _summary(model_dir: pathlib.Path) -> dict:
+    return json.loads((model_dir / "summary.json").read_text())
+
+
+@pytest.mark.slow
+def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tmp_path):
+    reference = _run(tmp_path, "reference", tmp_path / "reference-backup")
+    total = EPOCHS * STEPS_PER_EPOCH
+    assert _summary(reference.model_dir)["steps_completed"] == total
+    assert _summary(reference.model_dir)["resumed_from_step"] == 0
+
+    backup_dir = tmp_path / "backup"
+    victim = _start(tmp_path, "preempted", backup_dir)
+    try:
+        poll_until(lambda: _committed_steps(backup_dir) or victim.poll() is not None,
+                   timeout=TIMEOUT, what="the first backup")
+        assert victim.poll() is None, _log(victim)
+        victim.send_signal(signal.SIGTERM)
+        code = _finish(victim, timeout=60)
+    finally:
+        _finish(victim)
+    assert code == EXIT_PREEMPTED, _log(victim)
+    notice_step = _committed_steps(backup_dir)[-1]
+    assert 0 < notice_step < total
+    assert f"stopping after step {notice_step}" in _log(victim)
+    assert not (victim.model_dir / "summary.json").exists()
+
+    resumed = _run(tmp_path, "resumed", backup_dir)
+
+    summary = _summary(resumed.model_dir)
+    assert summary["resumed_from_step"] == notice_step
+    assert summary["steps_completed"] == total
+    for want, got in zip(_weights(reference.model_dir), _weights(resumed.model_dir),
+                         strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    assert os.listdir(backup_dir) == ["COMPLETED.json"]
+
+    # Restarted by accident after it finished: no training, outputs untouched.
+    before = (resumed.model_dir / "model.keras").read_bytes()
+    again = _run(tmp_path, "again", backup_dir, f"--model_dir={resumed.model_dir}")
+    assert "not training again" in _log(again)
+    assert (resumed.model_dir / "model.keras").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_two_workers_sigterm_to_one_exit_143_then_resume(local_cluster, tmp_path):
+    backup_dir = tmp_path / "backup"
+    model_dir = tmp_path / "model"
+    command = [sys.executable, "-m", "trainer.task", *TRAIN_FLAGS, "--strategy=multiworker",
+               f"--backup_dir={backup_dir}", f"--model_dir={model_dir}"]
+    env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+    cluster = local_cluster(num_workers=2, command=command, env=env)
+    cluster.start()
+    poll_until(lambda: _committed_steps(backup_dir), timeout=TIMEOUT, what="the first backup")
+    assert cluster.kill("worker:1", signal.SIGTERM), cluster.format_logs()
+    codes = cluster.wait(timeout=60, stop_on_failure=False)
+    assert codes == {"worker:0": EXIT_PREEMPTED, "worker:1": EXIT_PREEMPTED}, (
+        cluster.format_logs())
+    notice_step = _committed_steps(backup_dir)[-1]
+    assert all(_BACKUP.match(name) for name in os.listdir(backup_dir)), os.listdir(backup_dir)
+
+    restarted = local_cluster(num_workers=2, command=command, env=env)
+    restarted.start()
+    codes = restarted.wait(timeout=TIMEOUT)
+
+    assert codes == {"worker:0": 0, "worker:1": 0}, restarted.format_logs()
+    summary = _summary(model_dir)
+    assert summary["resumed_from_step"] == notice_step > 0
+    assert summary["steps_completed"] == EPOCHS * STEPS_PER_EPOCH
+    assert summary["num_workers"] == 2
+    assert os.listdir(backup_dir) == ["COMPLETED.json"]
