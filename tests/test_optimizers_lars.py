@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 
 from tfdist.errors import UsageError
-from tfdist.optimizers import LARS
+from tfdist.optimizers import LAMB, LARS
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 30
@@ -290,3 +290,23 @@ def test_mirrored_two_cpus_matches_single_device():
     assert result["lars"]["steps"] == [8, 8]
     assert result["lars"]["moved"] > 1e-3
     assert result["lars"]["max_diff"] < 1e-5, result
+
+
+@pytest.mark.parametrize("make_optimizer", [
+    lambda: LARS(0.5, weight_decay_rate=1e-2),
+    lambda: LAMB(0.01, weight_decay_rate=1e-2),
+], ids=["lars", "lamb"])
+def test_sparse_gradients_match_dense(make_optimizer):
+    """Embedding-style IndexedSlices gradients give the dense gradient's update."""
+    initial = np.arange(12, dtype="float32").reshape(4, 3) / 10
+    rows = np.array([[1.0, 2.0, 3.0], [-1.0, 0.5, 0.0]], "float32")
+    sparse = tf.IndexedSlices(tf.constant(rows), tf.constant([0, 2]), tf.constant([4, 3]))
+    dense = np.zeros((4, 3), "float32")
+    dense[[0, 2]] = rows
+    results = []
+    for gradient in (sparse, tf.constant(dense)):
+        variable = keras.Variable(initial)
+        make_optimizer().apply_gradients([(gradient, variable)])
+        results.append(variable.numpy())
+    assert not np.array_equal(results[1], initial)
+    np.testing.assert_allclose(results[0], results[1], rtol=1e-6)

@@ -1,6 +1,7 @@
 """Small pieces shared by the layer-wise optimizers (LARS, LAMB)."""
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 
@@ -18,6 +19,13 @@ def update_dtype(dtype):
     if keras.backend.standardize_dtype(dtype) in ("float16", "bfloat16"):
         return "float32"
     return dtype
+
+
+def dense(gradient):
+    """A sparse gradient (`tf.IndexedSlices`, e.g. from an Embedding) as a tensor."""
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.convert_to_tensor(gradient)
+    return gradient
 
 
 def norm(tensor):

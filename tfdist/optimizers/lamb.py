@@ -83,7 +83,8 @@ class LAMB(keras.optimizers.Optimizer):
         index = self._get_variable_index(variable)
         dtype = _layerwise.update_dtype(variable.dtype)
         weights = ops.cast(variable, dtype)
-        gradient = ops.cast(gradient, dtype)
+        # Sparse (IndexedSlices) gradients are made dense: the norm spans the tensor.
+        gradient = ops.cast(_layerwise.dense(gradient), dtype)
         step = ops.cast(self.iterations + 1, dtype)
         momentum_var = self._momentums[index]
         velocity_var = self._velocities[index]

@@ -84,7 +84,8 @@ class LARS(keras.optimizers.Optimizer):
         index = self._get_variable_index(variable)
         dtype = _layerwise.update_dtype(variable.dtype)
         weights = ops.cast(variable, dtype)
-        gradient = ops.cast(gradient, dtype)
+        # Sparse (IndexedSlices) gradients are made dense: the norm spans the tensor.
+        gradient = ops.cast(_layerwise.dense(gradient), dtype)
         if self._decays[index]:
             gradient = gradient + self.weight_decay_rate * weights
         scaled_lr = ops.cast(learning_rate, dtype)
