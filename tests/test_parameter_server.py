@@ -113,6 +113,71 @@ def test_strategy_refuses_a_worker_task():
         make_parameter_server_strategy(cluster)
 
 
+def _tiny_model():
+    import keras
+
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse", metrics=["mae"])
+    return model
+
+
+def _tiny_data():
+    import numpy as np
+    import tensorflow as tf
+
+    features = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+    return tf.data.Dataset.from_tensor_slices((features, features.sum(1, keepdims=True))).batch(16)
+
+
+def test_sidecar_evaluates_every_exported_checkpoint_then_stops_at_the_marker(tmp_path):
+    from tfdist import parameter_server
+
+    trained = _tiny_model()
+    exporter = parameter_server.CheckpointExporter(str(tmp_path / "ckpt"))
+    trained.fit(_tiny_data().repeat(), epochs=3, steps_per_epoch=4, verbose=0,
+                callbacks=[exporter])
+    assert parameter_server.read_done_marker(str(tmp_path / "ckpt")) is None
+    exporter.finish()
+    expected = trained.evaluate(_tiny_data(), verbose=0, return_dict=True)
+
+    evaluator = parameter_server.SidecarEvaluator(
+        _tiny_model(), _tiny_data(), checkpoint_dir=str(tmp_path / "ckpt"),
+        output_dir=str(tmp_path / "eval"), poll_seconds=0.01)
+    results = evaluator.run()
+    assert sorted(results) == [4, 8, 12]
+    assert results[12]["loss"] == pytest.approx(expected["loss"], rel=1e-6)
+    lines = [json.loads(line) for line in
+             (tmp_path / "eval" / parameter_server.METRICS_FILE).read_text().splitlines()]
+    assert [line["checkpoint"] for line in lines] == ["ckpt-4", "ckpt-8", "ckpt-12"]
+
+
+def test_sidecar_gives_up_when_training_is_gone_without_the_marker(tmp_path):
+    from tfdist import parameter_server
+
+    evaluator = parameter_server.SidecarEvaluator(
+        _tiny_model(), _tiny_data(), checkpoint_dir=str(tmp_path / "ckpt"),
+        output_dir=str(tmp_path / "eval"), poll_seconds=0.01,
+        is_training_alive=lambda: False, give_up_seconds=0.2)
+    with pytest.raises(RuntimeError, match="training stopped without writing training_done.json"):
+        evaluator.run()
+
+
+def test_sidecar_skips_a_checkpoint_rotated_away_before_it_was_read(tmp_path):
+    from tfdist import parameter_server
+
+    trained = _tiny_model()
+    exporter = parameter_server.CheckpointExporter(str(tmp_path / "ckpt"))
+    trained.fit(_tiny_data().repeat(), epochs=2, steps_per_epoch=4, verbose=0,
+                callbacks=[exporter])
+    exporter.finish()
+    for path in (tmp_path / "ckpt").glob("ckpt-4.*"):
+        path.unlink()
+    evaluator = parameter_server.SidecarEvaluator(
+        _tiny_model(), _tiny_data(), checkpoint_dir=str(tmp_path / "ckpt"),
+        output_dir=str(tmp_path / "eval"), poll_seconds=0.01)
+    assert sorted(evaluator.run()) == [8]
+
+
 # ------------------------------------------------------------ multi-process jobs
 
 @pytest.mark.slow
@@ -181,3 +246,23 @@ def test_losing_the_parameter_server_fails_the_chief_clearly_and_soon(
     assert "restart the job to resume from the last backup" in log, log[-3000:]
     assert failed_after < 60, f"the chief took {failed_after:.0f} s to fail"
     assert not (out / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_trainer_task_runs_every_role_from_one_command(local_cluster, tmp_path):  # noqa: F811
+    model_dir = tmp_path / "model"
+    cluster = local_cluster(
+        num_workers=2, num_ps=1, has_chief=True, env=ENV, grace_period=5.0,
+        command=[sys.executable, "-m", "trainer.task", "--strategy=parameter_server",
+                 f"--model_dir={model_dir}", "--epochs=2", "--steps_per_epoch=15",
+                 "--num_examples=1024"])
+    cluster.start()
+    codes = cluster.wait(timeout=JOB_TIMEOUT)
+    assert codes["chief:0"] == 0, cluster.format_logs()
+    summary = json.loads((model_dir / "summary.json").read_text())
+    assert summary["strategy"] == "parameter_server" and summary["num_workers"] == 2
+    assert summary["steps_completed"] == 30, summary
+    assert summary["examples_per_second"] > 0, summary
+    assert (model_dir / "model.keras").exists()
+    done = json.loads((model_dir / "checkpoints" / "training_done.json").read_text())
+    assert done["step"] == 30, done
