@@ -1,0 +1,321 @@
+"""`python -m trainer.task` as a user runs it: outputs, summary, exit codes, messages."""
+
+import json
+import math
+import os
+import pathlib
+import select
+import socket
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow_datasets as tfds
+
+from tfdist.cluster import resolve_cluster
+from tfdist.errors import UsageError
+from trainer import config as config_lib
+from trainer import datasets as datasets_lib
+from trainer import train
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+TIMEOUT = 300  # A backstop against hangs, never a speed assertion.
+SHORT = ("--epochs=1", "--steps_per_epoch=5", "--num_examples=512")
+
+
+def clean_environ(extra: dict | None = None) -> dict:
+    """This process's environment without cluster or Vertex variables, plus `extra`."""
+    environ = {key: value for key, value in os.environ.items()
+               if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")}
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO),
+                                                          os.environ.get("PYTHONPATH")]))
+    environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    environ.update(extra or {})
+    return environ
+
+
+def trainer_command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "trainer.task", *args]
+
+
+def run_task(*args: str, env: dict | None = None, cwd=REPO) -> subprocess.CompletedProcess:
+    return subprocess.run(trainer_command(*args), cwd=cwd, env=clean_environ(env),
+                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+
+
+def describe(result: subprocess.CompletedProcess) -> str:
+    return (f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}"
+            f"\n--- stderr\n{result.stderr[-5000:]}")
+
+
+def assert_usage_error(result: subprocess.CompletedProcess, *fragments: str,
+                       only_line: bool = True) -> str:
+    """Exit 2, one `error:` line (the last one) holding `fragments`, no traceback.
+
+    Args:
+        only_line: The error is detected before TensorFlow is imported, so the
+            error line must be all there is on stderr.
+    """
+    assert result.returncode == 2, describe(result)
+    assert "Traceback" not in result.stderr + result.stdout, describe(result)
+    lines = result.stderr.strip().splitlines()
+    error_lines = [line for line in lines if line.startswith("error:")]
+    assert len(error_lines) == 1, describe(result)
+    assert lines[-1] == error_lines[0], describe(result)
+    for fragment in fragments:
+        assert fragment in error_lines[0], describe(result)
+    if only_line:
+        assert lines == error_lines, describe(result)
+    assert result.stdout == "", describe(result)
+    return error_lines[0]
+
+
+# --- Successful runs ---------------------------------------------------------
+
+
+def test_embedded_default_needs_only_a_model_dir(tmp_path):
+    model_dir = tmp_path / "model"
+    vertex_dir = tmp_path / "vertex-model"
+    result = run_task(f"--model_dir={model_dir}", env={"AIP_MODEL_DIR": str(vertex_dir)})
+    assert result.returncode == 0, describe(result)
+    assert (model_dir / "model.keras").is_file()
+    summary = json.loads((model_dir / "summary.json").read_text())
+    defaults = config_lib.ExperimentConfig()
+    assert summary["epochs"] == defaults.epochs
+    assert summary["global_batch_size"] == defaults.global_batch_size
+    assert summary["steps_completed"] == defaults.epochs * summary["steps_per_epoch"]
+    assert summary["metrics"]["test"]["accuracy"] > 0.5  # 10 classes: chance is 0.1.
+    assert not vertex_dir.exists(), "--model_dir must win over AIP_MODEL_DIR"
+
+
+def test_short_run_summary_and_model(tmp_path):
+    model_dir = tmp_path / "aip" / "model"
+    logs_dir = tmp_path / "aip" / "logs"
+    epochs, steps_per_epoch, batch, num_examples, seed = 2, 5, 32, 512, 3
+    result = run_task("--strategy=default", f"--epochs={epochs}",
+                      f"--steps_per_epoch={steps_per_epoch}", f"--global_batch_size={batch}",
+                      f"--num_examples={num_examples}", f"--seed={seed}",
+                      env={"AIP_MODEL_DIR": str(model_dir),
+                           "AIP_TENSORBOARD_LOG_DIR": str(logs_dir)})
+    assert result.returncode == 0, describe(result)
+
+    summary = json.loads((model_dir / "summary.json").read_text())
+    assert summary["strategy"] == "default"
+    assert summary["num_replicas"] == 1
+    assert summary["num_workers"] == 1
+    assert summary["global_batch_size"] == batch
+    assert summary["epochs"] == epochs
+    assert summary["steps_completed"] == epochs * steps_per_epoch
+    assert math.isfinite(summary["final_loss"]) and summary["final_loss"] > 0
+    assert summary["final_loss"] == summary["metrics"]["train"]["loss"]
+    for split in ("train", "test"):
+        assert set(summary["metrics"][split]) >= {"loss", "accuracy"}
+        assert 0.0 <= summary["metrics"][split]["accuracy"] <= 1.0
+    assert summary["examples_per_second"] > 0
+    assert summary["resumed_from_step"] == 0
+    printed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert printed == {key: summary[key] for key in printed}
+    assert any(logs_dir.rglob("events.out.tfevents.*")), "AIP_TENSORBOARD_LOG_DIR unused"
+
+    # The saved model is the trained one: it reproduces the reported test loss.
+    model = keras.saving.load_model(model_dir / "model.keras", safe_mode=True)
+    images, labels = datasets_lib.synthetic_arrays(max(num_examples // 8, 1), seed, "test")
+    logits = model.predict(images, verbose=0)
+    assert logits.shape == (len(images), datasets_lib.SYNTHETIC_NUM_CLASSES)
+    assert np.isfinite(logits).all()
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(labels, logits)
+    assert float(loss) == pytest.approx(summary["metrics"]["test"]["loss"], rel=1e-4)
+
+
+def test_without_a_model_dir_nothing_is_written(tmp_path):
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    result = run_task("--strategy=default", *SHORT, cwd=workdir)
+    assert result.returncode == 0, describe(result)
+    assert list(workdir.iterdir()) == []
+    assert "not saved" in result.stderr
+
+
+# --- Bad input: exit 2, one line, no traceback -------------------------------
+
+BEFORE_TENSORFLOW = {
+    "unknown optimizer": (["--optimizer=adagrad"], ["--optimizer is 'adagrad'", "lamb"]),
+    "unknown strategy": (["--strategy=mirorred"], ["--strategy is 'mirorred'", "multiworker"]),
+    "zero epochs": (["--epochs=0"], ["--epochs is 0", "> 0"]),
+    "negative epochs": (["--epochs=-3"], ["--epochs is -3"]),
+    "zero batch": (["--global_batch_size=0"], ["--global_batch_size is 0"]),
+    "negative batch": (["--global_batch_size=-64"], ["--global_batch_size is -64"]),
+    "zero learning rate": (["--learning_rate=0"], ["--learning_rate is 0.0"]),
+    "negative learning rate": (["--learning_rate=-0.5"], ["--learning_rate is -0.5"]),
+    "backup every 0 steps": (["--backup_every_steps=0"], ["backup_every_steps is 0"]),
+    "missing config file": (["--config=/nonexistent/exp.json"],
+                            ["--config file '/nonexistent/exp.json' does not exist"]),
+    "stray positional argument": (["--epochs=1", "train"], ["unexpected argument 'train'"]),
+    "unknown flag": (["--epoch=3"], ["epoch", "--helpfull"]),
+    "non-numeric flag value": (["--epochs=three"], ["three"]),
+}
+
+
+@pytest.mark.parametrize("args, fragments", BEFORE_TENSORFLOW.values(),
+                         ids=BEFORE_TENSORFLOW.keys())
+def test_bad_flags_exit_2_with_one_line(tmp_path, args, fragments):
+    result = run_task(*args, f"--model_dir={tmp_path / 'out'}")
+    assert_usage_error(result, *fragments)
+    assert not (tmp_path / "out").exists()
+
+
+SECRET = "s3cr3t-in-the-job-spec"
+
+
+@pytest.mark.parametrize("variable, value, fragment", [
+    ("TF_CONFIG", '{"cluster": {"worker": ["localhost:1"]}, "job": "' + SECRET + '"',
+     "TF_CONFIG is not valid JSON"),
+    ("TF_CONFIG", json.dumps({"cluster": {"worker": ["localhost"]},
+                              "task": {"type": "worker", "index": 0}, "job": SECRET}),
+     "TF_CONFIG['cluster']['worker'][0] is 'localhost'"),
+    ("CLUSTER_SPEC", json.dumps({"cluster": {"workerpool0": ["h:1", "h:2"]},
+                                 "task": {"type": "workerpool0", "index": 0}, "job": SECRET}),
+     "workerpool0'] lists 2 replicas"),
+], ids=["TF_CONFIG not JSON", "address without port", "two primary replicas"])
+def test_malformed_cluster_variable_exits_2(variable, value, fragment):
+    result = run_task(*SHORT, env={variable: value})
+    assert_usage_error(result, fragment)
+    assert SECRET not in result.stderr
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--model=resnet"], ["--model is 'resnet'", "mlp, cnn"]),
+    (["--dataset=no_such_dataset_xyz"], ["--dataset is 'no_such_dataset_xyz'", "synthetic"]),
+    (["--strategy=mirrored", "--num_cpu_devices=3", "--global_batch_size=64"],
+     ["--global_batch_size=64 does not divide among 3 replicas", "63 or 66"]),
+], ids=["unknown model", "unknown dataset", "batch not divisible by replicas"])
+def test_bad_input_found_after_importing_tensorflow_exits_2(tmp_path, args, fragments):
+    result = run_task(*args, *SHORT, f"--model_dir={tmp_path / 'out'}")
+    assert_usage_error(result, *fragments, only_line=False)
+    assert not (tmp_path / "out").exists()
+
+
+# --- A typo never turns into a hang ------------------------------------------
+
+
+def _listen_on_free_port() -> socket.socket:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    return listener
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+_NAMES_CHECKED_AFTER_THE_STRATEGY = pytest.mark.xfail(
+    strict=True, reason="trainer/train.py run() builds the strategy (which joins the "
+    "cluster) before models.build_model and datasets.load_datasets check the names, so a "
+    "typo'd --model or --dataset waits for peers forever; check both names before "
+    "make_strategy")
+
+TYPOS_IN_A_TWO_WORKER_JOB = [
+    pytest.param(["--strategy=multiwroker"], ["--strategy is 'multiwroker'"], True,
+                 id="typo'd strategy"),
+    pytest.param(["--strategy=multiworker", "--global_batch_size=63"],
+                 ["does not divide among 2 replicas"], False,
+                 id="batch not divisible by 2 workers"),
+    pytest.param(["--strategy=multiworker", "--model=mpl"], ["--model is 'mpl'"], False,
+                 id="typo'd model", marks=_NAMES_CHECKED_AFTER_THE_STRATEGY),
+    pytest.param(["--strategy=multiworker", "--dataset=mnits"], ["--dataset is 'mnits'"], False,
+                 id="typo'd dataset", marks=_NAMES_CHECKED_AFTER_THE_STRATEGY),
+]
+
+
+@pytest.mark.parametrize("args, fragments, only_line", TYPOS_IN_A_TWO_WORKER_JOB)
+def test_bad_input_fails_before_contacting_any_peer(args, fragments, only_line):
+    """Worker 1 of a 2-worker job whose worker 0 is a socket we watch.
+
+    MultiWorkerMirroredStrategy's worker 1 connects to worker 0 (the
+    coordination service) as soon as the strategy is built. A connection on
+    our socket proves the task reached a peer before rejecting its input; we
+    then stop it at once instead of waiting for a hang.
+    """
+    listener = _listen_on_free_port()
+    peer_port = listener.getsockname()[1]
+    tf_config = {"cluster": {"worker": [f"127.0.0.1:{peer_port}",
+                                        f"127.0.0.1:{_free_port()}"]},
+                 "task": {"type": "worker", "index": 1}}
+    process = subprocess.Popen(trainer_command(*args, *SHORT), cwd=REPO,
+                               env=clean_environ({"TF_CONFIG": json.dumps(tf_config)}),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    contacted = False
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while process.poll() is None and time.monotonic() < deadline:
+            readable, _, _ = select.select([listener], [], [], 0.2)
+            if readable:
+                contacted = True
+                break
+    finally:
+        if process.poll() is None:
+            process.kill()
+        stdout, stderr = process.communicate(timeout=60)
+        listener.close()
+    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    assert not contacted, f"the task connected to worker 0 before failing\n{describe(result)}"
+    assert_usage_error(result, *fragments, only_line=only_line)
+
+
+# --- tfds datasets through the real loading path -----------------------------
+
+
+def _write_tfds_metadata(data_dir: pathlib.Path, name: str, splits: dict) -> None:
+    """Writes what a prepared tfds dataset has besides its records.
+
+    `tfds.testing.mock_data` replaces the reading of records; the trainer still
+    asks the builder whether the dataset is prepared, which needs these files.
+    Nothing is downloaded: the builder class and its features ship with tfds.
+    """
+    builder = tfds.builder(name, data_dir=str(data_dir))
+    builder.info.set_splits(tfds.core.SplitDict([
+        tfds.core.SplitInfo(name=split, shard_lengths=[count], num_bytes=0,
+                            filename_template=None)
+        for split, count in splits.items()]))
+    pathlib.Path(builder.data_dir).mkdir(parents=True, exist_ok=True)
+    builder.info.write_to_directory(builder.data_dir)
+
+
+def test_tfds_dataset_trains_through_the_trainer(tmp_path):
+    data_dir = tmp_path / "tfds"
+    _write_tfds_metadata(data_dir, "mnist", {"train": 96, "test": 32})
+    config = config_lib.ExperimentConfig(
+        strategy="default", model="cnn", dataset="mnist", data_dir=str(data_dir), epochs=1,
+        steps_per_epoch=3, global_batch_size=16, model_dir=str(tmp_path / "model"))
+    with tfds.testing.mock_data(num_examples=96, data_dir=str(data_dir)):
+        data = datasets_lib.load_datasets("mnist", global_batch_size=16, seed=0,
+                                          num_examples=1, data_dir=str(data_dir))
+        images, labels = next(iter(data.train))
+        summary = train.run(config, resolve_cluster({}), environ={})
+    assert data.info == datasets_lib.DatasetInfo((28, 28, 1), 10, 96, 32)
+    assert images.shape == (16, 28, 28, 1) and images.dtype.name == "float32"
+    assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0
+    assert labels.dtype.name == "int32" and set(labels.numpy()) <= set(range(10))
+    assert summary["steps_completed"] == 3
+    assert math.isfinite(summary["final_loss"])
+    model = keras.saving.load_model(tmp_path / "model" / "model.keras", safe_mode=True)
+    assert model.input_shape == (None, 28, 28, 1)
+
+
+def test_unprepared_tfds_dataset_is_a_clear_error(tmp_path):
+    empty = tmp_path / "empty-data-dir"
+    empty.mkdir()
+    with pytest.raises(UsageError) as raised:
+        datasets_lib.load_datasets("mnist", global_batch_size=8, seed=0, num_examples=1,
+                                   data_dir=str(empty))
+    message = str(raised.value)
+    assert f"--dataset='mnist' is not prepared under --data_dir={str(empty)!r}" in message
+    assert "nothing is downloaded" in message
+    assert "tfds build mnist" in message
+    assert list(empty.iterdir()) == []
