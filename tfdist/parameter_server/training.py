@@ -208,6 +208,14 @@ class ParameterServerTrainer:
             if not model.optimizer.built:
                 model.optimizer.build(model.trainable_variables)
             model.reset_metrics()
+        sharded = [variable.path for variable in model.variables
+                   if type(variable.value).__name__ == "ShardedVariable"]
+        if sharded:
+            raise UsageError(
+                f"variables {sharded[:3]} were partitioned into shards (the strategy's "
+                f"variable_partitioner, min_shard_bytes > 0), which Keras 3's train_step cannot "
+                f"differentiate ('ShardedVariable' object has no attribute 'handle'); build the "
+                f"strategy with min_shard_bytes=0, or train with a custom step on tf.Variables")
         counters = counter_variables(model)
         local = [variable.path for variable in counters
                  if "/job:ps" not in (getattr(variable.value, "device", "") or "/job:ps")]
