@@ -1,6 +1,7 @@
 """Experiment configuration: embedded default < --config file < explicit flags."""
 
 import json
+import pathlib
 
 from absl import flags
 from absl.testing import flagsaver
@@ -148,3 +149,37 @@ def test_config_is_frozen():
     with pytest.raises(AttributeError):
         config.epochs = 10
     assert config.replace(epochs=10).epochs == 10
+
+
+# --- docs/flags.md documents every flag, with its default ----------------------
+
+FLAGS_DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "flags.md"
+
+
+def _trainer_flags():
+    by_module = FLAGS.flags_by_module_dict()
+    return [flag for module in ("tfdist.flags", "trainer.task")
+            for flag in by_module.get(module, [])]
+
+
+def _documented_default(default) -> str | None:
+    if isinstance(default, bool):
+        return str(default).lower()
+    if default in (None, "", []):
+        return None
+    return str(default)
+
+
+def test_every_trainer_flag_is_documented_with_its_default():
+    rows = {line.split("|")[1].strip(): line
+            for line in FLAGS_DOC.read_text().splitlines() if line.startswith("| `--")}
+    flags_defined = _trainer_flags()
+    assert len(flags_defined) >= 30
+    missing = [flag.name for flag in flags_defined if f"`--{flag.name}`" not in rows]
+    assert not missing, f"add these flags to docs/flags.md: {missing}"
+    for flag in flags_defined:
+        default = _documented_default(flag.default)
+        if default is not None:
+            assert f"`{default}`" in rows[f"`--{flag.name}`"].split("|")[2], flag.name
+    stale = sorted(set(rows) - {f"`--{flag.name}`" for flag in flags_defined})
+    assert not stale, f"docs/flags.md documents flags that do not exist: {stale}"
