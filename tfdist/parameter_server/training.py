@@ -22,6 +22,7 @@ other workers may update before its own update lands (staleness of up to
 about one step per other worker).
 """
 
+import contextlib
 import dataclasses
 import logging
 import re
@@ -35,11 +36,13 @@ from tfdist.parameter_server.exact_counters import counter_variables, make_incre
 
 _log = logging.getLogger(__name__)
 
-# What the coordinator raises when a parameter server is lost: the variables
-# it held are gone, so training cannot go on.
-PS_FAILURES = (tf.errors.UnavailableError, tf.errors.AbortedError,
-               tf.errors.CancelledError, tf.errors.DeadlineExceededError,
-               tf.errors.NotFoundError, tf.errors.FailedPreconditionError)
+# What a call on the coordinator raises when a parameter server is gone.
+PEER_FAILURES = (tf.errors.UnavailableError, tf.errors.AbortedError,
+                 tf.errors.CancelledError, tf.errors.DeadlineExceededError)
+# What scheduled steps also raise when a ps came back empty (its variables
+# lost with its old process). Only `join` maps these: elsewhere they can mean
+# a missing file.
+PS_FAILURES = PEER_FAILURES + (tf.errors.NotFoundError, tf.errors.FailedPreconditionError)
 
 
 class ParameterServerLostError(tf.errors.UnavailableError):
@@ -143,6 +146,22 @@ class FitPlan:
         if self.has_validation_data:
             _check_positive("validation_steps", self.validation_steps,
                             "pass how many batches each validation evaluates")
+
+
+@contextlib.contextmanager
+def ps_failures_explained(errors=PEER_FAILURES):
+    """Turns a lost-peer error on the coordinator into a `ParameterServerLostError`.
+
+    The coordinator itself talks only to the ps tasks (it reads metrics and
+    counters, saves checkpoints); lost workers are handled by the
+    `ClusterCoordinator`. So a lost-peer error here means a lost ps.
+    """
+    try:
+        yield
+    except ParameterServerLostError:
+        raise
+    except errors as error:
+        raise ParameterServerLostError(describe_ps_failure(error)) from error
 
 
 class ParameterServerTrainer:
@@ -260,10 +279,8 @@ class ParameterServerTrainer:
     # ------------------------------------------------------------- running
 
     def _join(self) -> None:
-        try:
+        with ps_failures_explained(PS_FAILURES):
             self.coordinator.join()
-        except PS_FAILURES as error:
-            raise ParameterServerLostError(describe_ps_failure(error)) from error
 
     def _run_train_steps(self, iterator, num_steps: int, steps_per_execution: int) -> None:
         if self._train_function is None:
@@ -327,8 +344,9 @@ class ParameterServerTrainer:
                        validation_steps=validation_steps,
                        validation_freq=validation_freq,
                        has_validation_data=validation_data is not None)
-        return self._fit(x, plan, callbacks=callbacks, validation_data=validation_data,
-                         verbose=verbose)
+        with ps_failures_explained():
+            return self._fit(x, plan, callbacks=callbacks, validation_data=validation_data,
+                             verbose=verbose)
 
     def _fit(self, x, plan: "FitPlan", *, callbacks, validation_data, verbose):
         epochs, initial_epoch = plan.epochs, plan.initial_epoch
@@ -396,6 +414,10 @@ class ParameterServerTrainer:
         Returns:
             Metric name to value, like `model.evaluate(..., return_dict=True)`.
         """
+        with ps_failures_explained():
+            return self._evaluate(x, steps=steps, callbacks=callbacks)
+
+    def _evaluate(self, x, *, steps, callbacks) -> dict:
         if steps is None:
             raise UsageError(
                 "steps is missing, expected a whole number > 0 of batches to evaluate: under "
@@ -431,6 +453,10 @@ class ParameterServerTrainer:
         and runs `test_step` itself, so every batch counts once (unlike
         `evaluate`, whose workers each read their own copy of the data).
         """
+        with ps_failures_explained():
+            return self._evaluate_on_coordinator(dataset)
+
+    def _evaluate_on_coordinator(self, dataset: tf.data.Dataset) -> dict:
         if not isinstance(dataset, tf.data.Dataset):
             raise UsageError(f"dataset is a {type(dataset).__name__}, expected a finite "
                              f"tf.data.Dataset of batches")
