@@ -8,6 +8,7 @@ import json
 import os
 import pathlib
 import signal
+import subprocess
 import sys
 import time
 
@@ -266,3 +267,23 @@ def test_trainer_task_runs_every_role_from_one_command(local_cluster, tmp_path):
     assert (model_dir / "model.keras").exists()
     done = json.loads((model_dir / "checkpoints" / "training_done.json").read_text())
     assert done["step"] == 30, done
+
+    # The evaluator role, as Vertex runs it (CLUSTER_SPEC lists every pool), on
+    # the finished run: it evaluates both epoch checkpoints and exits at the marker.
+    spec = {"cluster": {"workerpool0": ["127.0.0.1:1"], "workerpool1": ["127.0.0.1:2"],
+                        "workerpool2": ["127.0.0.1:3"], "workerpool3": ["127.0.0.1:4"]},
+            "task": {"type": "workerpool3", "index": 0}}
+    env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
+    evaluator = subprocess.run(
+        [sys.executable, "-m", "trainer.task", "--strategy=parameter_server",
+         f"--model_dir={model_dir}", "--epochs=2", "--steps_per_epoch=15",
+         "--num_examples=1024"],
+        env={**env, **ENV, "CLUSTER_SPEC": json.dumps(spec)}, cwd=REPO,
+        capture_output=True, text=True, timeout=JOB_TIMEOUT, check=False)
+    assert evaluator.returncode == 0, evaluator.stderr[-3000:]
+    lines = [json.loads(line)
+             for line in (model_dir / "eval" / "metrics.jsonl").read_text().splitlines()]
+    assert [line["step"] for line in lines] == [15, 30], lines
+    # The last checkpoint holds the final weights: same test metrics as the chief's.
+    assert lines[-1]["metrics"]["loss"] == pytest.approx(
+        summary["metrics"]["test"]["loss"], rel=1e-4), (lines, summary)

@@ -12,6 +12,10 @@ Every task runs the same `python -m trainer.task ... --strategy=parameter_server
   then exits once the chief marks training done.
 """
 
+# This module is trainer/train.py's parameter-server branch and shares its
+# helpers (_compile, _make_backup, _already_completed, _write_outputs).
+# pylint: disable=protected-access
+
 import os
 import time
 
@@ -89,14 +93,14 @@ def _train(config: ExperimentConfig, cluster: Cluster, dirs: dict) -> dict:
     data, steps_per_epoch = _load(config)
     with strategy.scope():
         model = models.build_model(config.model, data.info.input_shape, data.info.num_classes)
-        train._compile(model, config, steps_per_epoch)  # pylint: disable=protected-access
+        train._compile(model, config, steps_per_epoch)
     trainer = parameter_server.ParameterServerTrainer(model)
 
-    backup = train._make_backup(config, dirs["backup_dir"], strategy, cluster)  # pylint: disable=protected-access
+    backup = train._make_backup(config, dirs["backup_dir"], strategy, cluster)
     if backup is not None:
         segments = backup.resume(model, epochs=config.epochs, steps_per_epoch=steps_per_epoch)
         if backup.completed:
-            return train._already_completed(backup, dirs["model_dir"], "parameter_server",  # pylint: disable=protected-access
+            return train._already_completed(backup, dirs["model_dir"], "parameter_server",
                                             strategy)
     else:
         segments = ResumePoint().segments(epochs=config.epochs, steps_per_epoch=steps_per_epoch)
@@ -150,7 +154,7 @@ def _train(config: ExperimentConfig, cluster: Cluster, dirs: dict) -> dict:
         "wall_seconds": wall_seconds,
         "resumed_from_step": backup.resumed_from_step if backup is not None else 0,
     }
-    train._write_outputs(model, summary, dirs["model_dir"])  # pylint: disable=protected-access
+    train._write_outputs(model, summary, dirs["model_dir"])
     if backup is not None and hasattr(backup, "complete"):
         backup.complete()  # only once the outputs exist
     return summary
@@ -164,7 +168,7 @@ def _evaluate_checkpoints(config: ExperimentConfig, cluster: Cluster, dirs: dict
             "--model_dir to every task")
     data, steps_per_epoch = _load(config)
     model = models.build_model(config.model, data.info.input_shape, data.info.num_classes)
-    train._compile(model, config, steps_per_epoch)  # pylint: disable=protected-access
+    train._compile(model, config, steps_per_epoch)
     alive = None
     if cluster.count(CHIEF):  # Vertex tells the evaluator about the chief; tfdist.launch does not.
         watch = parameter_server.ChiefWatch(parameter_server.chief_address(cluster),

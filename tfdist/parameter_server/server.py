@@ -110,8 +110,10 @@ def chief_address(cluster: Cluster) -> str:
 
 def start_server(cluster: Cluster):
     """Starts this worker or ps task's gRPC server and returns it."""
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from tfdist.parameter_server.strategy import training_cluster_spec  # pylint: disable=g-import-not-at-top
+    # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
+
+    from tfdist.parameter_server.strategy import training_cluster_spec
 
     return tf.distribute.Server(training_cluster_spec(cluster), job_name=cluster.task_type,
                                 task_index=cluster.task_index, protocol="grpc", start=True)
