@@ -158,6 +158,8 @@ class BackupAndRestore(keras.callbacks.Callback):
         point = self._backup.restore()
         self._resume_point = point
         self._completed = point.completed
+        if point.completed:
+            self.close()  # nothing will train: leave SIGTERM to its default
         self._global_step = self._last_saved_step = point.global_step
         self._epoch, self._step_in_epoch = point.epoch, point.step_in_epoch
         return point
