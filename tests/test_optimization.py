@@ -101,8 +101,10 @@ def test_explicit_exclusions_are_passed_through():
 
 def test_usual_exclusions_leave_out_biases_and_normalization_only():
     model = keras.Sequential([
-        keras.Input((4,)), keras.layers.Dense(3), keras.layers.BatchNormalization(name="bn"),
-        keras.layers.LayerNormalization(), keras.layers.Dense(2, name="head"),
+        keras.Input((4,)), keras.layers.Dense(3, name="dense"),
+        keras.layers.BatchNormalization(name="bn"),
+        keras.layers.LayerNormalization(name="layer_normalization"),
+        keras.layers.Dense(2, name="head"),
     ], name="net")
     optimizer, _ = build(optimizer="lars", weight_decay=0.1, learning_rate=1.0)
     variables = model.trainable_variables
