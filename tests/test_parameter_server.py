@@ -312,3 +312,53 @@ def test_after_losing_the_ps_a_restart_resumes_from_the_backup_exactly(
     summary = json.loads((model_dir / "summary.json").read_text())
     assert summary["resumed_from_step"] >= 10, summary
     assert summary["steps_completed"] == 120, summary
+
+
+@pytest.mark.slow
+def test_a_server_task_exits_0_once_the_chief_has_come_and_gone(tmp_path):
+    import socket
+    import threading
+
+    from tfdist.local_cluster import pick_free_ports
+
+    chief_port, worker_port, ps_port = pick_free_ports("127.0.0.1", 3)
+    listener = socket.create_server(("127.0.0.1", chief_port))
+    listener.settimeout(0.1)
+    probes, stop = [], threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                continue
+            connection.close()
+            probes.append(time.monotonic())
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    tf_config = {"cluster": {"chief": [f"127.0.0.1:{chief_port}"],
+                             "worker": [f"127.0.0.1:{worker_port}"],
+                             "ps": [f"127.0.0.1:{ps_port}"]},
+                 "task": {"type": "worker", "index": 0}}
+    env = {**os.environ, **ENV, "TF_CONFIG": json.dumps(tf_config)}
+    worker = subprocess.Popen([sys.executable, JOB, f"--out={tmp_path}"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        poll_until(lambda: probes or worker.poll() is not None, timeout=JOB_TIMEOUT,
+                   what="the worker's first probe of the chief")
+        assert worker.poll() is None, worker.communicate()[0][-3000:]
+        stop.set()
+        thread.join(timeout=5)
+        listener.close()
+        gone_at = time.monotonic()
+        code = worker.wait(timeout=60)
+        # The job's tasks give the chief 3 s of grace, probing every 0.2 s.
+        assert code == 0, worker.communicate()[0][-3000:]
+        assert time.monotonic() - gone_at < 30
+    finally:
+        stop.set()
+        listener.close()
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait(timeout=10)
