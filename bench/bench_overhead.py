@@ -1,0 +1,222 @@
+"""Does the trainer cost throughput? `trainer.task` against plain Keras `model.fit`.
+
+Both sides train the same model on the same data pipeline with the same seed,
+each in a fresh process, and are timed the same way: `ThroughputMeter` counts
+global examples per second over every training step except the first (which
+includes tracing). Runs alternate (trainer, plain, plain, trainer, ...) so that
+slow drifts in machine load hit both sides alike. The goal is a trainer/plain
+ratio of at least 0.97.
+
+    python bench/bench_overhead.py                 # 5 pairs, the defaults below
+    python bench/bench_overhead.py --pairs=7 --steps_per_epoch=400
+
+The plain side is what a Keras user writes by hand: build the model, compile
+it with SGD, call `model.fit` with one callback (the meter) and `verbose=0`.
+"""
+
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from absl import app
+from absl import flags
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+_PAIRS = flags.DEFINE_integer("pairs", 5, "Trainer/plain run pairs.", lower_bound=1)
+_MODEL = flags.DEFINE_string("model", "mlp", "trainer.models name.")
+_EPOCHS = flags.DEFINE_integer("epochs", 2, "Epochs per run.", lower_bound=1)
+_STEPS = flags.DEFINE_integer("steps_per_epoch", 300, "Steps per epoch.", lower_bound=2)
+_BATCH = flags.DEFINE_integer("global_batch_size", 64, "Global batch size.", lower_bound=1)
+_EXAMPLES = flags.DEFINE_integer("num_examples", 8192, "Synthetic training examples.")
+_LEARNING_RATE = flags.DEFINE_float("learning_rate", 0.05, "SGD learning rate.")
+_MOMENTUM = flags.DEFINE_float("momentum", 0.9, "SGD momentum.")
+_TRAINER_FLAGS = flags.DEFINE_list(
+    "trainer_flags", [], "Extra flags for trainer.task, e.g. --trainer_flags=--model_dir=/tmp/m.")
+_SIDE = flags.DEFINE_enum(
+    "side", None, ["plain", "ablation"],
+    "plain: run one plain-Keras side (internal). ablation: in one process, alternate plain "
+    "fit with the trainer's extra fit arguments one by one, to find what costs throughput.")
+_ROUNDS = flags.DEFINE_integer("rounds", 5, "Rounds of the ablation.", lower_bound=1)
+_OUTPUT = flags.DEFINE_string("output", None, "Also write the results as JSON here.")
+
+
+def _child_environ() -> dict:
+    environ = {key: value for key, value in os.environ.items()
+               if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")}
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
+    environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return environ
+
+
+def _common_flags() -> list[str]:
+    return [f"--model={_MODEL.value}", f"--epochs={_EPOCHS.value}",
+            f"--steps_per_epoch={_STEPS.value}", f"--global_batch_size={_BATCH.value}",
+            f"--num_examples={_EXAMPLES.value}", f"--learning_rate={_LEARNING_RATE.value}",
+            f"--momentum={_MOMENTUM.value}"]
+
+
+def _last_json_line(result: subprocess.CompletedProcess, what: str) -> dict:
+    if result.returncode != 0:
+        raise RuntimeError(f"{what} exited {result.returncode}:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run_trainer() -> float:
+    """Examples/s of `python -m trainer.task --strategy=default`, from its summary."""
+    with tempfile.TemporaryDirectory() as model_dir:
+        command = [sys.executable, "-m", "trainer.task", "--strategy=default",
+                   f"--model_dir={model_dir}", *_common_flags(), *_TRAINER_FLAGS.value]
+        result = subprocess.run(command, cwd=REPO, env=_child_environ(), capture_output=True,
+                                text=True, timeout=1200, check=False)
+        _last_json_line(result, "trainer.task")
+        summary = json.loads(pathlib.Path(model_dir, "summary.json").read_text())
+    return float(summary["examples_per_second"])
+
+
+def run_plain() -> float:
+    """Examples/s of plain Keras `model.fit` on the same model and data (fresh process)."""
+    command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--side=plain",
+               *_common_flags()]
+    result = subprocess.run(command, cwd=REPO, env=_child_environ(), capture_output=True,
+                            text=True, timeout=1200, check=False)
+    return float(_last_json_line(result, "plain Keras")["examples_per_second"])
+
+
+def plain_keras_side() -> None:
+    """The plain side, in this process: what a Keras user writes by hand."""
+    import keras  # pylint: disable=g-import-not-at-top
+
+    from trainer import datasets as datasets_lib  # pylint: disable=g-import-not-at-top
+    from trainer import models  # pylint: disable=g-import-not-at-top
+    from trainer.throughput import ThroughputMeter  # pylint: disable=g-import-not-at-top
+
+    keras.utils.set_random_seed(0)
+    data = datasets_lib.load_datasets("synthetic", global_batch_size=_BATCH.value, seed=0,
+                                      num_examples=_EXAMPLES.value)
+    model = models.build_model(_MODEL.value, data.info.input_shape, data.info.num_classes)
+    model.compile(optimizer=keras.optimizers.SGD(_LEARNING_RATE.value, momentum=_MOMENTUM.value),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    meter = ThroughputMeter(global_batch_size=_BATCH.value)
+    model.fit(data.train, epochs=_EPOCHS.value, steps_per_epoch=_STEPS.value, callbacks=[meter],
+              verbose=0, shuffle=False)
+    print(json.dumps({"examples_per_second": meter.examples_per_second}), flush=True)
+
+
+def ablation() -> None:
+    """Times plain `fit` against the trainer's extras (progress bar, TensorBoard) in-process.
+
+    One model, one pipeline; each variant runs one epoch of `--steps_per_epoch`
+    steps per round, in rotating order. Separate processes vary by more than the
+    effects measured here on a shared machine.
+    """
+    import keras  # pylint: disable=g-import-not-at-top
+
+    from trainer import datasets as datasets_lib  # pylint: disable=g-import-not-at-top
+    from trainer import models  # pylint: disable=g-import-not-at-top
+    from trainer.throughput import ThroughputMeter  # pylint: disable=g-import-not-at-top
+
+    keras.utils.set_random_seed(0)
+    data = datasets_lib.load_datasets("synthetic", global_batch_size=_BATCH.value, seed=0,
+                                      num_examples=_EXAMPLES.value)
+    model = models.build_model(_MODEL.value, data.info.input_shape, data.info.num_classes)
+    model.compile(optimizer=keras.optimizers.SGD(_LEARNING_RATE.value, momentum=_MOMENTUM.value),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
+    with tempfile.TemporaryDirectory() as logs:
+        variants = {
+            "plain (verbose=0)": dict(verbose=0, tensorboard=False),
+            "verbose=2": dict(verbose=2, tensorboard=False),
+            "TensorBoard": dict(verbose=0, tensorboard=True),
+            "verbose=2 + TensorBoard (trainer)": dict(verbose=2, tensorboard=True),
+        }
+        names = list(variants)
+        results = {name: [] for name in names}
+        cpu_per_step = {name: [] for name in names}
+        model.fit(data.train, epochs=1, steps_per_epoch=_STEPS.value, verbose=0)  # warm up
+        for round_index in range(_ROUNDS.value):
+            for name in names[round_index % len(names):] + names[:round_index % len(names)]:
+                meter = ThroughputMeter(global_batch_size=_BATCH.value)
+                callbacks = [meter]
+                if variants[name]["tensorboard"]:
+                    callbacks.append(keras.callbacks.TensorBoard(logs))
+                cpu_started = time.process_time()
+                model.fit(data.train, epochs=1, steps_per_epoch=_STEPS.value,
+                          callbacks=callbacks, verbose=variants[name]["verbose"], shuffle=False)
+                cpu_per_step[name].append((time.process_time() - cpu_started) / _STEPS.value)
+                results[name].append(meter.examples_per_second)
+    base = statistics.median(results[names[0]])
+    base_cpu = statistics.median(cpu_per_step[names[0]])
+    summary = {name: {"median_examples_per_second": statistics.median(values),
+                      "ratio_to_plain": statistics.median(values) / base,
+                      "median_cpu_ms_per_step": 1e3 * statistics.median(cpu_per_step[name]),
+                      "cpu_ratio_plain_over_variant": (
+                          base_cpu / statistics.median(cpu_per_step[name])),
+                      "runs": values}
+               for name, values in results.items()}
+    for name, row in summary.items():
+        print(f"{name:36s} {row['median_examples_per_second']:10.1f} examples/s  "
+              f"ratio {row['ratio_to_plain']:.3f}  |  {row['median_cpu_ms_per_step']:.3f} "
+              f"CPU ms/step, plain/variant {row['cpu_ratio_plain_over_variant']:.3f}",
+              file=sys.stderr)
+    print(json.dumps(summary), flush=True)
+
+
+def _load_average() -> str:
+    try:
+        return " ".join(f"{value:.2f}" for value in os.getloadavg())
+    except OSError:
+        return "unknown"
+
+
+def main(argv) -> None:
+    del argv
+    if _SIDE.value == "plain":
+        plain_keras_side()
+        return
+    if _SIDE.value == "ablation":
+        ablation()
+        return
+    load_before = _load_average()
+    trainer_runs, plain_runs = [], []
+    for pair in range(_PAIRS.value):
+        # Alternate which side goes first so drifts in load hit both alike.
+        order = (("trainer", run_trainer), ("plain", run_plain))
+        for side, run in (order if pair % 2 == 0 else order[::-1]):
+            value = run()
+            (trainer_runs if side == "trainer" else plain_runs).append(value)
+            print(f"pair {pair + 1}/{_PAIRS.value}: {side:7s} {value:10.1f} examples/s",
+                  flush=True)
+    pair_ratios = [t / p for t, p in zip(trainer_runs, plain_runs)]
+    results = {
+        "config": {"model": _MODEL.value, "epochs": _EPOCHS.value,
+                   "steps_per_epoch": _STEPS.value, "global_batch_size": _BATCH.value,
+                   "num_examples": _EXAMPLES.value, "trainer_flags": _TRAINER_FLAGS.value},
+        "trainer_examples_per_second": trainer_runs,
+        "plain_examples_per_second": plain_runs,
+        "trainer_median": statistics.median(trainer_runs),
+        "plain_median": statistics.median(plain_runs),
+        "ratio_of_medians": statistics.median(trainer_runs) / statistics.median(plain_runs),
+        "median_pair_ratio": statistics.median(pair_ratios),
+        "pair_ratios": pair_ratios,
+        "load_average_before": load_before,
+        "load_average_after": _load_average(),
+        "cpu_count": os.cpu_count(),
+    }
+    print(f"trainer median {results['trainer_median']:.1f} examples/s, plain Keras median "
+          f"{results['plain_median']:.1f} examples/s: ratio {results['ratio_of_medians']:.3f} "
+          f"(median of pair ratios {results['median_pair_ratio']:.3f}; goal >= 0.97); load "
+          f"average {load_before} -> {results['load_average_after']}")
+    print(json.dumps(results), flush=True)
+    if _OUTPUT.value:
+        pathlib.Path(_OUTPUT.value).write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    app.run(main)
