@@ -7,8 +7,9 @@ Every task runs this same command; `TF_CONFIG` decides the role:
 - chief: trains a small regression model with `tfdist.parameter_server.fit`
   (`steps_per_sync` steps between sync points), exports checkpoints to
   `<out>/checkpoints` at every epoch end, and writes `<out>/summary.json`
-  (`steps_completed`, `iterations`, per-epoch `loss`, the examples counted by
-  the loss metric). After the first sync point it writes `<out>/underway` and,
+  (`steps_completed`, `iterations`, per-epoch `loss` and `val_loss` (3
+  validation batches on the workers), and the examples the loss metric had
+  counted in the last epoch at its last sync point). After the first sync point it writes `<out>/underway` and,
   with `--hold_after_first_sync`, waits until `<out>/release` exists, so a test
   can kill a task at a known point. With `--mark_batches` every batch a worker
   reads also leaves a file in `<out>/batches`, so a test can tell that steps
@@ -110,6 +111,23 @@ def _hold_callback(out: pathlib.Path, hold: bool):
     return Hold()
 
 
+def _count_recorder():
+    import keras  # pylint: disable=g-import-not-at-top
+
+    class CountRecorder(keras.callbacks.Callback):
+        """Examples the loss metric has counted this epoch, at each sync point."""
+
+        def __init__(self):
+            super().__init__()
+            self.counts = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            tracker = next(metric for metric in self.model.metrics if metric.name == "loss")
+            self.counts.append(float(tracker.variables[1].numpy()))
+
+    return CountRecorder()
+
+
 def _chief(args, cluster, out: pathlib.Path) -> int:
     import keras  # pylint: disable=g-import-not-at-top
 
@@ -120,6 +138,7 @@ def _chief(args, cluster, out: pathlib.Path) -> int:
     with strategy.scope():
         model = _model()
     trainer = parameter_server.ParameterServerTrainer(model)
+    counter = _count_recorder()
     exporter = parameter_server.CheckpointExporter(str(out / "checkpoints"))
     mark_dir = ""
     if args.mark_batches:
@@ -129,17 +148,18 @@ def _chief(args, cluster, out: pathlib.Path) -> int:
         history = trainer.fit(
             _dataset(mark_dir), epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
             steps_per_sync=args.steps_per_sync or None, verbose=2,
-            callbacks=[_hold_callback(out, args.hold_after_first_sync), exporter])
+            validation_data=_dataset(), validation_steps=3,
+            callbacks=[_hold_callback(out, args.hold_after_first_sync), exporter, counter])
     except parameter_server.ParameterServerLostError as error:
         sys.stderr.write(f"error: {error}\n")
         return 3
     exporter.finish()
-    loss_tracker = next(metric for metric in model.metrics if metric.name == "loss")
     summary = {
         "steps_completed": trainer.steps_completed,
         "iterations": int(model.optimizer.iterations.numpy()),
         "loss": [float(value) for value in history.history["loss"]],
-        "last_epoch_examples_counted": float(loss_tracker.variables[1].numpy()),
+        "val_loss": [float(value) for value in history.history["val_loss"]],
+        "examples_counted_at_last_sync": counter.counts[-1],
         "num_partitioned_variables": sum(
             1 for variable in model.variables
             if type(variable.value).__name__ == "ShardedVariable"),

@@ -194,9 +194,10 @@ def test_every_step_is_counted_exactly_and_the_evaluator_sees_the_last_checkpoin
     summary = _summary(out, cluster)
     assert summary["steps_completed"] == 40, summary
     assert summary["iterations"] == 40, summary
-    # The loss metric's count: every example of the last epoch's 20 steps of 16.
-    assert summary["last_epoch_examples_counted"] == 20 * 16, summary
+    # The loss metric's count at the last epoch's end: all its 20 steps of 16 examples.
+    assert summary["examples_counted_at_last_sync"] == 20 * 16, summary
     assert summary["loss"][-1] < 0.5 * summary["loss"][0], summary
+    assert len(summary["val_loss"]) == 2 and summary["val_loss"][-1] < summary["val_loss"][0]
     lines = [json.loads(line) for line in (out / "eval" / "metrics.jsonl").read_text().splitlines()]
     steps = [line["step"] for line in lines]
     assert steps[-1] == 40 and steps == sorted(set(steps)), lines
@@ -225,7 +226,7 @@ def test_a_worker_killed_mid_run_loses_no_step(local_cluster, tmp_path):  # noqa
     summary = _summary(out, cluster)
     assert summary["steps_completed"] == 80, summary
     assert summary["iterations"] == 80, summary
-    assert summary["last_epoch_examples_counted"] == 40 * 16, summary
+    assert summary["examples_counted_at_last_sync"] == 40 * 16, summary
 
 
 @pytest.mark.slow
