@@ -296,9 +296,10 @@ class ParameterServerTrainer:
         iterations = self.model.optimizer.iterations
         counted = int(iterations.numpy())
         if counted != expected:
-            # A step whose worker died after its update landed ran again elsewhere.
-            _log.warning("optimizer.iterations was %d after %d steps; setting it to %d (a step "
-                         "lost with a failed worker was re-run).", counted, expected, expected)
+            cause = ("a step whose worker failed after its update landed was run again"
+                     if counted > expected else "increments were lost")
+            _log.warning("optimizer.iterations was %d after %d steps (%s); setting it to %d.",
+                         counted, expected, cause, expected)
             iterations.assign(expected)
 
     def _metric_logs(self) -> dict:
