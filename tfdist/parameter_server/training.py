@@ -210,6 +210,7 @@ class ParameterServerTrainer:
         self.steps_completed = 0
         self.timed_steps = 0
         self.timed_seconds = 0.0
+        self._all_seconds = 0.0
 
     # ---------------------------------------------------------------- build
 
@@ -379,8 +380,10 @@ class ParameterServerTrainer:
                 callback_list.on_train_batch_begin(done)
                 started = time.perf_counter()
                 self._run_train_steps(iterator, num_steps, steps_per_execution)
+                elapsed = time.perf_counter() - started
+                self._all_seconds += elapsed
                 if first_sync_done:  # the first sync point includes tracing
-                    self.timed_seconds += time.perf_counter() - started
+                    self.timed_seconds += elapsed
                     self.timed_steps += num_steps
                 first_sync_done = True
                 done += num_steps
@@ -470,8 +473,13 @@ class ParameterServerTrainer:
 
     @property
     def steps_per_second(self) -> float:
-        """Training steps per second after the first sync point; 0.0 if unmeasured."""
-        return self.timed_steps / self.timed_seconds if self.timed_seconds else 0.0
+        """Training steps per second after the first sync point (which includes tracing).
+
+        With a single sync point, over all steps, tracing included; 0.0 before training.
+        """
+        if self.timed_seconds:
+            return self.timed_steps / self.timed_seconds
+        return self.steps_completed / self._all_seconds if self._all_seconds else 0.0
 
 
 def fit(model: keras.Model, x, *, epochs: int = 1, initial_epoch: int = 0,
