@@ -52,6 +52,7 @@ def _weights(npz_path: pathlib.Path) -> list[np.ndarray]:
 
 def _model_weights(model_dir: pathlib.Path) -> list[np.ndarray]:
     import keras  # pylint: disable=g-import-not-at-top
+    import tfdist.optimizers  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers LARS/LAMB)
 
     model = keras.saving.load_model(model_dir / "model.keras", safe_mode=True)
     return model.get_weights()
@@ -65,6 +66,7 @@ def _max_difference(left: list[np.ndarray], right: list[np.ndarray]) -> float:
 @pytest.mark.parametrize("model,optimizer,learning_rate,steps_per_execution", [
     ("mlp", "sgd", "0.05", "5"),
     ("cnn", "adam", "0.001", "1"),
+    ("mlp", "lars", "1.0", "1"),
 ])
 def test_two_workers_end_with_the_weights_of_one_process(local_cluster, tmp_path, model,
                                                          optimizer, learning_rate,

@@ -33,20 +33,28 @@ _HELP = {
     "global_batch_size": "Examples per step summed over all replicas.",
     "steps_per_execution": "Steps run per call into the compiled training function.",
     "optimizer": f"Optimizer: {', '.join(config_lib.OPTIMIZERS)}.",
-    "learning_rate": "Base learning rate (for --reference_batch_size when scaling).",
+    "learning_rate": "Base learning rate; with --lr_scaling, the rate for "
+                     "--reference_batch_size (the scaled peak is logged).",
     "momentum": "Momentum for sgd and lars.",
-    "weight_decay": "Weight decay rate.",
-    "lr_scaling": "Scale the learning rate by global batch: none, linear or sqrt.",
+    "weight_decay": "lars/lamb: L2 rate added inside the trust ratio; sgd/adam: Keras "
+                    "decoupled weight decay; 0 disables.",
+    "lr_scaling": "Scale the learning rate by global batch: none, linear (x B/ref) or "
+                  "sqrt (x sqrt(B/ref)).",
     "reference_batch_size": "Batch size --learning_rate was tuned for.",
-    "warmup_epochs": "Linear learning-rate warmup length in epochs.",
-    "warmup_steps": "Linear learning-rate warmup length in steps.",
+    "warmup_epochs": "Linear warmup to the peak over this many epochs; set at most one "
+                     "of --warmup_epochs and --warmup_steps.",
+    "warmup_steps": "Linear warmup to the peak over this many steps.",
     "lr_decay": f"Decay after warmup: {', '.join(config_lib.LR_DECAYS)}.",
     "decay_power": "Power of the polynomial decay.",
-    "decay_boundaries": "Comma-separated boundaries of the step decay.",
+    "decay_boundaries": "Step decay: comma-separated increasing fractions in (0,1) of the "
+                        "post-warmup steps, e.g. 0.5,0.75.",
     "decay_rate": "Factor applied at each step-decay boundary.",
-    "exclude_from_weight_decay": "Comma-separated regexes of variable paths without decay.",
-    "exclude_from_layer_adaptation": "Comma-separated regexes of variable paths without "
-                                     "the LARS/LAMB trust ratio.",
+    "exclude_from_weight_decay": "Comma-separated regexes searched in variable paths that "
+                                 "get no weight decay; lars/lamb default: biases and "
+                                 "normalization parameters.",
+    "exclude_from_layer_adaptation": "Comma-separated regexes of variable paths that skip "
+                                     "the LARS/LAMB trust ratio (full learning rate); "
+                                     "default: none.",
     "seed": "Seed for weights, synthetic data and shuffling.",
     "deterministic": "Make TensorFlow ops deterministic (slower).",
     "mixed_precision": f"Mixed precision: {', '.join(config_lib.MIXED_PRECISION)}.",
