@@ -88,13 +88,21 @@ def test_two_workers_end_with_the_weights_of_one_process(local_cluster, tmp_path
                            _model_weights(tmp_path / "two")) < 1e-5
 
 
-def test_only_the_chief_writes_into_the_model_dir(local_cluster, tmp_path):
-    _run_cluster(local_cluster, ["-m", "trainer.task", "--strategy=multiworker", "--epochs=1",
-                                 "--steps_per_epoch=3", "--num_examples=512",
-                                 f"--model_dir={tmp_path / 'out'}"])
-    written = sorted(path.relative_to(tmp_path / "out").parts[0]
-                     for path in (tmp_path / "out").rglob("*") if path.is_file())
-    assert set(written) == {"logs", "model.keras", "summary.json"}, written
+def test_only_the_chief_writes_and_an_evaluator_reads_its_checkpoints(local_cluster, tmp_path):
+    cluster = local_cluster(num_workers=2, has_evaluator=True, env=ENV, command=[
+        sys.executable, "-m", "trainer.task", "--strategy=multiworker", "--epochs=2",
+        "--steps_per_epoch=3", "--num_examples=512", f"--model_dir={tmp_path / 'out'}"])
+    cluster.start()
+    codes = cluster.wait(timeout=WAIT_SECONDS)
+    assert set(codes.values()) == {0}, cluster.format_logs()
+
+    written = {path.relative_to(tmp_path / "out").parts[0]
+               for path in (tmp_path / "out").rglob("*") if path.is_file()}
+    assert written == {"checkpoints", "eval", "logs", "model.keras", "summary.json"}, written
+    evaluated = [json.loads(line) for line in
+                 (tmp_path / "out" / "eval" / "metrics.jsonl").read_text().splitlines()]
+    assert evaluated[-1]["step"] == 6, evaluated
+    assert set(evaluated[-1]["metrics"]) == {"loss", "accuracy"}
 
 
 def test_evaluate_and_predict_under_two_workers_equal_one_process(local_cluster, tmp_path):

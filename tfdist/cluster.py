@@ -330,6 +330,8 @@ def check_cluster_for_strategy(cluster: Cluster, strategy: str) -> None:
     Raises:
         ClusterConfigError: The combination cannot run.
     """
+    if cluster.task_type == EVALUATOR:
+        return  # It evaluates checkpoints on its own; its TF_CONFIG may list only itself.
     if strategy == "parameter_server":
         if not cluster.is_distributed:
             raise ClusterConfigError(

@@ -40,6 +40,12 @@ def cnn(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
 MODELS: dict[str, Callable[[tuple[int, ...], int], keras.Model]] = {"mlp": mlp, "cnn": cnn}
 
 
+def loss_and_metrics() -> dict:
+    """What every built-in model is compiled with (its outputs are logits)."""
+    return {"loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
+
+
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
     """Builds the registered model `name` for inputs of `input_shape`.
 

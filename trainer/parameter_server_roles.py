@@ -7,9 +7,7 @@ Every task runs the same `python -m trainer.task ... --strategy=parameter_server
 - the `chief` coordinates training (`tfdist.parameter_server`'s loop), exports
   a checkpoint per epoch to `<model_dir>/checkpoints` for the evaluator, and
   writes the usual `model.keras` and `summary.json`;
-- an `evaluator` evaluates each exported checkpoint on the test split and
-  writes `<model_dir>/eval/metrics.jsonl` (and TensorBoard events there),
-  then exits once the chief marks training done.
+- an `evaluator` evaluates each exported checkpoint (`trainer.sidecar`).
 """
 
 # This module is trainer/train.py's parameter-server branch and shares its
@@ -26,28 +24,24 @@ import tensorflow as tf
 from tfdist import parameter_server
 from tfdist import strategy as strategy_lib
 from tfdist.checkpointing import ResumePoint
-from tfdist.cluster import CHIEF, EVALUATOR, PS, WORKER, Cluster
+from tfdist.cluster import CHIEF, PS, WORKER, Cluster
 from tfdist.errors import UsageError
 from trainer import datasets as datasets_lib
 from trainer import models
+from trainer import sidecar
 from trainer import train
 from trainer.config import ExperimentConfig
 
-CHECKPOINTS_SUBDIR = "checkpoints"
-EVAL_SUBDIR = "eval"
 
 
 def run(config: ExperimentConfig, cluster: Cluster, dirs: dict) -> dict | None:
-    """Runs this task's part of a parameter-server job.
+    """Runs this task's part of a parameter-server job (the evaluator's is in `trainer.sidecar`).
 
     Returns:
         The summary on the chief; None on the other tasks.
     """
     if cluster.task_type in (WORKER, PS):
         parameter_server.serve(cluster)
-        return None
-    if cluster.task_type == EVALUATOR:
-        _evaluate_checkpoints(config, cluster, dirs)
         return None
     if cluster.task_type != CHIEF:
         raise UsageError(
@@ -93,7 +87,7 @@ def _train(config: ExperimentConfig, cluster: Cluster, dirs: dict) -> dict:
     data, steps_per_epoch = _load(config)
     with strategy.scope():
         model = models.build_model(config.model, data.info.input_shape, data.info.num_classes)
-        train._compile(model, config, steps_per_epoch)
+        train.compile_model(model, config, steps_per_epoch)
     trainer = parameter_server.ParameterServerTrainer(model)
 
     backup = train._make_backup(config, dirs["backup_dir"], strategy, cluster)
@@ -109,7 +103,7 @@ def _train(config: ExperimentConfig, cluster: Cluster, dirs: dict) -> dict:
     exporter = None
     if dirs["model_dir"]:
         exporter = parameter_server.CheckpointExporter(
-            os.path.join(dirs["model_dir"], CHECKPOINTS_SUBDIR))
+            os.path.join(dirs["model_dir"], sidecar.CHECKPOINTS_SUBDIR))
         callbacks.append(exporter)
     if dirs["tensorboard_dir"]:
         callbacks.append(keras.callbacks.TensorBoard(dirs["tensorboard_dir"]))
@@ -158,25 +152,3 @@ def _train(config: ExperimentConfig, cluster: Cluster, dirs: dict) -> dict:
     if backup is not None and hasattr(backup, "complete"):
         backup.complete()  # only once the outputs exist
     return summary
-
-
-def _evaluate_checkpoints(config: ExperimentConfig, cluster: Cluster, dirs: dict) -> None:
-    if not dirs["model_dir"]:
-        raise UsageError(
-            "the evaluator task has no --model_dir (and no AIP_MODEL_DIR), expected the "
-            "chief's model directory, whose checkpoints/ it evaluates; pass the same "
-            "--model_dir to every task")
-    data, steps_per_epoch = _load(config)
-    model = models.build_model(config.model, data.info.input_shape, data.info.num_classes)
-    train._compile(model, config, steps_per_epoch)
-    alive = None
-    if cluster.count(CHIEF):  # Vertex tells the evaluator about the chief; tfdist.launch does not.
-        watch = parameter_server.ChiefWatch(parameter_server.chief_address(cluster),
-                                            gone_seconds=60.0)
-        alive = lambda: not watch.gone()  # noqa: E731
-    evaluator = parameter_server.SidecarEvaluator(
-        model, data.test, checkpoint_dir=os.path.join(dirs["model_dir"], CHECKPOINTS_SUBDIR),
-        output_dir=os.path.join(dirs["model_dir"], EVAL_SUBDIR), is_training_alive=alive)
-    results = evaluator.run()
-    logging.info("Evaluated %d checkpoint(s); the last at step %d: %s", len(results),
-                 max(results), results[max(results)])

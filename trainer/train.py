@@ -12,10 +12,11 @@ import tensorflow as tf
 from tfdist import strategy as strategy_lib
 from tfdist.callbacks import BackupAndRestore
 from tfdist.checkpointing import ResumePoint
-from tfdist.cluster import Cluster
+from tfdist.cluster import EVALUATOR, Cluster
 from tfdist.data import per_replica_batch_size
 from trainer import datasets as datasets_lib
 from trainer import models
+from trainer import sidecar
 from trainer.config import ExperimentConfig
 from trainer.optimization import build_optimizer
 from trainer.throughput import ThroughputMeter
@@ -52,13 +53,9 @@ def _seed_everything(config: ExperimentConfig) -> None:
         tf.config.experimental.enable_op_determinism()
 
 
-def _compile(model: keras.Model, config: ExperimentConfig, steps_per_epoch: int) -> None:
-    model.compile(
-        optimizer=build_optimizer(config, steps_per_epoch=steps_per_epoch),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-        steps_per_execution=config.steps_per_execution,
-    )
+def compile_model(model: keras.Model, config: ExperimentConfig, steps_per_epoch: int) -> None:
+    model.compile(optimizer=build_optimizer(config, steps_per_epoch=steps_per_epoch),
+                  steps_per_execution=config.steps_per_execution, **models.loss_and_metrics())
 
 
 def write_json_atomically(path: str, payload: dict) -> None:
@@ -70,10 +67,12 @@ def write_json_atomically(path: str, payload: dict) -> None:
 
 
 def run(config: ExperimentConfig, cluster: Cluster,
-        environ: Mapping[str, str] = os.environ) -> dict:
-    """Trains per `config` as this task of `cluster`; returns the summary.
+        environ: Mapping[str, str] = os.environ) -> dict | None:
+    """Runs this task's part of the job; returns the summary where training ran.
 
-    Only the chief writes `model.keras`, `summary.json` and TensorBoard logs.
+    Only the chief writes `model.keras`, `summary.json`, TensorBoard logs and
+    the per-epoch checkpoints an evaluator task reads; an evaluator task
+    evaluates those and returns None.
     """
     dirs = output_dirs(config, environ)
     tf.get_logger().setLevel("WARNING")
@@ -81,15 +80,17 @@ def run(config: ExperimentConfig, cluster: Cluster,
                                                        strategy_options(config))
     if config.mixed_precision != "none":
         keras.mixed_precision.set_global_policy(config.mixed_precision)
+    if cluster.task_type == EVALUATOR:
+        sidecar.evaluate_checkpoints(config, cluster, dirs)
+        return None
     if strategy_name == "parameter_server":
         # Every role (chief, worker, ps, evaluator) runs this same command.
         from trainer import parameter_server_roles  # pylint: disable=g-import-not-at-top
         return parameter_server_roles.run(config, cluster, dirs)
-    if strategy_name != "parameter_server":
-        replicas = strategy_lib.expected_num_replicas(strategy_name, cluster,
-                                                      strategy_options(config))
-        if replicas:
-            per_replica_batch_size(config.global_batch_size, replicas)
+    replicas = strategy_lib.expected_num_replicas(strategy_name, cluster,
+                                                  strategy_options(config))
+    if replicas:
+        per_replica_batch_size(config.global_batch_size, replicas)
     strategy = strategy_lib.make_strategy(strategy_name, cluster, strategy_options(config))
     _seed_everything(config)
 
@@ -100,7 +101,7 @@ def run(config: ExperimentConfig, cluster: Cluster,
                        or max(data.info.num_train_examples // config.global_batch_size, 1))
     with strategy.scope():
         model = models.build_model(config.model, data.info.input_shape, data.info.num_classes)
-        _compile(model, config, steps_per_epoch)
+        compile_model(model, config, steps_per_epoch)
 
     backup = _make_backup(config, dirs["backup_dir"], strategy, cluster)
     if backup is not None:
@@ -114,8 +115,13 @@ def run(config: ExperimentConfig, cluster: Cluster,
     meter = ThroughputMeter(global_batch_size=config.global_batch_size,
                             steps_per_execution=config.steps_per_execution)
     callbacks = [meter]
-    if cluster.is_chief and dirs["tensorboard_dir"]:
-        callbacks.append(keras.callbacks.TensorBoard(dirs["tensorboard_dir"]))
+    exporter = None
+    if cluster.is_chief:
+        if dirs["tensorboard_dir"]:
+            callbacks.append(keras.callbacks.TensorBoard(dirs["tensorboard_dir"]))
+        exporter = sidecar.checkpoint_exporter(dirs["model_dir"])
+        if exporter is not None:
+            callbacks.append(exporter)
     if backup is not None:
         callbacks.append(backup)  # last: it may end the process after a preemption notice
     validation = ({"validation_data": data.test, "validation_steps": config.validation_steps}
@@ -130,6 +136,8 @@ def run(config: ExperimentConfig, cluster: Cluster,
                             **segment.fit_kwargs(), **validation)
         train_logs = {name: float(values[-1]) for name, values in history.history.items()}
     evaluation = model.evaluate(data.test, verbose=0, return_dict=True)
+    if exporter is not None:
+        exporter.finish()
 
     summary = {
         "strategy": strategy_name,
