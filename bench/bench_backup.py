@@ -58,22 +58,46 @@ def _directory_bytes(path: str) -> int:
 
 # --------------------------------------------------------------------------- (a)
 
-def bench_throughput(args) -> None:
+def _timed_backup_class():
     from tfdist.callbacks import BackupAndRestore  # pylint: disable=g-import-not-at-top
+
+    class TimedBackup(BackupAndRestore):
+        """Adds up the wall time spent restoring and saving."""
+
+        seconds = 0.0
+
+        def restore(self, model=None):
+            started = time.perf_counter()
+            try:
+                return super().restore(model)
+            finally:
+                self.seconds += time.perf_counter() - started
+
+        def _save(self):
+            started = time.perf_counter()
+            super()._save()
+            self.seconds += time.perf_counter() - started
+
+    return TimedBackup
+
+
+def bench_throughput(args) -> None:
+    timed_backup = _timed_backup_class()
 
     epochs, steps = 2, args.steps // 2
     data, model = _setup()
     model.fit(data.train, epochs=1, steps_per_epoch=5, verbose=0, shuffle=False)  # trace
     results = {"none": [], "backup": []}
     cpu = {"none": [], "backup": []}
+    inside = []
     backup_bytes = 0
     for _ in range(args.rounds):
         for mode in ("none", "backup"):
             callbacks, backup_dir = [], None
             if mode == "backup":
                 backup_dir = tempfile.mkdtemp(prefix="bench-backup-")
-                callbacks = [BackupAndRestore(backup_dir, save_freq=args.every,
-                                              delete_checkpoint=False, preemption=None)]
+                callbacks = [timed_backup(backup_dir, save_freq=args.every,
+                                          delete_checkpoint=False, preemption=None)]
             wall, process = time.perf_counter(), time.process_time()
             model.fit(data.train, epochs=epochs, steps_per_epoch=steps, verbose=0,
                       shuffle=False, callbacks=callbacks)
@@ -81,6 +105,7 @@ def bench_throughput(args) -> None:
             results[mode].append(epochs * steps * BATCH / wall)
             cpu[mode].append(process)
             if backup_dir:
+                inside.append(callbacks[0].seconds)
                 newest = sorted(name for name in os.listdir(backup_dir)
                                 if name.startswith("backup-"))[-1]
                 backup_bytes = _directory_bytes(os.path.join(backup_dir, newest))
@@ -99,7 +124,12 @@ def bench_throughput(args) -> None:
     for mode, label in (("none", "no backups"), ("backup", f"backup every {args.every}")):
         print(f"| {label} | {best[mode]:.0f} | {median[mode]:.0f} | "
               f"{statistics.median(cpu[mode]):.1f} | {median[mode] / median['none']:.3f} |")
+    none_seconds = total * BATCH / median["none"]
     print(f"time per backup from the throughput medians: {1e3 * seconds_per_save:.0f} ms")
+    print(f"wall time inside restore + backups per run (median): "
+          f"{statistics.median(inside):.2f} s = {1e3 * statistics.median(inside) / saves:.0f} "
+          f"ms per backup = {100 * statistics.median(inside) / none_seconds:.1f}% of the "
+          f"median run without backups ({none_seconds:.2f} s)")
     first, steady = _time_saves(model)
     print(f"one backup, timed directly: first {1e3 * first:.0f} ms (includes tracing the "
           f"checkpoint writer), then median {1e3 * steady:.0f} ms")
@@ -211,12 +241,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400,
                         help="(a) total steps per run; (b) steps per epoch")
     parser.add_argument("--every", type=int, default=50)
+    parser.add_argument("--epochs", type=int, default=0,
+                        help="(b) planned epochs; default: past the latest resume point")
     parser.add_argument("--resume_at", default="300,10000")
     parser.add_argument("--backup_dir", default="")
     parser.add_argument("--report", default="")
     args = parser.parse_args()
-    # (b) plans enough epochs to run past the latest resume point.
-    args.epochs = max(int(step) for step in args.resume_at.split(",")) // args.steps + 2
+    if not args.epochs:
+        args.epochs = max(int(step) for step in args.resume_at.split(",")) // args.steps + 2
     if args.part == "child":
         child(args)
         return
