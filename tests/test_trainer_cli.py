@@ -214,12 +214,6 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-_NAMES_CHECKED_AFTER_THE_STRATEGY = pytest.mark.xfail(
-    strict=True, reason="trainer/train.py run() builds the strategy (which joins the "
-    "cluster) before models.build_model and datasets.load_datasets check the names, so a "
-    "typo'd --model or --dataset waits for peers forever; check both names before "
-    "make_strategy")
-
 TYPOS_IN_A_TWO_WORKER_JOB = [
     pytest.param(["--strategy=multiwroker"], ["--strategy is 'multiwroker'"], True,
                  id="typo'd strategy"),
@@ -227,9 +221,9 @@ TYPOS_IN_A_TWO_WORKER_JOB = [
                  ["does not divide among 2 replicas"], False,
                  id="batch not divisible by 2 workers"),
     pytest.param(["--strategy=multiworker", "--model=mpl"], ["--model is 'mpl'"], False,
-                 id="typo'd model", marks=_NAMES_CHECKED_AFTER_THE_STRATEGY),
+                 id="typo'd model"),
     pytest.param(["--strategy=multiworker", "--dataset=mnits"], ["--dataset is 'mnits'"], False,
-                 id="typo'd dataset", marks=_NAMES_CHECKED_AFTER_THE_STRATEGY),
+                 id="typo'd dataset"),
 ]
 
 

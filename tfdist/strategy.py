@@ -196,7 +196,7 @@ def _tpu(cluster: Cluster, options: StrategyOptions) -> tf.distribute.Strategy:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=options.tpu or None)
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
-    except (ValueError, tf.errors.OpError) as error:
+    except (ValueError, OSError, tf.errors.OpError) as error:  # OSError: no GCE metadata
         first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise UsageError(
             f"--strategy=tpu found no TPU for --tpu={options.tpu!r} ({first_line}); expected "

@@ -67,7 +67,20 @@ def _synthetic(num_examples: int, seed: int) -> tuple[DatasetInfo, tf.data.Datas
     return info, train, test
 
 
-def _tfds(name: str, data_dir: str) -> tuple[DatasetInfo, tf.data.Dataset, tf.data.Dataset]:
+def check_dataset(name: str, data_dir: str = "") -> None:
+    """Checks that `name` can be loaded, without running any TensorFlow op.
+
+    Call it before building a strategy, so that a typo fails at once instead
+    of after the task has joined the cluster.
+
+    Raises:
+        UsageError: Unknown or unprepared dataset.
+    """
+    if name != SYNTHETIC:
+        _tfds_builder(name, data_dir)
+
+
+def _tfds_builder(name: str, data_dir: str):
     import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
     try:
@@ -82,6 +95,13 @@ def _tfds(name: str, data_dir: str) -> tuple[DatasetInfo, tf.data.Dataset, tf.da
             f"--dataset={name!r} is not prepared under --data_dir={data_dir or builder.data_dir!r}; "
             f"nothing is downloaded at run time; prepare it once with "
             f"`tfds build {name} --data_dir=DIR` and pass --data_dir=DIR")
+    return builder
+
+
+def _tfds(name: str, data_dir: str) -> tuple[DatasetInfo, tf.data.Dataset, tf.data.Dataset]:
+    import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+    builder = _tfds_builder(name, data_dir)
     features = builder.info.features
     if "image" not in features or "label" not in features:
         raise UsageError(f"--dataset={name!r} has features {sorted(features.keys())}, "

@@ -46,12 +46,17 @@ def loss_and_metrics() -> dict:
             "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
 
 
+def check_model_name(name: str) -> None:
+    """Raises a `UsageError` unless `name` is a registered model."""
+    if name not in MODELS:
+        raise UsageError(f"--model is {name!r}, expected one of: {', '.join(MODELS)}")
+
+
 def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
     """Builds the registered model `name` for inputs of `input_shape`.
 
     Raises:
         UsageError: `name` is not registered.
     """
-    if name not in MODELS:
-        raise UsageError(f"--model is {name!r}, expected one of: {', '.join(MODELS)}")
+    check_model_name(name)
     return MODELS[name](tuple(input_shape), num_classes)

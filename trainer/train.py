@@ -87,6 +87,8 @@ def run(config: ExperimentConfig, cluster: Cluster,
         # Every role (chief, worker, ps, evaluator) runs this same command.
         from trainer import parameter_server_roles  # pylint: disable=g-import-not-at-top
         return parameter_server_roles.run(config, cluster, dirs)
+    models.check_model_name(config.model)
+    datasets_lib.check_dataset(config.dataset, config.data_dir)
     replicas = strategy_lib.expected_num_replicas(strategy_name, cluster,
                                                   strategy_options(config))
     if replicas:
