@@ -1,7 +1,8 @@
 """Exit-code contract shared by every command-line entry point.
 
 0 success; 2 usage or configuration error (one line on stderr, no traceback);
-143 after a preemption notice once the state is saved; anything else a crash.
+143 after a preemption notice once the state is saved; 137 when the grace
+period ran out before the backup committed; anything else a crash.
 """
 
 import sys
@@ -15,6 +16,7 @@ from tfdist.errors import UsageError
 EXIT_OK = 0
 EXIT_USAGE = 2
 EXIT_PREEMPTED = 143
+EXIT_GRACE_EXPIRED = 137
 
 
 def exit_usage_error(message: str) -> NoReturn:

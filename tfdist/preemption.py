@@ -27,10 +27,9 @@ import time
 from typing import Callable
 
 from tfdist.checkpointing.sync import WorkerSync
-from tfdist.cli import EXIT_PREEMPTED
+from tfdist.cli import EXIT_GRACE_EXPIRED, EXIT_PREEMPTED
 from tfdist.errors import UsageError
 
-EXIT_GRACE_EXPIRED = 137
 
 _log = logging.getLogger(__name__)
 

@@ -67,6 +67,7 @@ class ExperimentConfig:
     backup_dir: str = ""
     backup_every_steps: int = 0
     keep_backup: bool = False
+    preemption_grace_seconds: float = 25.0
     tensorboard_dir: str = ""
 
     def __post_init__(self):
@@ -82,6 +83,7 @@ class ExperimentConfig:
         for name in ("steps_per_epoch", "validation_steps", "reference_batch_size",
                      "warmup_steps", "num_cpu_devices"):
             _not_negative(name, getattr(self, name))
+        _positive("preemption_grace_seconds", self.preemption_grace_seconds)
         for name in ("warmup_epochs", "weight_decay", "momentum", "decay_power"):
             _not_negative(name, getattr(self, name))
         if self.backup_every_steps < 0:

@@ -63,6 +63,8 @@ _HELP = {
     "backup_dir": "Backup-and-restore directory; default $AIP_CHECKPOINT_DIR.",
     "backup_every_steps": "Back up every N steps (and at each epoch end).",
     "keep_backup": "Keep the backup after training completes.",
+    "preemption_grace_seconds": "After SIGTERM, seconds to finish the step, save and exit 143 "
+                                "(137 if the backup could not commit in time).",
     "tensorboard_dir": "TensorBoard logs; default $AIP_TENSORBOARD_LOG_DIR or "
                        "<model_dir>/logs.",
 }

@@ -14,6 +14,7 @@ from tfdist.callbacks import BackupAndRestore
 from tfdist.checkpointing import ResumePoint
 from tfdist.cluster import EVALUATOR, Cluster
 from tfdist.data import per_replica_batch_size
+from tfdist.preemption import PreemptionOptions
 from trainer import datasets as datasets_lib
 from trainer import models
 from trainer import sidecar
@@ -173,7 +174,9 @@ def _make_backup(config: ExperimentConfig, backup_dir: str, strategy: tf.distrib
         return None
     return BackupAndRestore(backup_dir, save_freq=config.backup_every_steps or "epoch",
                             delete_checkpoint=not config.keep_backup,
-                            complete_on_train_end=False, strategy=strategy, cluster=cluster)
+                            complete_on_train_end=False, strategy=strategy, cluster=cluster,
+                            preemption=PreemptionOptions(
+                                grace_period_seconds=config.preemption_grace_seconds))
 
 
 def _already_completed(backup: BackupAndRestore, model_dir: str, strategy_name: str,
