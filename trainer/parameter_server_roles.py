@@ -22,6 +22,7 @@ import keras
 import tensorflow as tf
 
 from tfdist import parameter_server
+from tfdist.callbacks import EpochTensorBoard
 from tfdist import strategy as strategy_lib
 from tfdist.checkpointing import ResumePoint
 from tfdist.cluster import CHIEF, PS, WORKER, Cluster
@@ -106,7 +107,7 @@ def _train(config: ExperimentConfig, cluster: Cluster, dirs: dict) -> dict:
             os.path.join(dirs["model_dir"], sidecar.CHECKPOINTS_SUBDIR))
         callbacks.append(exporter)
     if dirs["tensorboard_dir"]:
-        callbacks.append(keras.callbacks.TensorBoard(dirs["tensorboard_dir"]))
+        callbacks.append(EpochTensorBoard(dirs["tensorboard_dir"]))
     if backup is not None:
         callbacks.append(backup)  # last: it may end the process after a preemption notice
     validation = ({"validation_data": data.test, "validation_steps": config.validation_steps}

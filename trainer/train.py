@@ -10,7 +10,7 @@ import keras
 import tensorflow as tf
 
 from tfdist import strategy as strategy_lib
-from tfdist.callbacks import BackupAndRestore
+from tfdist.callbacks import BackupAndRestore, EpochTensorBoard
 from tfdist.checkpointing import ResumePoint
 from tfdist.cluster import EVALUATOR, Cluster
 from tfdist.data import per_replica_batch_size
@@ -121,7 +121,7 @@ def run(config: ExperimentConfig, cluster: Cluster,
     exporter = None
     if cluster.is_chief:
         if dirs["tensorboard_dir"]:
-            callbacks.append(keras.callbacks.TensorBoard(dirs["tensorboard_dir"]))
+            callbacks.append(EpochTensorBoard(dirs["tensorboard_dir"]))
         exporter = sidecar.checkpoint_exporter(dirs["model_dir"])
         if exporter is not None:
             callbacks.append(exporter)
