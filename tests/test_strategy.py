@@ -293,3 +293,11 @@ def test_expected_num_replicas(name, cluster, options, expected):
     task_type = "chief" if cluster and "chief" in cluster else "worker"
     resolved = tf_config_cluster(cluster, task_type) if cluster else Cluster()
     assert expected_num_replicas(name, resolved, StrategyOptions(**options)) == expected
+
+
+def test_tpu_grpc_address_nobody_listens_on_is_a_quick_usage_error():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.raises(UsageError, match="cannot reach --tpu='grpc://127.0.0.1:"):
+        make_strategy("tpu", Cluster(), StrategyOptions(tpu=f"grpc://127.0.0.1:{port}"))

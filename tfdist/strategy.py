@@ -6,6 +6,7 @@ configured before TensorFlow initializes its devices.
 """
 
 import dataclasses
+import socket
 
 from absl import logging
 import tensorflow as tf
@@ -190,8 +191,27 @@ def _parameter_server(cluster: Cluster, options: StrategyOptions) -> tf.distribu
         cluster, min_shard_bytes=options.ps_min_shard_bytes, max_shards=options.ps_max_shards)
 
 
+_TPU_CONNECT_SECONDS = 10.0
+
+
+def _check_tpu_address_answers(tpu: str) -> None:
+    # Connecting to a grpc:// address nobody listens on blocks without a bound.
+    host, _, port = tpu[len("grpc://"):].rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)),
+                                      timeout=_TPU_CONNECT_SECONDS):
+            pass
+    except (OSError, ValueError) as error:
+        raise UsageError(
+            f"--strategy=tpu cannot reach --tpu={tpu!r} ({type(error).__name__}: {error}); "
+            f"expected a TPU worker listening there; check the address or use the TPU's "
+            f"name") from None
+
+
 def _tpu(cluster: Cluster, options: StrategyOptions) -> tf.distribute.Strategy:
     del cluster
+    if options.tpu.startswith("grpc://"):
+        _check_tpu_address_answers(options.tpu)
     try:
         resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=options.tpu or None)
         tf.config.experimental_connect_to_cluster(resolver)
