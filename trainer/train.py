@@ -14,6 +14,7 @@ from tfdist.callbacks import BackupAndRestore, EpochTensorBoard
 from tfdist.checkpointing import ResumePoint
 from tfdist.cluster import EVALUATOR, Cluster
 from tfdist.data import per_replica_batch_size
+from tfdist.files import write_json_atomically
 from tfdist.preemption import PreemptionOptions
 from trainer import datasets as datasets_lib
 from trainer import models
@@ -57,14 +58,6 @@ def _seed_everything(config: ExperimentConfig) -> None:
 def compile_model(model: keras.Model, config: ExperimentConfig, steps_per_epoch: int) -> None:
     model.compile(optimizer=build_optimizer(config, steps_per_epoch=steps_per_epoch),
                   steps_per_execution=config.steps_per_execution, **models.loss_and_metrics())
-
-
-def write_json_atomically(path: str, payload: dict) -> None:
-    """Writes `payload` to `path` through a temporary file and a rename."""
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(temporary, "w") as handle:
-        handle.write(json.dumps(payload, indent=2, sort_keys=True) + "\n")
-    tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
 def run(config: ExperimentConfig, cluster: Cluster,

@@ -31,6 +31,7 @@ import keras
 import tensorflow as tf
 
 from tfdist.errors import UsageError
+from tfdist.files import write_json_atomically
 
 DONE_MARKER = "training_done.json"
 METRICS_FILE = "metrics.jsonl"
@@ -50,13 +51,6 @@ def checkpoint_step(path: str) -> int:
     if not match:
         raise ValueError(f"{path!r} is not a tfdist checkpoint path (expected .../ckpt-<step>)")
     return int(match.group(1))
-
-
-def _write_json_atomically(path: str, payload: dict) -> None:
-    temporary = f"{path}.tmp-{os.getpid()}"
-    with tf.io.gfile.GFile(temporary, "w") as handle:
-        handle.write(json.dumps(payload, sort_keys=True) + "\n")
-    tf.io.gfile.rename(temporary, path, overwrite=True)
 
 
 def read_done_marker(directory: str) -> dict | None:
@@ -134,7 +128,7 @@ class CheckpointExporter(keras.callbacks.Callback):
         several `fit` calls, and the evaluator stops at the marker.
         """
         path = self.export()
-        _write_json_atomically(os.path.join(self.directory, DONE_MARKER),
+        write_json_atomically(os.path.join(self.directory, DONE_MARKER),
                                {"last_checkpoint": os.path.basename(path),
                                 "step": checkpoint_step(path)})
         return path
