@@ -11,6 +11,7 @@ Every task of the job runs the same program; what it does depends on its role:
 See docs/parameter_server.md. TensorFlow is imported by the submodules.
 """
 
+from tfdist.parameter_server.sharded_embedding import ShardedEmbedding
 from tfdist.parameter_server.server import ChiefWatch, ServeOptions, chief_address, serve
 from tfdist.parameter_server.sidecar import (DONE_MARKER, METRICS_FILE, CheckpointExporter,
                                              SidecarEvaluator, list_checkpoints,
@@ -22,6 +23,7 @@ from tfdist.parameter_server.training import (ParameterServerLostError,
 
 __all__ = ["CheckpointExporter", "ChiefWatch", "DONE_MARKER", "METRICS_FILE",
            "ParameterServerLostError", "ParameterServerTrainer", "ServeOptions",
+           "ShardedEmbedding",
            "SidecarEvaluator", "chief_address", "evaluate", "fit", "list_checkpoints",
            "make_parameter_server_strategy", "read_done_marker", "serve",
            "training_cluster_spec", "variable_partitioner"]
