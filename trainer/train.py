@@ -74,15 +74,16 @@ def run(config: ExperimentConfig, cluster: Cluster,
                                                        strategy_options(config))
     if config.mixed_precision != "none":
         keras.mixed_precision.set_global_policy(config.mixed_precision)
+    # Names are checked before any task contacts another: a typo must not hang.
+    models.check_model_name(config.model)
+    datasets_lib.check_dataset(config.dataset, config.data_dir)
     if cluster.task_type == EVALUATOR:
         sidecar.evaluate_checkpoints(config, cluster, dirs)
         return None
     if strategy_name == "parameter_server":
-        # Every role (chief, worker, ps, evaluator) runs this same command.
+        # Chief, worker and ps tasks all run this same command.
         from trainer import parameter_server_roles  # pylint: disable=g-import-not-at-top
         return parameter_server_roles.run(config, cluster, dirs)
-    models.check_model_name(config.model)
-    datasets_lib.check_dataset(config.dataset, config.data_dir)
     replicas = strategy_lib.expected_num_replicas(strategy_name, cluster,
                                                   strategy_options(config))
     if replicas:
