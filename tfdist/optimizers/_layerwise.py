@@ -4,6 +4,8 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from tfdist.optimizers import exclusions
+
 
 def refuse_decoupled_weight_decay(kwargs: dict, optimizer_name: str) -> None:
     """Rejects Keras's `weight_decay`, which would act outside the trust ratio."""
@@ -44,3 +46,19 @@ def refuse_keras_exclusions(optimizer_name: str) -> None:
         f"{optimizer_name}.exclude_from_weight_decay() is Keras's hook for decoupled "
         f"decay, which {optimizer_name} does not use; pass "
         f"exclude_from_weight_decay=[patterns] to the constructor instead")
+
+
+class LayerwiseExclusions:
+    """Mixin for LARS and LAMB: their two exclusion lists; Keras's decay hook refused."""
+
+    def _set_exclusions(self, exclude_from_weight_decay, exclude_from_layer_adaptation):
+        # Not `self.exclude_from_weight_decay`: that is a Keras optimizer method.
+        self._decay_exclusions = exclusions.normalize_patterns(
+            exclude_from_weight_decay, "exclude_from_weight_decay")
+        self._adaptation_exclusions = exclusions.normalize_patterns(
+            exclude_from_layer_adaptation, "exclude_from_layer_adaptation")
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        """Refused: Keras's hook for its decoupled decay, which this optimizer does not use."""
+        del var_list, var_names
+        refuse_keras_exclusions(type(self).__name__)

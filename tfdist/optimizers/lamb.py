@@ -8,7 +8,7 @@ from tfdist.optimizers import exclusions
 
 
 @keras.saving.register_keras_serializable(package="tfdist")
-class LAMB(keras.optimizers.Optimizer):
+class LAMB(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
     """Layer-wise Adaptive Moments for Batch training (You et al., 2019).
 
     With `t` the 1-based step, for each variable `w` with gradient `g`:
@@ -59,15 +59,7 @@ class LAMB(keras.optimizers.Optimizer):
         self.beta_2 = float(beta_2)
         self.epsilon = float(epsilon)
         self.weight_decay_rate = float(weight_decay_rate)
-        # Not `self.exclude_from_weight_decay`: that is a Keras optimizer method.
-        self._decay_exclusions = exclusions.normalize_patterns(
-            exclude_from_weight_decay, "exclude_from_weight_decay")
-        self._adaptation_exclusions = exclusions.normalize_patterns(
-            exclude_from_layer_adaptation, "exclude_from_layer_adaptation")
-
-    def exclude_from_weight_decay(self, var_list=None, var_names=None):
-        """Refused: Keras's hook for its decoupled decay, which LAMB does not use."""
-        _layerwise.refuse_keras_exclusions(type(self).__name__)
+        self._set_exclusions(exclude_from_weight_decay, exclude_from_layer_adaptation)
 
     def build(self, var_list):
         if self.built:

@@ -8,7 +8,7 @@ from tfdist.optimizers import exclusions
 
 
 @keras.saving.register_keras_serializable(package="tfdist")
-class LARS(keras.optimizers.Optimizer):
+class LARS(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
     """Layer-wise Adaptive Rate Scaling (You et al., 2017).
 
     For each variable `w` with (cross-replica aggregated) gradient `g`:
@@ -59,15 +59,7 @@ class LARS(keras.optimizers.Optimizer):
         self.eeta = float(eeta)
         self.epsilon = float(epsilon)
         self.nesterov = bool(nesterov)
-        # Not `self.exclude_from_weight_decay`: that is a Keras optimizer method.
-        self._decay_exclusions = exclusions.normalize_patterns(
-            exclude_from_weight_decay, "exclude_from_weight_decay")
-        self._adaptation_exclusions = exclusions.normalize_patterns(
-            exclude_from_layer_adaptation, "exclude_from_layer_adaptation")
-
-    def exclude_from_weight_decay(self, var_list=None, var_names=None):
-        """Refused: Keras's hook for its decoupled decay, which LARS does not use."""
-        _layerwise.refuse_keras_exclusions(type(self).__name__)
+        self._set_exclusions(exclude_from_weight_decay, exclude_from_layer_adaptation)
 
     def build(self, var_list):
         if self.built:
