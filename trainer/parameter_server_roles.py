@@ -17,7 +17,6 @@ Every task runs the same `python -m trainer.task ... --strategy=parameter_server
 import os
 import time
 
-from absl import logging
 import keras
 import tensorflow as tf
 

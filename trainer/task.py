@@ -5,7 +5,6 @@ which overrides the embedded defaults (`trainer.config.ExperimentConfig`).
 Exit codes: 0 done, 2 usage or configuration error, 143 preempted and saved.
 """
 
-import dataclasses
 import json
 import os
 import sys
