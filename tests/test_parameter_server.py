@@ -308,8 +308,9 @@ def test_after_losing_the_ps_a_restart_resumes_from_the_backup_exactly(
                what="the first backup")
     assert cluster.kill("ps:0", signal.SIGKILL)
     codes = cluster.wait(timeout=JOB_TIMEOUT * 2)
+    # Whether the chief printed its lost-ps line before the restart stopped it
+    # is a race with the launcher; the message itself is tested above.
     assert cluster.restarts == 1 and codes["chief:0"] == 0, cluster.format_logs()
-    assert "parameter-server training stopped: " in cluster.log("chief:0")
     summary = json.loads((model_dir / "summary.json").read_text())
     assert summary["resumed_from_step"] >= 10, summary
     assert summary["steps_completed"] == 120, summary
