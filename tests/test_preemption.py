@@ -10,7 +10,6 @@ import json
 import os
 import pathlib
 import signal
-import subprocess
 import sys
 
 import numpy as np
@@ -20,6 +19,7 @@ from tfdist.cli import EXIT_PREEMPTED
 from tfdist.errors import UsageError
 from tfdist.preemption import (EXIT_GRACE_EXPIRED, Preempted, PreemptionOptions,
                                PreemptionWatcher)
+from tests.logged_process import finish, log_tail, start_logged
 from tfdist.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -106,35 +106,18 @@ def test_normal_end_cancels_the_deadline(watcher):
 def _start_job(tmp_path: pathlib.Path, name: str, backup_dir: pathlib.Path, *extra: str):
     out = tmp_path / name
     out.mkdir()
-    log = open(out / "log.txt", "wb")  # pylint: disable=consider-using-with
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
-    env.pop("TF_CONFIG", None)
-    env.pop("CLUSTER_SPEC", None)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tests.fault_tolerance_job", f"--backup_dir={backup_dir}",
-         f"--out={out}", *extra], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
-    process.out, process.log = out, log
-    return process
+    return start_logged([sys.executable, "-m", "tests.fault_tolerance_job",
+                         f"--backup_dir={backup_dir}", f"--out={out}", *extra], out, cwd=REPO)
 
 
 def _finish(process, timeout: float = PROCESS_TIMEOUT) -> int:
-    try:
-        return process.wait(timeout=timeout)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        process.log.close()
-
-
-def _log_of(process) -> str:
-    return (process.out / "log.txt").read_text(errors="replace")[-6000:]
+    return finish(process, timeout)
 
 
 def _run_job(tmp_path, name, backup_dir, *extra) -> pathlib.Path:
     process = _start_job(tmp_path, name, backup_dir, *extra)
     code = _finish(process)
-    assert code == 0, f"{name} exited {code}:\n{_log_of(process)}"
+    assert code == 0, f"{name} exited {code}:\n{log_tail(process)}"
     return process.out
 
 
@@ -174,7 +157,7 @@ def test_sigkill_after_a_backup_then_restart_equals_uninterrupted_run(tmp_path,
     try:
         poll_until(lambda: (victim.out / "paused-single-0-7").exists() or victim.poll(),
                    timeout=PROCESS_TIMEOUT, what="the job to reach step 7")
-        assert victim.poll() is None, _log_of(victim)
+        assert victim.poll() is None, log_tail(victim)
         victim.send_signal(signal.SIGKILL)
     finally:
         code = _finish(victim)
@@ -197,15 +180,15 @@ def test_sigterm_saves_at_the_notice_step_exits_143_and_resumes_there(tmp_path,
     try:
         poll_until(lambda: (victim.out / "paused-single-0-6").exists() or victim.poll(),
                    timeout=PROCESS_TIMEOUT, what="the job to reach step 6")
-        assert victim.poll() is None, _log_of(victim)
+        assert victim.poll() is None, log_tail(victim)
         victim.send_signal(signal.SIGTERM)
         code = _finish(victim, timeout=grace + 10)
     finally:
         _finish(victim)
-    assert code == EXIT_PREEMPTED, _log_of(victim)
+    assert code == EXIT_PREEMPTED, log_tail(victim)
     # The periodic backup was at step 4; the notice came at step 6.
     assert sorted(os.listdir(backup_dir)) == ["backup-000000000004", "backup-000000000006"]
-    assert "Preemption notice agreed: stopping after step 6" in _log_of(victim)
+    assert "Preemption notice agreed: stopping after step 6" in log_tail(victim)
 
     out = _run_job(tmp_path, "resumed", backup_dir)
 

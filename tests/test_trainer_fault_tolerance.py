@@ -9,7 +9,6 @@ import os
 import pathlib
 import re
 import signal
-import subprocess
 import sys
 
 import keras
@@ -17,6 +16,7 @@ import numpy as np
 import pytest
 
 from tfdist.cli import EXIT_PREEMPTED
+from tests.logged_process import finish, log_tail, start_logged
 from tfdist.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
 from trainer.config import ExperimentConfig
 
@@ -44,36 +44,19 @@ def test_backup_dir_defaults_to_aip_checkpoint_dir():
 def _start(tmp_path: pathlib.Path, name: str, backup_dir: pathlib.Path, *extra: str):
     model_dir = tmp_path / name
     model_dir.mkdir()
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")}
-    env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    log = open(model_dir / "log.txt", "wb")  # pylint: disable=consider-using-with
-    process = subprocess.Popen(
-        [sys.executable, "-m", "trainer.task", *TRAIN_FLAGS, f"--model_dir={model_dir}",
-         f"--backup_dir={backup_dir}", *extra], cwd=REPO, env=env, stdout=log,
-        stderr=subprocess.STDOUT)
-    process.model_dir, process.log = model_dir, log
-    return process
+    return start_logged([sys.executable, "-m", "trainer.task", *TRAIN_FLAGS,
+                         f"--model_dir={model_dir}", f"--backup_dir={backup_dir}", *extra],
+                        model_dir, cwd=REPO)
 
 
 def _finish(process, timeout: float = TIMEOUT) -> int:
-    try:
-        return process.wait(timeout=timeout)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        process.log.close()
-
-
-def _log(process) -> str:
-    return (process.model_dir / "log.txt").read_text(errors="replace")[-6000:]
+    return finish(process, timeout)
 
 
 def _run(tmp_path, name, backup_dir, *extra):
     process = _start(tmp_path, name, backup_dir, *extra)
     code = _finish(process)
-    assert code == 0, f"{name} exited {code}:\n{_log(process)}"
+    assert code == 0, f"{name} exited {code}:\n{log_tail(process)}"
     return process
 
 
@@ -98,40 +81,40 @@ def _summary(model_dir: pathlib.Path) -> dict:
 def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tmp_path):
     reference = _run(tmp_path, "reference", tmp_path / "reference-backup")
     total = EPOCHS * STEPS_PER_EPOCH
-    assert _summary(reference.model_dir)["steps_completed"] == total
-    assert _summary(reference.model_dir)["resumed_from_step"] == 0
+    assert _summary(reference.out)["steps_completed"] == total
+    assert _summary(reference.out)["resumed_from_step"] == 0
 
     backup_dir = tmp_path / "backup"
     victim = _start(tmp_path, "preempted", backup_dir)
     try:
         poll_until(lambda: _committed_steps(backup_dir) or victim.poll() is not None,
                    timeout=TIMEOUT, what="the first backup")
-        assert victim.poll() is None, _log(victim)
+        assert victim.poll() is None, log_tail(victim)
         victim.send_signal(signal.SIGTERM)
         code = _finish(victim, timeout=60)
     finally:
         _finish(victim)
-    assert code == EXIT_PREEMPTED, _log(victim)
+    assert code == EXIT_PREEMPTED, log_tail(victim)
     notice_step = _committed_steps(backup_dir)[-1]
     assert 0 < notice_step < total
-    assert f"stopping after step {notice_step}" in _log(victim)
-    assert not (victim.model_dir / "summary.json").exists()
+    assert f"stopping after step {notice_step}" in log_tail(victim)
+    assert not (victim.out / "summary.json").exists()
 
     resumed = _run(tmp_path, "resumed", backup_dir)
 
-    summary = _summary(resumed.model_dir)
+    summary = _summary(resumed.out)
     assert summary["resumed_from_step"] == notice_step
     assert summary["steps_completed"] == total
-    for want, got in zip(_weights(reference.model_dir), _weights(resumed.model_dir),
+    for want, got in zip(_weights(reference.out), _weights(resumed.out),
                          strict=True):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
     assert os.listdir(backup_dir) == ["COMPLETED.json"]
 
     # Restarted by accident after it finished: no training, outputs untouched.
-    before = (resumed.model_dir / "model.keras").read_bytes()
-    again = _run(tmp_path, "again", backup_dir, f"--model_dir={resumed.model_dir}")
-    assert "not training again" in _log(again)
-    assert (resumed.model_dir / "model.keras").read_bytes() == before
+    before = (resumed.out / "model.keras").read_bytes()
+    again = _run(tmp_path, "again", backup_dir, f"--model_dir={resumed.out}")
+    assert "not training again" in log_tail(again)
+    assert (resumed.out / "model.keras").read_bytes() == before
 
 
 @pytest.mark.slow

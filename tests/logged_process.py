@@ -1,0 +1,44 @@
+"""One process of a test job, its output kept in a log file (not a test module).
+
+    process = start_logged([sys.executable, "-m", "trainer.task", ...], out_dir, cwd=REPO)
+    code = finish(process, timeout=120)   # kills it if the timeout passes
+    print(log_tail(process))
+"""
+
+import os
+import pathlib
+import subprocess
+
+LOG_NAME = "log.txt"
+
+
+def clean_environment() -> dict:
+    """This process's environment without cluster variables or Vertex directories."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")}
+    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    return env
+
+
+def start_logged(command: list[str], out_dir: pathlib.Path, *, cwd) -> subprocess.Popen:
+    """Starts `command` with stdout and stderr in `<out_dir>/log.txt`."""
+    log = open(out_dir / LOG_NAME, "wb")  # pylint: disable=consider-using-with
+    process = subprocess.Popen(command, cwd=cwd, env=clean_environment(), stdout=log,
+                               stderr=subprocess.STDOUT)
+    process.out, process.log = out_dir, log
+    return process
+
+
+def finish(process: subprocess.Popen, timeout: float) -> int:
+    """Waits for the exit code; kills the process if it outlives `timeout`."""
+    try:
+        return process.wait(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        process.log.close()
+
+
+def log_tail(process: subprocess.Popen, chars: int = 6000) -> str:
+    return (process.out / LOG_NAME).read_text(errors="replace")[-chars:]
