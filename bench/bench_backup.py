@@ -39,16 +39,20 @@ NUM_EXAMPLES = 8192
 def _setup(seed: int = 0):
     import keras  # pylint: disable=g-import-not-at-top
 
-    from trainer.datasets import load_datasets  # pylint: disable=g-import-not-at-top
-    from trainer.models import build_model  # pylint: disable=g-import-not-at-top
+    from tfdist.data import training_batches  # pylint: disable=g-import-not-at-top
+    from trainer.tasks.builtin import BuiltinTask  # pylint: disable=g-import-not-at-top
 
     keras.utils.set_random_seed(seed)
-    data = load_datasets("synthetic", global_batch_size=BATCH, seed=seed,
-                         num_examples=NUM_EXAMPLES)
-    model = build_model(MODEL, data.info.input_shape, data.info.num_classes)
+    task = BuiltinTask(model=MODEL, dataset="synthetic", num_examples=NUM_EXAMPLES, seed=seed)
+
+    def stream(first_step: int = 0):
+        return training_batches(task.build_inputs(True), global_batch_size=BATCH, seed=seed,
+                                num_examples=NUM_EXAMPLES, first_step=first_step)
+
+    model = task.build_model()
     model.compile(keras.optimizers.Adam(1e-3),
                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    return data, model
+    return stream, model
 
 
 def _directory_bytes(path: str) -> int:
@@ -85,8 +89,8 @@ def bench_throughput(args) -> None:
     timed_backup = _timed_backup_class()
 
     epochs, steps = 2, args.steps // 2
-    data, model = _setup()
-    model.fit(data.train, epochs=1, steps_per_epoch=5, verbose=0, shuffle=False)  # trace
+    stream, model = _setup()
+    model.fit(stream(), epochs=1, steps_per_epoch=5, verbose=0, shuffle=False)  # trace
     results = {"none": [], "backup": []}
     cpu = {"none": [], "backup": []}
     inside = []
@@ -99,7 +103,7 @@ def bench_throughput(args) -> None:
                 callbacks = [timed_backup(backup_dir, save_freq=args.every,
                                           delete_checkpoint=False, preemption=None)]
             wall, process = time.perf_counter(), time.process_time()
-            model.fit(data.train, epochs=epochs, steps_per_epoch=steps, verbose=0,
+            model.fit(stream(), epochs=epochs, steps_per_epoch=steps, verbose=0,
                       shuffle=False, callbacks=callbacks)
             wall, process = time.perf_counter() - wall, time.process_time() - process
             results[mode].append(epochs * steps * BATCH / wall)
@@ -157,7 +161,7 @@ def child(args) -> None:
 
     from tfdist.callbacks import BackupAndRestore  # pylint: disable=g-import-not-at-top
 
-    data, model = _setup()
+    stream, model = _setup()
     backup = BackupAndRestore(args.backup_dir, save_freq=args.every, preemption=None)
     restore_started = time.perf_counter()
     segments = backup.resume(model, epochs=args.epochs, steps_per_epoch=args.steps)
@@ -170,7 +174,7 @@ def child(args) -> None:
             os._exit(0)  # pylint: disable=protected-access
 
     segment = segments[0]
-    model.fit(data.train.skip(segment.first_step), verbose=0, shuffle=False,
+    model.fit(stream(segment.first_step), verbose=0, shuffle=False,
               callbacks=[FirstStep(), backup], **segment.fit_kwargs())
 
 

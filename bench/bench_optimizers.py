@@ -28,7 +28,7 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from trainer.config import build_config  # noqa: E402
-from trainer.models import build_model  # noqa: E402
+from trainer.tasks.models import MODELS  # noqa: E402
 from trainer.optimization import build_optimizer  # noqa: E402
 
 SPEED_PAIRS = (("lars", "sgd"), ("lamb", "adam"))
@@ -69,12 +69,12 @@ def bench_speed(model_name, batch, rounds, steps):
     x = rng.standard_normal((batch * steps,) + shape).astype("float32")
     y = rng.integers(0, 10, batch * steps).astype("int32")
     keras.utils.set_random_seed(0)
-    initial = build_model(model_name, shape, 10).get_weights()
+    initial = MODELS[model_name](shape, 10).get_weights()
     models = {}
     for name in {name for pair in SPEED_PAIRS for name in pair}:
         config = build_config({"optimizer": name, "learning_rate": 0.01,
                                "global_batch_size": batch, "epochs": 1})
-        model = build_model(model_name, shape, 10)
+        model = MODELS[model_name](shape, 10)
         model.set_weights(initial)
         _compile(model, config, steps, steps)
         model.fit(x, y, batch_size=batch, epochs=1, verbose=0)  # trace and warm up

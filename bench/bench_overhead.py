@@ -29,7 +29,7 @@ from absl import flags
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 _PAIRS = flags.DEFINE_integer("pairs", 5, "Trainer/plain run pairs.", lower_bound=1)
-_MODEL = flags.DEFINE_string("model", "mlp", "trainer.models name.")
+_MODEL = flags.DEFINE_string("model", "mlp", "Built-in model name (trainer.tasks.models).")
 _EPOCHS = flags.DEFINE_integer("epochs", 2, "Epochs per run.", lower_bound=1)
 _STEPS = flags.DEFINE_integer("steps_per_epoch", 300, "Steps per epoch.", lower_bound=2)
 _BATCH = flags.DEFINE_integer("global_batch_size", 64, "Global batch size.", lower_bound=1)
@@ -98,19 +98,20 @@ def plain_keras_side() -> None:
     """The plain side, in this process: what a Keras user writes by hand."""
     import keras  # pylint: disable=g-import-not-at-top
 
-    from trainer import datasets as datasets_lib  # pylint: disable=g-import-not-at-top
-    from trainer import models  # pylint: disable=g-import-not-at-top
-    from trainer.throughput import ThroughputMeter  # pylint: disable=g-import-not-at-top
+    from tfdist.data import training_batches  # pylint: disable=g-import-not-at-top
+    from trainer.run.throughput import ThroughputMeter  # pylint: disable=g-import-not-at-top
+    from trainer.tasks.builtin import BuiltinTask  # pylint: disable=g-import-not-at-top
 
     keras.utils.set_random_seed(0)
-    data = datasets_lib.load_datasets("synthetic", global_batch_size=_BATCH.value, seed=0,
-                                      num_examples=_EXAMPLES.value)
-    model = models.build_model(_MODEL.value, data.info.input_shape, data.info.num_classes)
+    task = BuiltinTask(model=_MODEL.value, dataset="synthetic", num_examples=_EXAMPLES.value)
+    train = training_batches(task.build_inputs(True), global_batch_size=_BATCH.value, seed=0,
+                             num_examples=_EXAMPLES.value)
+    model = task.build_model()
     model.compile(optimizer=keras.optimizers.SGD(_LEARNING_RATE.value, momentum=_MOMENTUM.value),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
     meter = ThroughputMeter(global_batch_size=_BATCH.value)
-    model.fit(data.train, epochs=_EPOCHS.value, steps_per_epoch=_STEPS.value, callbacks=[meter],
+    model.fit(train, epochs=_EPOCHS.value, steps_per_epoch=_STEPS.value, callbacks=[meter],
               verbose=0, shuffle=False)
     print(json.dumps({"examples_per_second": meter.examples_per_second}), flush=True)
 
@@ -142,14 +143,15 @@ def ablation() -> None:
     """
     import keras  # pylint: disable=g-import-not-at-top
 
-    from trainer import datasets as datasets_lib  # pylint: disable=g-import-not-at-top
-    from trainer import models  # pylint: disable=g-import-not-at-top
-    from trainer.throughput import ThroughputMeter  # pylint: disable=g-import-not-at-top
+    from tfdist.data import training_batches  # pylint: disable=g-import-not-at-top
+    from trainer.run.throughput import ThroughputMeter  # pylint: disable=g-import-not-at-top
+    from trainer.tasks.builtin import BuiltinTask  # pylint: disable=g-import-not-at-top
 
     keras.utils.set_random_seed(0)
-    data = datasets_lib.load_datasets("synthetic", global_batch_size=_BATCH.value, seed=0,
-                                      num_examples=_EXAMPLES.value)
-    model = models.build_model(_MODEL.value, data.info.input_shape, data.info.num_classes)
+    task = BuiltinTask(model=_MODEL.value, dataset="synthetic", num_examples=_EXAMPLES.value)
+    train = training_batches(task.build_inputs(True), global_batch_size=_BATCH.value, seed=0,
+                             num_examples=_EXAMPLES.value)
+    model = task.build_model()
     model.compile(optimizer=keras.optimizers.SGD(_LEARNING_RATE.value, momentum=_MOMENTUM.value),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")])
@@ -165,7 +167,7 @@ def ablation() -> None:
         names = list(variants)
         results = {name: [] for name in names}
         cpu_per_step = {name: [] for name in names}
-        model.fit(data.train, epochs=1, steps_per_epoch=_STEPS.value, verbose=0)  # warm up
+        model.fit(train, epochs=1, steps_per_epoch=_STEPS.value, verbose=0)  # warm up
         for round_index in range(_ROUNDS.value):
             for name in names[round_index % len(names):] + names[:round_index % len(names)]:
                 meter = ThroughputMeter(global_batch_size=_BATCH.value)
@@ -173,7 +175,7 @@ def ablation() -> None:
                 if variants[name]["tensorboard"]:
                     callbacks.append(variants[name]["tensorboard"](logs))
                 cpu_started = time.process_time()
-                model.fit(data.train, epochs=1, steps_per_epoch=_STEPS.value,
+                model.fit(train, epochs=1, steps_per_epoch=_STEPS.value,
                           callbacks=callbacks, verbose=variants[name]["verbose"], shuffle=False)
                 cpu_per_step[name].append((time.process_time() - cpu_started) / _STEPS.value)
                 results[name].append(meter.examples_per_second)

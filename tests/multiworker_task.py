@@ -74,15 +74,19 @@ def main():
 
     import keras  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from trainer import datasets, models  # pylint: disable=g-import-not-at-top
+    from tfdist.data import training_batches  # pylint: disable=g-import-not-at-top
+    from trainer.tasks import datasets  # pylint: disable=g-import-not-at-top
+    from trainer.tasks.builtin import BuiltinTask  # pylint: disable=g-import-not-at-top
 
     keras.utils.set_random_seed(0)
-    data = datasets.load_datasets("synthetic", global_batch_size=64, seed=0, num_examples=2048)
+    task = BuiltinTask(model="mlp", dataset="synthetic", num_examples=2048)
+    train = training_batches(task.build_inputs(True), global_batch_size=64, seed=0,
+                             num_examples=2048)
     test_images, test_labels = datasets.synthetic_arrays(100, 0, "test")
     test = tf.data.Dataset.from_tensor_slices((test_images, test_labels)).batch(64)
     test = with_shard_policy(test)
     with strategy.scope():
-        model = models.build_model("mlp", data.info.input_shape, data.info.num_classes)
+        model = task.build_model()
         model.compile(optimizer=keras.optimizers.SGD(0.05),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], steps_per_execution=args.steps_per_execution)
@@ -90,7 +94,7 @@ def main():
     if args.marker_step:
         task = f"{cluster.task_type}-{cluster.task_index}"
         callbacks.append(_Marker.make(out / f"started-{task}", args.marker_step))
-    model.fit(data.train, epochs=1, steps_per_epoch=args.steps, verbose=0, shuffle=False,
+    model.fit(train, epochs=1, steps_per_epoch=args.steps, verbose=0, shuffle=False,
               callbacks=callbacks)
     evaluation = model.evaluate(test, verbose=0, return_dict=True)
     predictions = model.predict(test_images, batch_size=64, verbose=0)

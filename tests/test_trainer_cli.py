@@ -18,8 +18,9 @@ import tensorflow_datasets as tfds
 from tfdist.cluster import resolve_cluster
 from tfdist.errors import UsageError
 from trainer import config as config_lib
-from trainer import datasets as datasets_lib
-from trainer import train
+from trainer.tasks import datasets as datasets_lib
+from trainer.tasks.builtin import BuiltinTask
+from trainer import run as run_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT = 300  # A backstop against hangs, never a speed assertion.
@@ -288,11 +289,10 @@ def test_tfds_dataset_trains_through_the_trainer(tmp_path):
         strategy="default", model="cnn", dataset="mnist", data_dir=str(data_dir), epochs=1,
         steps_per_epoch=3, global_batch_size=16, model_dir=str(tmp_path / "model"))
     with tfds.testing.mock_data(num_examples=96, data_dir=str(data_dir)):
-        data = datasets_lib.load_datasets("mnist", global_batch_size=16, seed=0,
-                                          num_examples=1, data_dir=str(data_dir))
-        images, labels = next(iter(data.train))
-        summary = train.run(config, resolve_cluster({}), environ={})
-    assert data.info == datasets_lib.DatasetInfo((28, 28, 1), 10, 96, 32)
+        task = BuiltinTask(model="cnn", dataset="mnist", data_dir=str(data_dir))
+        images, labels = next(iter(task.build_inputs(True).batch(16)))
+        summary = run_lib.run(config, resolve_cluster({}), environ={})
+    assert task.info == datasets_lib.DatasetInfo((28, 28, 1), 10, 96, 32)
     assert images.shape == (16, 28, 28, 1) and images.dtype.name == "float32"
     assert 0.0 <= float(np.min(images)) and float(np.max(images)) <= 1.0
     assert labels.dtype.name == "int32" and set(labels.numpy()) <= set(range(10))
@@ -306,8 +306,7 @@ def test_unprepared_tfds_dataset_is_a_clear_error(tmp_path):
     empty = tmp_path / "empty-data-dir"
     empty.mkdir()
     with pytest.raises(UsageError) as raised:
-        datasets_lib.load_datasets("mnist", global_batch_size=8, seed=0, num_examples=1,
-                                   data_dir=str(empty))
+        BuiltinTask(model="mlp", dataset="mnist", data_dir=str(empty))
     message = str(raised.value)
     assert f"--dataset='mnist' is not prepared under --data_dir={str(empty)!r}" in message
     assert "nothing is downloaded" in message

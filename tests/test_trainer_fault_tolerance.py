@@ -31,14 +31,13 @@ _BACKUP = re.compile(r"^backup-(\d+)$")
 
 
 def test_backup_dir_defaults_to_aip_checkpoint_dir():
-    from trainer.train import output_dirs  # pylint: disable=g-import-not-at-top
+    from trainer.run.pipeline import OutputDirs  # pylint: disable=g-import-not-at-top
 
     environ = {"AIP_CHECKPOINT_DIR": "gs://bucket/job/checkpoints/"}
-    assert output_dirs(ExperimentConfig(), environ)["backup_dir"] == environ[
+    assert OutputDirs.from_config(ExperimentConfig(), environ).backup_dir == environ[
         "AIP_CHECKPOINT_DIR"]
-    assert output_dirs(ExperimentConfig(backup_dir="/tmp/mine"), environ)[
-        "backup_dir"] == "/tmp/mine"
-    assert output_dirs(ExperimentConfig(), {})["backup_dir"] == ""
+    assert OutputDirs.from_config(ExperimentConfig(backup_dir="/tmp/mine"), environ).backup_dir == "/tmp/mine"
+    assert OutputDirs.from_config(ExperimentConfig(), {}).backup_dir == ""
 
 
 def _start(tmp_path: pathlib.Path, name: str, backup_dir: pathlib.Path, *extra: str):

@@ -33,3 +33,97 @@ def with_shard_policy(dataset: tf.data.Dataset,
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = policy
     return dataset.with_options(options)
+
+
+# Examples held in the shuffle buffer at most: an epoch is still a permutation
+# (every example exactly once), drawn through a window of this size.
+MAX_SHUFFLE_BUFFER = 16384
+
+
+def count_examples(examples: tf.data.Dataset) -> int:
+    """The number of examples in a finite dataset (iterates it when TF cannot tell)."""
+    cardinality = int(examples.cardinality())
+    if cardinality >= 0:
+        return cardinality
+    return int(examples.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
+
+
+def batches_per_pass(num_examples: int, global_batch_size: int) -> int:
+    """Full global batches in one pass over `num_examples` examples.
+
+    Raises:
+        UsageError: Fewer examples than one global batch.
+    """
+    if num_examples < global_batch_size:
+        raise UsageError(
+            f"the training data has {num_examples} examples, fewer than one global batch "
+            f"of {global_batch_size}; lower --global_batch_size or provide more examples")
+    return num_examples // global_batch_size
+
+
+def training_batches(examples: tf.data.Dataset, *, global_batch_size: int, seed: int,
+                     num_examples: int, first_step: int = 0,
+                     shuffle_buffer: int = MAX_SHUFFLE_BUFFER) -> tf.data.Dataset:
+    """The endless, deterministic stream of global training batches.
+
+    Pass `p` over the examples is a permutation drawn with seed `(seed, p)`,
+    cut into full global batches (the remainder of each pass is dropped), so
+    batch `s` of the stream is the same in every process, worker and restart.
+    Starting at `first_step` skips whole passes for free and at most one pass
+    of batches: the cost of a resume does not grow with the step.
+
+    Args:
+        examples: One pass of unbatched examples.
+        global_batch_size: Examples per step across all replicas.
+        seed: Fixes every pass's order.
+        num_examples: Examples in one pass (see `count_examples`).
+        first_step: Index of the first batch to yield.
+        shuffle_buffer: Upper bound of the shuffle window.
+    """
+    per_pass = batches_per_pass(num_examples, global_batch_size)
+    first_pass, offset = divmod(first_step, per_pass)
+    buffer = max(1, min(num_examples, shuffle_buffer))
+
+    _check_dense(examples)
+
+    def one_pass(pass_index):
+        return (_seeded_shuffle(examples, buffer, seed, pass_index)
+                .batch(global_batch_size, drop_remainder=True))
+
+    stream = (tf.data.Dataset.range(first_pass, tf.int64.max)
+              .flat_map(one_pass)
+              .skip(offset)
+              .prefetch(tf.data.AUTOTUNE))
+    return with_shard_policy(stream)
+
+
+def _check_dense(examples: tf.data.Dataset) -> None:
+    for spec in tf.nest.flatten(examples.element_spec):
+        if not isinstance(spec, tf.TensorSpec):
+            raise UsageError(
+                f"the training examples hold a {type(spec).__name__}, expected dense tensors "
+                f"only; pad or densify ragged and sparse features in build_inputs")
+
+
+def _seeded_shuffle(examples: tf.data.Dataset, buffer_size: int, seed: int,
+                    pass_index: tf.Tensor) -> tf.data.Dataset:
+    """`examples.shuffle` with the seed pair `(seed, pass_index)`, whatever the global seed.
+
+    `Dataset.shuffle` combines a tensor seed with TensorFlow's global seed in
+    Python and fails when that is 0 (`tf.random.set_seed(0)`); the shuffle op
+    itself takes both seeds as tensors.
+    """
+    flat_specs = tf.nest.flatten(examples.element_spec)
+    variant = tf.raw_ops.ShuffleDataset(
+        input_dataset=tf.data.experimental.to_variant(examples),
+        buffer_size=tf.constant(buffer_size, tf.int64), seed=tf.constant(seed, tf.int64),
+        # (0, 0) would mean "unseeded" to the op.
+        seed2=tf.cast(pass_index, tf.int64) + 1, reshuffle_each_iteration=False,
+        output_types=[spec.dtype for spec in flat_specs],
+        output_shapes=[spec.shape for spec in flat_specs])
+    return tf.data.experimental.from_variant(variant, examples.element_spec)
+
+
+def evaluation_batches(examples: tf.data.Dataset, *, global_batch_size: int) -> tf.data.Dataset:
+    """One pass over evaluation examples in global batches (the last may be partial)."""
+    return with_shard_policy(examples.batch(global_batch_size).prefetch(tf.data.AUTOTUNE))

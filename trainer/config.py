@@ -32,7 +32,9 @@ class ExperimentConfig:
     all_reduce: str = "auto"
     tpu: str = ""
     num_cpu_devices: int = 0
-    # Model and data.
+    # Model and data: a user's task, or a built-in model on a built-in dataset.
+    task: str = ""
+    task_config: str = ""
     model: str = "mlp"
     dataset: str = "synthetic"
     data_dir: str = ""
@@ -69,6 +71,7 @@ class ExperimentConfig:
     keep_backup: bool = False
     preemption_grace_seconds: float = 25.0
     tensorboard_dir: str = ""
+    evaluation_checkpoints: bool = False
 
     def __post_init__(self):
         _one_of("strategy", self.strategy, STRATEGIES)
@@ -98,15 +101,12 @@ class ExperimentConfig:
             raise UsageError(
                 f"--warmup_epochs ({self.warmup_epochs}) and --warmup_steps "
                 f"({self.warmup_steps}) are both set, expected one; keep one of them")
+        if self.steps_per_epoch:
+            check_steps_per_execution(self.steps_per_execution, self.steps_per_epoch)
         if self.strategy != "mirrored" and self.num_cpu_devices:
             raise UsageError(
                 f"--num_cpu_devices={self.num_cpu_devices} only applies to "
                 f"--strategy=mirrored, got --strategy={self.strategy}; drop the flag")
-
-    @property
-    def total_steps(self) -> int:
-        """Planned optimizer updates, once `steps_per_epoch` is known."""
-        return self.epochs * self.steps_per_epoch
 
     def replace(self, **changes: Any) -> "ExperimentConfig":
         return dataclasses.replace(self, **changes)
@@ -124,6 +124,22 @@ _USER_ZERO_IS_ERROR = {
     "backup_every_steps": "a positive number of steps; leave it unset to back up once per epoch",
     "steps_per_epoch": "a positive number of steps; leave it unset to use the whole dataset",
 }
+
+
+def check_steps_per_execution(steps_per_execution: int, steps_per_epoch: int) -> None:
+    """Raises `UsageError` unless executions tile every epoch exactly.
+
+    Keras runs whole executions, so an execution that crosses the end of an
+    epoch would run steps past it (10 steps at 3 per execution run 12).
+    """
+    if steps_per_epoch % steps_per_execution:
+        divisors = [d for d in range(1, steps_per_epoch + 1) if not steps_per_epoch % d]
+        nearest = min(divisors, key=lambda d: (abs(d - steps_per_execution), d))
+        raise UsageError(
+            f"--steps_per_execution={steps_per_execution} does not divide the "
+            f"{steps_per_epoch} steps of an epoch, expected a divisor so that no execution "
+            f"runs past an epoch end; use --steps_per_execution={nearest} or change "
+            f"--steps_per_epoch")
 
 
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:

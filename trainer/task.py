@@ -22,7 +22,11 @@ FLAGS = flags.FLAGS
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 _HELP = {
-    "model": "Model name: mlp or cnn.",
+    "task": "Your task as MODULE:NAME (a class or zero-argument factory with build_model, "
+            "build_inputs, loss and metrics; see docs/tasks.md). Replaces --model and "
+            "--dataset.",
+    "task_config": "Keyword arguments for --task: a JSON object, or the path of a JSON file.",
+    "model": "Built-in model: mlp or cnn (when no --task is given).",
     "dataset": "'synthetic' (offline) or a tfds dataset name, read from --data_dir.",
     "data_dir": "tfds data directory; nothing is downloaded.",
     "num_examples": "Training examples of the synthetic dataset.",
@@ -66,6 +70,9 @@ _HELP = {
                                 "(137 if the backup could not commit in time).",
     "tensorboard_dir": "TensorBoard logs; default $AIP_TENSORBOARD_LOG_DIR or "
                        "<model_dir>/logs.",
+    "evaluation_checkpoints": "Export a checkpoint per epoch to <model_dir>/checkpoints for "
+                              "an evaluator task (the newest few are kept); on by itself "
+                              "when the cluster lists an evaluator (Vertex worker pool 3).",
 }
 _DISTRIBUTION_FLAGS = ("strategy", "all_reduce", "num_cpu_devices", "tpu")
 
@@ -111,17 +118,17 @@ def main(argv) -> None:
         logging.set_verbosity(logging.WARNING)
     logging.info("Config: %s", json.dumps(config.to_json_dict(), sort_keys=True))
 
-    from trainer import train  # pylint: disable=g-import-not-at-top  (imports TensorFlow)
+    from trainer import run  # pylint: disable=g-import-not-at-top  (imports TensorFlow)
 
     try:
-        summary = train.run(config, cluster)
-    except train.PEER_FAILURES as error:
+        summary = run.run(config, cluster)
+    except run.PEER_FAILURES as error:
         first_line = (str(error).strip().splitlines() or [""])[0][:300]
         sys.stderr.write(
             f"error: lost contact with another task of the job ({type(error).__name__}: "
             f"{first_line}); exiting so that the job can restart from its last backup\n")
         sys.exit(1)
-    if cluster.is_chief:
+    if cluster.is_chief and summary is not None:
         print(json.dumps({key: summary[key] for key in
                           ("strategy", "num_replicas", "steps_completed", "final_loss",
                            "examples_per_second")}), flush=True)

@@ -13,7 +13,7 @@ See docs/parameter_server.md. TensorFlow is imported by the submodules.
 
 from tfdist.parameter_server.sharded_embedding import ShardedEmbedding
 from tfdist.parameter_server.server import ChiefWatch, ServeOptions, chief_address, serve
-from tfdist.parameter_server.sidecar import (DONE_MARKER, METRICS_FILE, CheckpointExporter,
+from tfdist.evaluation import (DONE_MARKER, METRICS_FILE, CheckpointExporter,
                                              SidecarEvaluator, list_checkpoints,
                                              read_done_marker)
 from tfdist.parameter_server.strategy import (make_parameter_server_strategy,

@@ -40,23 +40,7 @@ def cnn(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
 MODELS: dict[str, Callable[[tuple[int, ...], int], keras.Model]] = {"mlp": mlp, "cnn": cnn}
 
 
-def loss_and_metrics() -> dict:
-    """What every built-in model is compiled with (its outputs are logits)."""
-    return {"loss": keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            "metrics": [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]}
-
-
 def check_model_name(name: str) -> None:
     """Raises a `UsageError` unless `name` is a registered model."""
     if name not in MODELS:
         raise UsageError(f"--model is {name!r}, expected one of: {', '.join(MODELS)}")
-
-
-def build_model(name: str, input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
-    """Builds the registered model `name` for inputs of `input_shape`.
-
-    Raises:
-        UsageError: `name` is not registered.
-    """
-    check_model_name(name)
-    return MODELS[name](tuple(input_shape), num_classes)

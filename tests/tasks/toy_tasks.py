@@ -1,0 +1,94 @@
+"""Tasks for the tests: a subclassed model with batch norm and dropout, and broken tasks."""
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfdist.tasks import Task
+
+FEATURES = 6
+
+
+def _arrays(count: int, seed: int):
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(count, FEATURES)).astype(np.float32)
+    y = (x[:, 0] + 0.5 * x[:, 1] > 0).astype(np.int32)
+    return x, y
+
+
+class TwoHeads(keras.Model):
+    """Two same-shape layers (`q`, `k`), batch norm and dropout."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.q = keras.layers.Dense(8)
+        self.k = keras.layers.Dense(8)
+        self.norm = keras.layers.BatchNormalization()
+        self.drop = keras.layers.Dropout(0.1)
+        self.out = keras.layers.Dense(2)
+
+    def call(self, inputs, training=False):
+        hidden = self.norm(keras.ops.relu(self.q(inputs) + self.k(inputs)), training=training)
+        return self.out(self.drop(hidden, training=training))
+
+
+class SubclassedTask(Task):
+    """Binary classification with optional sample weights."""
+
+    def __init__(self, num_examples: int = 256, sample_weights: bool = False):
+        self.num_examples = num_examples
+        self.sample_weights = sample_weights
+
+    def build_model(self):
+        model = TwoHeads()
+        model.build((None, FEATURES))
+        return model
+
+    def build_inputs(self, training):
+        x, y = _arrays(self.num_examples if training else 64, 1 if training else 2)
+        if self.sample_weights and training:
+            weights = np.where(y == 1, 2.0, 1.0).astype(np.float32)
+            return tf.data.Dataset.from_tensor_slices((x, y, weights))
+        return tf.data.Dataset.from_tensor_slices((x, y))
+
+    def loss(self):
+        return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    def metrics(self):
+        return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
+
+
+def make_task():
+    """A zero-argument factory."""
+    return SubclassedTask(num_examples=128)
+
+
+class NoLoss:
+    def build_model(self):
+        return keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(2)])
+
+    def build_inputs(self, training):
+        return None
+
+    def metrics(self):
+        return []
+
+
+class ReturnsNumpy(SubclassedTask):
+    def build_inputs(self, training):
+        return _arrays(16, 0)
+
+
+class ReturnsALayer(SubclassedTask):
+    def build_model(self):
+        return keras.layers.Dense(2)
+
+
+class Batched(SubclassedTask):
+    def build_inputs(self, training):
+        return super().build_inputs(training).batch(4).map(lambda x, y: {"x": x, "y": y})
+
+
+class Endless(SubclassedTask):
+    def build_inputs(self, training):
+        return super().build_inputs(training).repeat()

@@ -1,0 +1,81 @@
+"""`run(config, cluster)`: the one place where a task's role decides what it does.
+
+| role                   | strategy            | does                                   |
+|------------------------|---------------------|----------------------------------------|
+| evaluator              | any                 | `evaluator.evaluate`                   |
+| worker, ps             | parameter_server    | serve until the chief is done          |
+| chief (or single task) | parameter_server    | `parameter_server.train`               |
+| chief, worker, single  | any other           | `synchronous.train`                    |
+
+Everything a user can get wrong (flags, the task, the cluster) is checked
+before any task contacts another.
+"""
+
+import os
+from typing import Mapping
+
+from absl import logging
+import keras
+import tensorflow as tf
+
+from tfdist import parameter_server as ps_lib
+from tfdist import strategy as strategy_lib
+from tfdist import tasks as tasks_lib
+from tfdist.cluster import CHIEF, EVALUATOR, PS, WORKER, Cluster
+from tfdist.data import per_replica_batch_size
+from tfdist.errors import UsageError
+from trainer import tasks
+from trainer.config import ExperimentConfig
+from trainer.run import evaluator, parameter_server, pipeline, synchronous
+
+# What a collective or a remote call raises when another task died or hung.
+PEER_FAILURES = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                 tf.errors.AbortedError, tf.errors.CancelledError)
+
+
+def strategy_options(config: ExperimentConfig) -> strategy_lib.StrategyOptions:
+    return strategy_lib.StrategyOptions(all_reduce=config.all_reduce,
+                                        num_cpu_devices=config.num_cpu_devices,
+                                        tpu=config.tpu)
+
+
+def run(config: ExperimentConfig, cluster: Cluster,
+        environ: Mapping[str, str] = os.environ) -> dict | None:
+    """Runs this task's part of the job.
+
+    Returns:
+        The summary where training ran (every training task; only the chief
+        writes it), None on evaluator, worker-of-ps and ps tasks.
+
+    Raises:
+        UsageError: Bad flags, task or cluster; raised before any peer is contacted.
+    """
+    dirs = pipeline.OutputDirs.from_config(config, environ)
+    tf.get_logger().setLevel("WARNING")
+    options = strategy_options(config)
+    strategy_name = strategy_lib.resolve_strategy_name(config.strategy, cluster, options)
+    loaded = tasks.load(config)
+    tasks_lib.preflight(loaded.task, loaded.spec)
+    if config.mixed_precision != "none":
+        keras.mixed_precision.set_global_policy(config.mixed_precision)
+
+    if cluster.task_type == EVALUATOR:
+        return evaluator.evaluate(config, cluster, dirs, loaded)
+    if strategy_name == "parameter_server":
+        if cluster.task_type in (WORKER, PS):
+            ps_lib.serve(cluster)
+            return None
+        if cluster.task_type != CHIEF:
+            raise UsageError(
+                f"task type {cluster.task_type!r} has no part in parameter-server training, "
+                f"expected chief, worker, ps or evaluator")
+        strategy = strategy_lib.make_strategy("parameter_server", cluster, options)
+        return parameter_server.train(config, cluster, dirs, loaded, strategy=strategy)
+    replicas = strategy_lib.expected_num_replicas(strategy_name, cluster, options)
+    if replicas:
+        per_replica_batch_size(config.global_batch_size, replicas)
+    strategy = strategy_lib.make_strategy(strategy_name, cluster, options)
+    logging.info("Training %s under %s on %d replica(s).", loaded.spec, strategy_name,
+                 strategy.num_replicas_in_sync)
+    return synchronous.train(config, cluster, dirs, loaded, strategy=strategy,
+                             strategy_name=strategy_name)

@@ -1,0 +1,57 @@
+"""The evaluator task (Vertex worker pool 3) under any strategy.
+
+The chief exports a checkpoint per epoch to `<model_dir>/checkpoints`
+(`tfdist.evaluation.CheckpointExporter`); the evaluator builds the task's
+model and metrics, evaluates each checkpoint on the task's evaluation split,
+appends its metrics to `<model_dir>/eval/metrics.jsonl` (and TensorBoard
+events there), and exits once the chief marks training done.
+"""
+
+from absl import logging
+
+from tfdist import evaluation
+from tfdist.cluster import CHIEF, WORKER, Cluster
+from tfdist.errors import UsageError
+from tfdist.parameter_server import ChiefWatch
+from trainer.config import ExperimentConfig
+from trainer.run import pipeline
+from trainer.tasks import LoadedTask
+
+
+def _training_address(cluster: Cluster) -> str | None:
+    # Vertex tells the evaluator where the chief is; tfdist.launch, like
+    # TensorFlow, gives an evaluator a TF_CONFIG that lists only itself.
+    for role in (CHIEF, WORKER):
+        hosts = cluster.addresses.get(role, ())
+        if hosts:
+            return hosts[0]
+    return None
+
+
+def evaluate(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
+             loaded: LoadedTask) -> None:
+    """Evaluates the chief's checkpoints until training is done."""
+    if not dirs.model_dir:
+        raise UsageError(
+            "the evaluator task has no --model_dir (and no AIP_MODEL_DIR), expected the "
+            "chief's model directory, whose checkpoints/ it evaluates; pass the same "
+            "--model_dir to every task")
+    pipeline.seed_everything(config)
+    inputs = pipeline.build_inputs(loaded, config)
+    if inputs.eval_examples is None:
+        raise UsageError(f"{loaded.spec}: build_inputs(training=False) returned None, so the "
+                         f"evaluator task has nothing to evaluate; return evaluation examples "
+                         f"or run the job without an evaluator")
+    model = pipeline.build_model(loaded, config, steps_per_epoch=None)
+    alive = None
+    address = _training_address(cluster)
+    if address:
+        watch = ChiefWatch(address, gone_seconds=60.0)
+        alive = lambda: not watch.gone()  # noqa: E731
+    evaluator = evaluation.SidecarEvaluator(
+        model, inputs.eval_stream(), checkpoint_dir=dirs.checkpoints_dir,
+        output_dir=dirs.eval_dir, is_training_alive=alive)
+    results = evaluator.run()
+    if results:
+        logging.info("Evaluated %d checkpoint(s); the last at step %d: %s", len(results),
+                     max(results), results[max(results)])

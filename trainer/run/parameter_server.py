@@ -1,0 +1,91 @@
+"""`--strategy=parameter_server`: the chief's coordinator loop over the same pipeline.
+
+Workers and ps tasks serve (`tfdist.parameter_server.serve`); the chief builds
+the task's inputs and model with `trainer.run.pipeline` and drives the steps
+with `tfdist.parameter_server.ParameterServerTrainer`.
+"""
+
+import time
+
+import tensorflow as tf
+
+from tfdist import data as data_lib
+from tfdist import parameter_server
+from tfdist.cluster import WORKER, Cluster
+from trainer.config import ExperimentConfig
+from trainer.run import pipeline
+from trainer.run.throughput import ThroughputMeter
+from trainer.tasks import LoadedTask
+
+
+def _worker_dataset_fn(loaded: LoadedTask, inputs: pipeline.Inputs):
+    """Each worker's copy of the training stream, starting at its own batch.
+
+    Under ParameterServerStrategy every worker runs the same input graph and
+    cannot learn its index from it; the same stream would give every worker
+    the same batches at the same time. The offset comes from the clock of the
+    worker that builds its copy, so copies start at different batches.
+    """
+    per_pass = data_lib.batches_per_pass(inputs.num_train_examples, inputs.global_batch_size)
+
+    def dataset_fn(input_context):
+        # Built here, inside the function each worker runs: a dataset made
+        # eagerly on the chief cannot be captured by it.
+        del input_context  # Parameter-server input contexts do not tell workers apart.
+        stream = data_lib.training_batches(
+            loaded.task.build_inputs(True), global_batch_size=inputs.global_batch_size,
+            seed=inputs.seed, num_examples=inputs.num_train_examples)
+        offset = tf.cast(tf.timestamp() * 1e6, tf.int64) % per_pass
+        return stream.skip(offset)
+
+    return dataset_fn
+
+
+def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
+          loaded: LoadedTask, *, strategy: tf.distribute.Strategy) -> dict:
+    """Coordinates training from the chief and returns the summary."""
+    pipeline.seed_everything(config)
+    inputs = pipeline.build_inputs(loaded, config)
+    with strategy.scope():
+        model = pipeline.build_model(loaded, config, steps_per_epoch=inputs.steps_per_epoch)
+    trainer = parameter_server.ParameterServerTrainer(model)
+    backup = pipeline.make_backup(config, dirs, strategy, cluster)
+    todo = pipeline.plan(backup, model, epochs=config.epochs,
+                         steps_per_epoch=inputs.steps_per_epoch)
+    num_replicas = int(strategy.num_replicas_in_sync)
+    if todo.completed:
+        return pipeline.already_completed(backup, dirs, "parameter_server", num_replicas)
+
+    exporter = pipeline.evaluation_exporter(config, cluster, dirs)
+    # Callbacks run at sync points only: throughput comes from the trainer.
+    callbacks = [callback for callback in pipeline.training_callbacks(
+        config=config, cluster=cluster, dirs=dirs, backup=backup, exporter=exporter)
+        if not isinstance(callback, ThroughputMeter)]
+    validation = pipeline.validation_kwargs(config, inputs)
+    dataset_fn = _worker_dataset_fn(loaded, inputs)
+    started = time.perf_counter()
+    train_logs = {}
+    for segment in todo.segments:
+        history = trainer.fit(dataset_fn, epochs=segment.epochs,
+                              initial_epoch=segment.initial_epoch,
+                              steps_per_epoch=segment.steps_per_epoch,
+                              steps_per_sync=config.backup_every_steps or None,
+                              callbacks=callbacks, verbose=2, **validation)
+        train_logs = pipeline.epoch_logs(history)
+    wall_seconds = time.perf_counter() - started
+    eval_stream = inputs.eval_stream()
+    evaluation = trainer.evaluate_on_coordinator(eval_stream) if eval_stream is not None else {}
+    pipeline.finish_exports(exporter, model)
+
+    summary = pipeline.build_summary(config, pipeline.Outcome(
+        strategy="parameter_server", num_replicas=num_replicas,
+        num_workers=cluster.count(WORKER), num_ps=cluster.num_ps,
+        steps_per_epoch=inputs.steps_per_epoch,
+        steps_completed=int(model.optimizer.iterations.numpy()), train_logs=train_logs,
+        evaluation=evaluation,
+        examples_per_second=trainer.steps_per_second * config.global_batch_size,
+        wall_seconds=wall_seconds, resumed_from_step=todo.resumed_from_step))
+    pipeline.write_outputs(model, summary, dirs)
+    if backup is not None:
+        backup.complete()  # only once the outputs exist
+    return summary

@@ -1,0 +1,326 @@
+"""The pieces of one run, written once and used by every strategy and role.
+
+In order: `OutputDirs` (where things go), `Inputs` (the task's examples as
+tfdist's deterministic streams), `build_model` (the task's model compiled with
+the experiment's optimizer), `make_backup` and `plan` (where training resumes),
+`training_callbacks`, then `Outcome` (what ran) into `build_summary` and
+`write_outputs`.
+"""
+
+import dataclasses
+import json
+import math
+import os
+from typing import Mapping
+
+from absl import logging
+import keras
+import tensorflow as tf
+
+from tfdist import data as data_lib
+from tfdist import tasks as tasks_lib
+from tfdist.callbacks import BackupAndRestore, EpochTensorBoard
+from tfdist.checkpointing import ResumePoint
+from tfdist.checkpointing.state import FitSegment
+from tfdist.cluster import EVALUATOR, Cluster
+from tfdist.evaluation import CheckpointExporter
+from tfdist.files import write_json_atomically
+from tfdist.preemption import PreemptionOptions
+from trainer.config import ExperimentConfig, check_steps_per_execution
+from trainer.optimization import build_optimizer
+from trainer.run.throughput import ThroughputMeter
+from trainer.tasks import LoadedTask
+
+MODEL_FILE = "model.keras"
+SUMMARY_FILE = "summary.json"
+CHECKPOINTS_SUBDIR = "checkpoints"
+EVAL_SUBDIR = "eval"
+# Evaluation checkpoints kept; the evaluator reads the newest.
+EVALUATION_CHECKPOINTS_KEPT = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputDirs:
+    """Model, backup and TensorBoard directories; Vertex's `AIP_*` are defaults."""
+
+    model_dir: str
+    backup_dir: str
+    tensorboard_dir: str
+
+    @classmethod
+    def from_config(cls, config: ExperimentConfig, environ: Mapping[str, str]) -> "OutputDirs":
+        model_dir = config.model_dir or environ.get("AIP_MODEL_DIR", "")
+        tensorboard_dir = (config.tensorboard_dir or environ.get("AIP_TENSORBOARD_LOG_DIR", "")
+                           or (os.path.join(model_dir, "logs") if model_dir else ""))
+        return cls(model_dir=model_dir,
+                   backup_dir=config.backup_dir or environ.get("AIP_CHECKPOINT_DIR", ""),
+                   tensorboard_dir=tensorboard_dir)
+
+    @property
+    def checkpoints_dir(self) -> str:
+        """Where the chief exports checkpoints for an evaluator task."""
+        return os.path.join(self.model_dir, CHECKPOINTS_SUBDIR) if self.model_dir else ""
+
+    @property
+    def eval_dir(self) -> str:
+        return os.path.join(self.model_dir, EVAL_SUBDIR) if self.model_dir else ""
+
+
+def seed_everything(config: ExperimentConfig) -> None:
+    keras.utils.set_random_seed(config.seed)
+    if config.deterministic:
+        tf.config.experimental.enable_op_determinism()
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    """A task's examples, and the streams tfdist makes of them.
+
+    Attributes:
+        train_examples: One pass of unbatched training examples.
+        eval_examples: One pass of unbatched evaluation examples, or None.
+        num_train_examples: Examples in one training pass.
+        steps_per_epoch: Optimizer updates per epoch.
+        global_batch_size: Examples per step across all replicas.
+        seed: Fixes the order of every pass.
+    """
+
+    train_examples: tf.data.Dataset
+    eval_examples: tf.data.Dataset | None
+    num_train_examples: int
+    steps_per_epoch: int
+    global_batch_size: int
+    seed: int
+
+    def train_stream(self, first_step: int = 0) -> tf.data.Dataset:
+        """Global batches from step `first_step` on, the same in every process."""
+        return data_lib.training_batches(
+            self.train_examples, global_batch_size=self.global_batch_size, seed=self.seed,
+            num_examples=self.num_train_examples, first_step=first_step)
+
+    def eval_stream(self) -> tf.data.Dataset | None:
+        if self.eval_examples is None:
+            return None
+        return data_lib.evaluation_batches(self.eval_examples,
+                                           global_batch_size=self.global_batch_size)
+
+
+def build_inputs(loaded: LoadedTask, config: ExperimentConfig) -> Inputs:
+    """Calls the task's `build_inputs` for both splits and sizes the epoch.
+
+    Raises:
+        UsageError: The task broke the contract, the data is smaller than one
+            global batch, or `--steps_per_execution` does not divide the epoch.
+    """
+    train = loaded.task.build_inputs(True)
+    tasks_lib.check_examples(train, loaded.spec, training=True)
+    evaluation = loaded.task.build_inputs(False)
+    tasks_lib.check_examples(evaluation, loaded.spec, training=False)
+    num_examples = data_lib.count_examples(train)
+    per_pass = data_lib.batches_per_pass(num_examples, config.global_batch_size)
+    steps_per_epoch = config.steps_per_epoch or per_pass
+    check_steps_per_execution(config.steps_per_execution, steps_per_epoch)
+    return Inputs(train_examples=train, eval_examples=evaluation,
+                  num_train_examples=num_examples, steps_per_epoch=steps_per_epoch,
+                  global_batch_size=config.global_batch_size, seed=config.seed)
+
+
+def build_model(loaded: LoadedTask, config: ExperimentConfig, *,
+                steps_per_epoch: int | None) -> keras.Model:
+    """The task's model, compiled; call inside the strategy's scope.
+
+    Args:
+        loaded: The task.
+        config: The experiment (optimizer, schedule, steps per execution).
+        steps_per_epoch: Sizes the learning-rate schedule; None compiles for
+            evaluation only (no optimizer).
+    """
+    model = loaded.task.build_model()
+    tasks_lib.check_model(model, loaded.spec)
+    compile_args = {"loss": loaded.task.loss(), "metrics": loaded.task.metrics()}
+    if steps_per_epoch is None:
+        model.compile(**compile_args)
+    else:
+        model.compile(optimizer=build_optimizer(config, steps_per_epoch=steps_per_epoch),
+                      steps_per_execution=config.steps_per_execution, **compile_args)
+    return model
+
+
+def make_backup(config: ExperimentConfig, dirs: OutputDirs, strategy: tf.distribute.Strategy,
+                cluster: Cluster) -> BackupAndRestore | None:
+    if not dirs.backup_dir:
+        logging.warning("No --backup_dir (and no AIP_CHECKPOINT_DIR): training cannot resume "
+                        "after a failure or preemption.")
+        return None
+    return BackupAndRestore(dirs.backup_dir, save_freq=config.backup_every_steps or "epoch",
+                            delete_checkpoint=not config.keep_backup,
+                            complete_on_train_end=False, strategy=strategy, cluster=cluster,
+                            preemption=PreemptionOptions(
+                                grace_period_seconds=config.preemption_grace_seconds))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What is left to run.
+
+    Attributes:
+        segments: The `fit` calls that finish training exactly once.
+        resumed_from_step: Steps already applied before this run (0 when fresh).
+        completed: An earlier run finished the job, outputs included.
+    """
+
+    segments: tuple[FitSegment, ...]
+    resumed_from_step: int = 0
+    completed: bool = False
+
+
+def plan(backup: BackupAndRestore | None, model: keras.Model, *, epochs: int,
+         steps_per_epoch: int) -> Plan:
+    """Restores the newest good backup into `model` and plans the rest of training."""
+    if backup is None:
+        return Plan(ResumePoint().segments(epochs=epochs, steps_per_epoch=steps_per_epoch))
+    segments = backup.resume(model, epochs=epochs, steps_per_epoch=steps_per_epoch)
+    return Plan(tuple(segments), backup.resumed_from_step, backup.completed)
+
+
+def wants_evaluation_checkpoints(config: ExperimentConfig, cluster: Cluster,
+                                 dirs: OutputDirs) -> bool:
+    """Whether the chief exports checkpoints: an evaluator exists, or one was asked for."""
+    if not dirs.model_dir:
+        return False
+    return config.evaluation_checkpoints or bool(cluster.addresses.get(EVALUATOR))
+
+
+def evaluation_exporter(config: ExperimentConfig, cluster: Cluster,
+                        dirs: OutputDirs) -> CheckpointExporter | None:
+    if not wants_evaluation_checkpoints(config, cluster, dirs):
+        return None
+    return CheckpointExporter(dirs.checkpoints_dir, max_to_keep=EVALUATION_CHECKPOINTS_KEPT)
+
+
+def training_callbacks(*, config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs,
+                       backup: BackupAndRestore | None,
+                       exporter: CheckpointExporter | None) -> list:
+    """The meter, the chief's TensorBoard and exporter, and the backup (last)."""
+    callbacks = [ThroughputMeter(global_batch_size=config.global_batch_size,
+                                 steps_per_execution=config.steps_per_execution)]
+    if cluster.is_chief:
+        if dirs.tensorboard_dir:
+            callbacks.append(EpochTensorBoard(dirs.tensorboard_dir))
+        if exporter is not None:
+            callbacks.append(exporter)
+    if backup is not None:
+        callbacks.append(backup)  # last: it may end the process after a preemption notice
+    return callbacks
+
+
+def epoch_logs(history) -> dict:
+    """The last epoch's logs of a `History`, as floats."""
+    return {name: float(values[-1]) for name, values in history.history.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What one run did, as every strategy reports it."""
+
+    strategy: str
+    num_replicas: int
+    num_workers: int
+    steps_per_epoch: int
+    steps_completed: int
+    train_logs: Mapping[str, float]
+    evaluation: Mapping[str, float]
+    examples_per_second: float
+    wall_seconds: float
+    resumed_from_step: int
+    num_ps: int = 0
+
+
+def build_summary(config: ExperimentConfig, outcome: Outcome) -> dict:
+    """`summary.json`: strict JSON (a non-finite number becomes null)."""
+    final_loss = outcome.train_logs.get("loss", outcome.evaluation.get("loss"))
+    summary = {
+        "strategy": outcome.strategy,
+        "num_replicas": outcome.num_replicas,
+        "num_workers": outcome.num_workers,
+        "global_batch_size": config.global_batch_size,
+        "epochs": config.epochs,
+        "steps_per_epoch": outcome.steps_per_epoch,
+        "steps_completed": outcome.steps_completed,
+        "final_loss": final_loss,
+        "metrics": {"train": dict(outcome.train_logs), "test": dict(outcome.evaluation)},
+        "examples_per_second": outcome.examples_per_second,
+        "wall_seconds": outcome.wall_seconds,
+        "resumed_from_step": outcome.resumed_from_step,
+    }
+    if outcome.strategy == "parameter_server":
+        summary["num_ps"] = outcome.num_ps
+    return _finite_or_null(summary)
+
+
+def _finite_or_null(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _finite_or_null(item) for key, item in value.items()}
+    return value
+
+
+def write_outputs(model: keras.Model, summary: dict, dirs: OutputDirs) -> None:
+    """Writes `model.keras` then `summary.json`, each replacing the old one atomically."""
+    if not dirs.model_dir:
+        logging.warning("No --model_dir (and no AIP_MODEL_DIR): the model and summary are "
+                        "not saved.")
+        return
+    tf.io.gfile.makedirs(dirs.model_dir)
+    model_path = os.path.join(dirs.model_dir, MODEL_FILE)
+    # Keras needs the .keras suffix; the rename keeps a previous model intact
+    # until the new one is complete.
+    temporary = os.path.join(dirs.model_dir, f".model.tmp-{os.getpid()}.keras")
+    model.save(temporary)
+    tf.io.gfile.rename(temporary, model_path, overwrite=True)
+    summary_path = os.path.join(dirs.model_dir, SUMMARY_FILE)
+    write_json_atomically(summary_path, summary)
+    logging.info("Wrote %s and %s.", model_path, summary_path)
+
+
+def read_summary(dirs: OutputDirs) -> dict | None:
+    """The summary a finished run wrote, or None."""
+    path = os.path.join(dirs.model_dir, SUMMARY_FILE) if dirs.model_dir else ""
+    if not path or not tf.io.gfile.exists(path):
+        return None
+    with tf.io.gfile.GFile(path) as handle:
+        return json.load(handle)
+
+
+def already_completed(backup: BackupAndRestore, dirs: OutputDirs, strategy_name: str,
+                      num_replicas: int) -> dict:
+    """The summary of a job that had finished before this restart; trains nothing."""
+    logging.warning("%s records that this job completed at step %d; not training again. "
+                    "Use a new --backup_dir to train anew.", backup.backup_dir,
+                    backup.resumed_from_step)
+    return read_summary(dirs) or {
+        "strategy": strategy_name, "num_replicas": num_replicas,
+        "steps_completed": backup.resumed_from_step, "final_loss": None,
+        "examples_per_second": 0.0, "resumed_from_step": backup.resumed_from_step}
+
+
+def finish_exports(exporter: CheckpointExporter | None, model: keras.Model) -> None:
+    """Exports the final checkpoint and marks training done for the evaluator.
+
+    Works also when no `fit` ran in this process (a restart after the last step).
+    """
+    if exporter is None:
+        return
+    if exporter.model is None:
+        exporter.set_model(model)
+        exporter.on_train_begin()
+    exporter.finish()
+
+
+def validation_kwargs(config: ExperimentConfig, inputs: Inputs) -> dict:
+    """`fit`'s validation arguments: `--validation_steps` batches of the evaluation split."""
+    stream = inputs.eval_stream()
+    if not config.validation_steps or stream is None:
+        return {}
+    return {"validation_data": stream, "validation_steps": config.validation_steps}
