@@ -42,7 +42,7 @@ def evaluate(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDi
         raise UsageError(f"{loaded.spec}: build_inputs(training=False) returned None, so the "
                          f"evaluator task has nothing to evaluate; return evaluation examples "
                          f"or run the job without an evaluator")
-    model = pipeline.build_model(loaded, config, steps_per_epoch=None)
+    model = pipeline.build_model(loaded, config, inputs, for_training=False)
     alive = None
     address = _training_address(cluster)
     if address:

@@ -44,28 +44,20 @@ def _worker_dataset_fn(loaded: LoadedTask, inputs: pipeline.Inputs):
 def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
           loaded: LoadedTask, *, strategy: tf.distribute.Strategy) -> dict:
     """Coordinates training from the chief and returns the summary."""
-    pipeline.seed_everything(config)
-    inputs = pipeline.build_inputs(loaded, config)
-    with strategy.scope():
-        model = pipeline.build_model(loaded, config, steps_per_epoch=inputs.steps_per_epoch)
-    trainer = parameter_server.ParameterServerTrainer(model)
-    backup = pipeline.make_backup(config, dirs, strategy, cluster)
-    todo = pipeline.plan(backup, model, epochs=config.epochs,
-                         steps_per_epoch=inputs.steps_per_epoch)
+    run = pipeline.prepare(config, cluster, dirs, loaded, strategy)
     num_replicas = int(strategy.num_replicas_in_sync)
-    if todo.completed:
-        return pipeline.already_completed(backup, dirs, "parameter_server", num_replicas)
+    if run.todo.completed:
+        return pipeline.already_completed(run.backup, dirs, "parameter_server", num_replicas)
 
-    exporter = pipeline.evaluation_exporter(config, cluster, dirs)
+    model, inputs = run.model, run.inputs
+    trainer = parameter_server.ParameterServerTrainer(model)
     # Callbacks run at sync points only: throughput comes from the trainer.
-    callbacks = [callback for callback in pipeline.training_callbacks(
-        config=config, cluster=cluster, dirs=dirs, backup=backup, exporter=exporter)
-        if not isinstance(callback, ThroughputMeter)]
+    callbacks = [c for c in run.callbacks if not isinstance(c, ThroughputMeter)]
     validation = pipeline.validation_kwargs(config, inputs)
     dataset_fn = _worker_dataset_fn(loaded, inputs)
     started = time.perf_counter()
     train_logs = {}
-    for segment in todo.segments:
+    for segment in run.todo.segments:
         history = trainer.fit(dataset_fn, epochs=segment.epochs,
                               initial_epoch=segment.initial_epoch,
                               steps_per_epoch=segment.steps_per_epoch,
@@ -75,17 +67,11 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
     wall_seconds = time.perf_counter() - started
     eval_stream = inputs.eval_stream()
     evaluation = trainer.evaluate_on_coordinator(eval_stream) if eval_stream is not None else {}
-    pipeline.finish_exports(exporter, model)
-
-    summary = pipeline.build_summary(config, pipeline.Outcome(
+    return pipeline.conclude(config, cluster, dirs, run, pipeline.Outcome(
         strategy="parameter_server", num_replicas=num_replicas,
         num_workers=cluster.count(WORKER), num_ps=cluster.num_ps,
         steps_per_epoch=inputs.steps_per_epoch,
         steps_completed=int(model.optimizer.iterations.numpy()), train_logs=train_logs,
         evaluation=evaluation,
         examples_per_second=trainer.steps_per_second * config.global_batch_size,
-        wall_seconds=wall_seconds, resumed_from_step=todo.resumed_from_step))
-    pipeline.write_outputs(model, summary, dirs)
-    if backup is not None:
-        backup.complete()  # only once the outputs exist
-    return summary
+        wall_seconds=wall_seconds, resumed_from_step=run.todo.resumed_from_step))

@@ -98,6 +98,10 @@ class Inputs:
             self.train_examples, global_batch_size=self.global_batch_size, seed=self.seed,
             num_examples=self.num_train_examples, first_step=first_step)
 
+    def sample_features(self):
+        """The features of one training example, batched by 1: enough to build a model."""
+        return next(iter(self.train_examples.take(1).batch(1)))[0]
+
     def eval_stream(self) -> tf.data.Dataset | None:
         if self.eval_examples is None:
             return None
@@ -125,18 +129,23 @@ def build_inputs(loaded: LoadedTask, config: ExperimentConfig) -> Inputs:
                   global_batch_size=config.global_batch_size, seed=config.seed)
 
 
-def build_model(loaded: LoadedTask, config: ExperimentConfig, *,
-                steps_per_epoch: int | None) -> keras.Model:
-    """The task's model, compiled; call inside the strategy's scope.
+def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
+                for_training: bool = True) -> keras.Model:
+    """The task's model, built and compiled; call inside the strategy's scope.
+
+    The model is called once on one example, so that a subclassed model has
+    every variable before a backup is restored into it.
 
     Args:
         loaded: The task.
         config: The experiment (optimizer, schedule, steps per execution).
-        steps_per_epoch: Sizes the learning-rate schedule; None compiles for
-            evaluation only (no optimizer).
+        inputs: Sizes the learning-rate schedule and gives the sample.
+        for_training: False compiles for evaluation only (no optimizer).
     """
     model = loaded.task.build_model()
     tasks_lib.check_model(model, loaded.spec)
+    model(inputs.sample_features(), training=False)
+    steps_per_epoch = inputs.steps_per_epoch if for_training else None
     compile_args = {"loss": loaded.task.loss(), "metrics": loaded.task.metrics()}
     if steps_per_epoch is None:
         model.compile(**compile_args)
@@ -303,6 +312,45 @@ def already_completed(backup: BackupAndRestore, dirs: OutputDirs, strategy_name:
         "strategy": strategy_name, "num_replicas": num_replicas,
         "steps_completed": backup.resumed_from_step, "final_loss": None,
         "examples_per_second": 0.0, "resumed_from_step": backup.resumed_from_step}
+
+
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+    """A run ready to train: its inputs, its model (restored), its backup and plan."""
+
+    inputs: Inputs
+    model: keras.Model
+    backup: BackupAndRestore | None
+    todo: Plan
+    exporter: CheckpointExporter | None
+    callbacks: tuple
+
+
+def prepare(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, loaded: LoadedTask,
+            strategy: tf.distribute.Strategy) -> Prepared:
+    """Inputs, model, restore and callbacks: everything before the first step."""
+    seed_everything(config)
+    inputs = build_inputs(loaded, config)
+    with strategy.scope():
+        model = build_model(loaded, config, inputs)
+    backup = make_backup(config, dirs, strategy, cluster)
+    todo = plan(backup, model, epochs=config.epochs, steps_per_epoch=inputs.steps_per_epoch)
+    exporter = evaluation_exporter(config, cluster, dirs) if cluster.is_chief else None
+    callbacks = training_callbacks(config=config, cluster=cluster, dirs=dirs, backup=backup,
+                                   exporter=exporter)
+    return Prepared(inputs, model, backup, todo, exporter, tuple(callbacks))
+
+
+def conclude(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, run: Prepared,
+             outcome: "Outcome") -> dict:
+    """Final exports, `summary.json` and `model.keras` (chief), then completion."""
+    finish_exports(run.exporter, run.model)
+    summary = build_summary(config, outcome)
+    if cluster.is_chief:
+        write_outputs(run.model, summary, dirs)
+    if run.backup is not None:
+        run.backup.complete()  # only once the outputs exist: a restart before this re-writes them
+    return summary
 
 
 def finish_exports(exporter: CheckpointExporter | None, model: keras.Model) -> None:
