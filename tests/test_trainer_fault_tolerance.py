@@ -7,7 +7,6 @@ restart, and compare the final model with an uninterrupted run's.
 import json
 import os
 import pathlib
-import re
 import signal
 import sys
 
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 
 from tfdist.cli import EXIT_PREEMPTED
+from tests.backup_files import committed_steps
 from tests.logged_process import finish, log_tail, start_logged
 from tfdist.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
 from trainer.config import ExperimentConfig
@@ -27,7 +27,6 @@ TRAIN_FLAGS = ["--model=mlp", "--dataset=synthetic", "--num_examples=1024",
                f"--epochs={EPOCHS}", f"--steps_per_epoch={STEPS_PER_EPOCH}",
                "--global_batch_size=32", "--backup_every_steps=10", "--deterministic",
                "--seed=3"]
-_BACKUP = re.compile(r"^backup-(\d+)$")
 
 
 def test_backup_dir_defaults_to_aip_checkpoint_dir():
@@ -59,14 +58,6 @@ def _run(tmp_path, name, backup_dir, *extra):
     return process
 
 
-def _committed_steps(backup_dir: pathlib.Path) -> list[int]:
-    if not backup_dir.is_dir():
-        return []
-    return sorted(int(match.group(1)) for name in os.listdir(backup_dir)
-                  if (match := _BACKUP.match(name))
-                  and (backup_dir / name / "COMMITTED").exists())
-
-
 def _weights(model_dir: pathlib.Path) -> list[np.ndarray]:
     model = keras.saving.load_model(model_dir / "model.keras", safe_mode=True, compile=False)
     return [np.asarray(weight) for weight in model.get_weights()]
@@ -86,7 +77,7 @@ def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tm
     backup_dir = tmp_path / "backup"
     victim = _start(tmp_path, "preempted", backup_dir)
     try:
-        poll_until(lambda: _committed_steps(backup_dir) or victim.poll() is not None,
+        poll_until(lambda: committed_steps(backup_dir) or victim.poll() is not None,
                    timeout=TIMEOUT, what="the first backup")
         assert victim.poll() is None, log_tail(victim)
         victim.send_signal(signal.SIGTERM)
@@ -94,7 +85,7 @@ def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tm
     finally:
         _finish(victim)
     assert code == EXIT_PREEMPTED, log_tail(victim)
-    notice_step = _committed_steps(backup_dir)[-1]
+    notice_step = committed_steps(backup_dir)[-1]
     assert 0 < notice_step < total
     assert f"stopping after step {notice_step}" in log_tail(victim)
     assert not (victim.out / "summary.json").exists()
@@ -125,13 +116,13 @@ def test_two_workers_sigterm_to_one_exit_143_then_resume(local_cluster, tmp_path
     env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
     cluster = local_cluster(num_workers=2, command=command, env=env)
     cluster.start()
-    poll_until(lambda: _committed_steps(backup_dir), timeout=TIMEOUT, what="the first backup")
+    poll_until(lambda: committed_steps(backup_dir), timeout=TIMEOUT, what="the first backup")
     assert cluster.kill("worker:1", signal.SIGTERM), cluster.format_logs()
     codes = cluster.wait(timeout=60, stop_on_failure=False)
     assert codes == {"worker:0": EXIT_PREEMPTED, "worker:1": EXIT_PREEMPTED}, (
         cluster.format_logs())
-    notice_step = _committed_steps(backup_dir)[-1]
-    assert all(_BACKUP.match(name) for name in os.listdir(backup_dir)), os.listdir(backup_dir)
+    notice_step = committed_steps(backup_dir)[-1]
+    assert all(name.startswith("backup-") for name in os.listdir(backup_dir)), os.listdir(backup_dir)
 
     restarted = local_cluster(num_workers=2, command=command, env=env)
     restarted.start()
@@ -143,3 +134,38 @@ def test_two_workers_sigterm_to_one_exit_143_then_resume(local_cluster, tmp_path
     assert summary["steps_completed"] == EPOCHS * STEPS_PER_EPOCH
     assert summary["num_workers"] == 2
     assert os.listdir(backup_dir) == ["COMPLETED.json"]
+
+
+def _crash_after_the_last_step(model_dir: pathlib.Path, backup_dir: pathlib.Path) -> None:
+    """Leaves what a job killed after its last backup but before its outputs leaves.
+
+    The finished run kept its backups (--keep_backup); removing the outputs and the
+    completion record is the state of a job that died during its final evaluate or save.
+    """
+    (backup_dir / "COMPLETED.json").unlink()
+    (model_dir / "model.keras").unlink()
+    (model_dir / "summary.json").unlink()
+
+
+@pytest.mark.parametrize("strategy_flags", [["--strategy=default"]], ids=["default"])
+def test_a_restart_after_the_last_step_writes_the_outputs_and_trains_nothing(
+        tmp_path, strategy_flags):
+    backup_dir = tmp_path / "backup"
+    finished = _run(tmp_path, "finished", backup_dir, "--keep_backup", *strategy_flags)
+    summary = _summary(finished.out)
+    weights = _weights(finished.out)
+    _crash_after_the_last_step(finished.out, backup_dir)
+    steps_before = committed_steps(backup_dir)
+
+    again = _run(tmp_path, "again", backup_dir, f"--model_dir={finished.out}", "--keep_backup",
+                 *strategy_flags)
+    assert "Epoch " not in log_tail(again), "no step may run again"
+    resumed = _summary(finished.out)
+    assert resumed["steps_completed"] == EPOCHS * STEPS_PER_EPOCH
+    assert resumed["resumed_from_step"] == EPOCHS * STEPS_PER_EPOCH
+    for key in ("final_loss", "metrics", "steps_per_epoch", "global_batch_size", "strategy"):
+        assert resumed[key] == summary[key], key
+    for got, want in zip(_weights(finished.out), weights, strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert (backup_dir / "COMPLETED.json").exists()
+    assert committed_steps(backup_dir) == steps_before, "no backup may be lost"

@@ -31,6 +31,7 @@ import keras
 import tensorflow as tf
 
 from tfdist.errors import UsageError
+from tfdist.preconditions import check_whole_number
 from tfdist.files import write_json_atomically
 
 DONE_MARKER = "training_done.json"
@@ -86,8 +87,7 @@ class CheckpointExporter(keras.callbacks.Callback):
         if not directory:
             raise UsageError("directory is empty, expected where to export checkpoints for "
                              "the evaluator, e.g. <model_dir>/checkpoints")
-        if isinstance(max_to_keep, bool) or not isinstance(max_to_keep, int) or max_to_keep < 1:
-            raise UsageError(f"max_to_keep is {max_to_keep!r}, expected a whole number >= 1")
+        check_whole_number("max_to_keep", max_to_keep, minimum=1)
         self.directory = directory
         self.max_to_keep = max_to_keep
         self._manager = None

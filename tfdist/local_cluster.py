@@ -34,6 +34,7 @@ from typing import Callable, Mapping, Sequence, TextIO
 
 from tfdist import cluster as cluster_lib
 from tfdist.errors import UsageError
+from tfdist.preconditions import check_seconds, check_whole_number
 
 PortPicker = Callable[[str, int], Sequence[int]]
 
@@ -112,8 +113,7 @@ class ClusterLayout:
 
     def __post_init__(self):
         for field, value in (("num_workers", self.num_workers), ("num_ps", self.num_ps)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise UsageError(f"{field} is {value!r}, expected a whole number >= 0")
+            check_whole_number(field, value, minimum=0)
         if not self.num_workers and not self.has_chief:
             raise UsageError(
                 "the cluster has 0 workers and no chief, expected at least one training "
@@ -360,10 +360,8 @@ class LocalCluster:
                 f"allow_non_loopback=True (--allow_non_loopback) on a trusted network")
         for field, value in (("max_port_retries", max_port_retries),
                              ("restart_on_failure", restart_on_failure)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise UsageError(f"{field} is {value!r}, expected a whole number >= 0")
-        if not isinstance(grace_period, (int, float)) or grace_period < 0:
-            raise UsageError(f"grace_period is {grace_period!r}, expected seconds >= 0")
+            check_whole_number(field, value, minimum=0)
+        check_seconds("grace_period", grace_period, allow_zero=True)
         overrides = dict(env or {})
         if cluster_lib.TF_CONFIG in overrides:
             raise UsageError(

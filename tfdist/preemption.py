@@ -29,6 +29,7 @@ from typing import Callable
 from tfdist.checkpointing.sync import WorkerSync
 from tfdist.cli import EXIT_GRACE_EXPIRED, EXIT_PREEMPTED
 from tfdist.errors import UsageError
+from tfdist.preconditions import check_seconds, check_whole_number
 
 
 _log = logging.getLogger(__name__)
@@ -51,14 +52,10 @@ class PreemptionOptions:
     signals: tuple[int, ...] = (signal.SIGTERM,)
 
     def __post_init__(self):
-        period = self.grace_period_seconds
-        if isinstance(period, bool) or not isinstance(period, (int, float)) or not period > 0:
-            raise UsageError(
-                f"grace_period_seconds is {period!r}, expected a number of seconds > 0, "
-                f"below the platform's own grace period (30 s on GKE and Vertex)")
-        steps = self.check_every_steps
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps <= 0:
-            raise UsageError(f"check_every_steps is {steps!r}, expected a whole number > 0")
+        check_seconds("grace_period_seconds", self.grace_period_seconds,
+                      hint="keep it below the platform's own grace period (30 s on GKE and "
+                           "Vertex)")
+        check_whole_number("check_every_steps", self.check_every_steps, minimum=1)
         if not self.signals:
             raise UsageError("signals is empty, expected at least one, e.g. (signal.SIGTERM,)")
 

@@ -18,6 +18,7 @@ from typing import Callable
 
 from tfdist.cluster import CHIEF, PS, WORKER, Cluster
 from tfdist.errors import UsageError
+from tfdist.preconditions import check_seconds
 
 _log = logging.getLogger(__name__)
 
@@ -40,9 +41,7 @@ class ServeOptions:
 
     def __post_init__(self):
         for name in ("chief_start_timeout", "chief_gone_seconds", "poll_seconds"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                raise UsageError(f"{name} is {value!r}, expected a number of seconds > 0")
+            check_seconds(name, getattr(self, name))
 
 
 def _split_address(address: str) -> tuple[str, int]:

@@ -13,6 +13,7 @@ import keras
 import tensorflow as tf
 
 from tfdist.errors import UsageError
+from tfdist.preconditions import check_whole_number
 
 
 def shard_rows(input_dim: int, num_shards: int) -> list[int]:
@@ -43,9 +44,7 @@ class ShardedEmbedding(keras.layers.Layer):
         super().__init__(**kwargs)
         for name, value in (("input_dim", input_dim), ("output_dim", output_dim),
                             ("num_shards", num_shards)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise UsageError(f"ShardedEmbedding {name} is {value!r}, expected a whole "
-                                 f"number >= 1")
+            check_whole_number(f"ShardedEmbedding {name}", value, minimum=1)
         if num_shards > input_dim:
             raise UsageError(f"ShardedEmbedding num_shards is {num_shards} but input_dim is "
                              f"{input_dim}, expected at most one block per row; lower "

@@ -8,6 +8,7 @@ import tensorflow as tf
 
 from tfdist.cluster import CHIEF, PS, WORKER, Cluster, check_cluster_for_strategy
 from tfdist.errors import UsageError
+from tfdist.preconditions import check_whole_number
 
 # The evaluator evaluates checkpoints on its own: it is not part of the cluster
 # the coordinator drives, and the servers must not wait for it.
@@ -30,13 +31,11 @@ def variable_partitioner(*, min_shard_bytes: int, max_shards: int):
     Raises:
         UsageError: A negative size or fewer than one shard.
     """
-    if isinstance(min_shard_bytes, bool) or not isinstance(min_shard_bytes, int) or (
-            min_shard_bytes < 0):
-        raise UsageError(f"min_shard_bytes is {min_shard_bytes!r}, expected a whole number of "
-                         f"bytes >= 0 (0 turns variable partitioning off)")
-    if isinstance(max_shards, bool) or not isinstance(max_shards, int) or max_shards < 1:
-        raise UsageError(f"max_shards is {max_shards!r}, expected a whole number >= 1; use the "
-                         f"number of ps tasks to spread large variables over all of them")
+    check_whole_number("min_shard_bytes", min_shard_bytes, minimum=0,
+                       hint="0 turns variable partitioning off")
+    check_whole_number("max_shards", max_shards, minimum=1,
+                       hint="use the number of ps tasks to spread large variables over all "
+                            "of them")
     if not min_shard_bytes or max_shards == 1:
         return None
     return tf.distribute.experimental.partitioners.MinSizePartitioner(

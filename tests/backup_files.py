@@ -1,0 +1,16 @@
+"""What a backup directory holds, read from its files (not a test module)."""
+
+import os
+import pathlib
+import re
+
+_BACKUP = re.compile(r"^backup-(\d+)$")
+
+
+def committed_steps(backup_dir: pathlib.Path) -> list[int]:
+    """Steps of the committed backups in `backup_dir`, oldest first."""
+    if not backup_dir.is_dir():
+        return []
+    return sorted(int(match.group(1)) for name in os.listdir(backup_dir)
+                  if (match := _BACKUP.match(name))
+                  and (backup_dir / name / "COMMITTED").exists())
