@@ -312,3 +312,24 @@ def test_unprepared_tfds_dataset_is_a_clear_error(tmp_path):
     assert "nothing is downloaded" in message
     assert "tfds build mnist" in message
     assert list(empty.iterdir()) == []
+
+
+def test_evaluation_checkpoints_only_for_an_evaluator_and_only_the_newest_few(tmp_path):
+    # Without an evaluator nothing reads them: none are written.
+    plain = tmp_path / "plain"
+    result = run_task("--strategy=default", "--epochs=5", "--steps_per_epoch=2",
+                      "--num_examples=256", f"--model_dir={plain}")
+    assert result.returncode == 0, describe(result)
+    assert not (plain / "checkpoints").exists()
+
+    # Asked for: one per epoch, the newest 3 kept, the done marker names the last.
+    exported = tmp_path / "exported"
+    result = run_task("--strategy=default", "--epochs=5", "--steps_per_epoch=2",
+                      "--num_examples=256", "--evaluation_checkpoints",
+                      f"--model_dir={exported}")
+    assert result.returncode == 0, describe(result)
+    indexes = sorted({path.name.split(".")[0] for path in
+                      (exported / "checkpoints").glob("ckpt-*.index")})
+    assert indexes == ["ckpt-10", "ckpt-6", "ckpt-8"]
+    done = json.loads((exported / "checkpoints" / "training_done.json").read_text())
+    assert done == {"last_checkpoint": "ckpt-10", "step": 10}
