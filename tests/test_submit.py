@@ -195,12 +195,12 @@ def test_impossible_shapes_exit_2_with_one_line(flags):
 
 
 def test_sdist_name_is_derived_from_contents(tmp_path):
-    from trainer import packaging
+    from trainer.vertex import staging
 
     egg_info = os.path.join(REPO, "tfdist.egg-info")
     had_egg_info = os.path.exists(egg_info)
-    first = packaging.build_sdist(packaging.find_project_root(), str(tmp_path / "a"))
-    second = packaging.build_sdist(packaging.find_project_root(), str(tmp_path / "b"))
+    first = staging.build_sdist(staging.find_project_root(), str(tmp_path / "a"))
+    second = staging.build_sdist(staging.find_project_root(), str(tmp_path / "b"))
     assert first.staged_name == second.staged_name
     with tarfile.open(first.path) as archive:
         names = archive.getnames()
