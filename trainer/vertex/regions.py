@@ -9,6 +9,7 @@ checked (a real submission needs the library anyway).
 """
 
 import ast
+import difflib
 import functools
 import importlib.util
 import os
@@ -59,7 +60,11 @@ def check_region(region: str) -> str:
     require(len(region) <= 40 and bool(_REGION_SHAPE.match(region)),
             f"--region is {quoted(region)}, expected a region name such as us-central1")
     known = sdk_regions()
-    require(not known or region in known,
-            f"--region is {quoted(region)}, which Vertex AI does not run in; expected one "
-            f"of: {', '.join(sorted(known))}")
+    if known and region not in known:
+        close = difflib.get_close_matches(region, sorted(known), n=3, cutoff=0.6)
+        hint = f"did you mean {' or '.join(close)}?" if close else \
+            "e.g. us-central1, europe-west4 or asia-southeast1"
+        require(False, f"--region is {quoted(region)}, which Vertex AI does not run in, "
+                       f"expected one of the {len(known)} regions the Vertex AI SDK lists; "
+                       f"{hint}")
     return region
