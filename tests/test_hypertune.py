@@ -66,6 +66,14 @@ def test_unknown_metric_is_a_usage_error_naming_the_logged_ones(tmp_path):
              epochs=1)
 
 
+def test_a_validation_metric_without_validation_is_a_usage_error(tmp_path):
+    reporter = hypertune.MetricReporter(metric_file=str(tmp_path / "m"), environ={})
+    with pytest.raises(UsageError, match="never reported"):
+        _fit(hypertune.HypertuneCallback("val_accuracy", is_chief=True, reporter=reporter),
+             epochs=1, validation=False)
+    assert not (tmp_path / "m").exists()
+
+
 def test_metric_file_matches_cloudml_hypertune(tmp_path):
     """Our lines equal the cloudml-hypertune package's (timestamps aside)."""
     pytest.importorskip("hypertune")

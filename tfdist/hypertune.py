@@ -129,7 +129,8 @@ def _make_callback_class():
         (give the same name as the tuning job's `metricId`), at the
         optimizer's step count. Epochs without validation (`validation_freq`)
         are skipped; a metric that is in no log is a usage error naming the
-        ones that are.
+        ones that are, and so is a `val_*` metric when training ends without
+        a single validation (Vertex AI would see a trial that reported nothing).
 
         Args:
             metric: Log key to report, e.g. `val_accuracy` or `val_loss`.
@@ -167,6 +168,12 @@ def _make_callback_class():
                 if self.model is not None else epoch + 1
             self.reporter.report(self.metric, float(logs[self.metric]), step)
             self.reports += 1
+
+        def on_train_end(self, logs: Mapping[str, Any] | None = None):
+            if self.is_chief and not self.reports:
+                raise UsageError(f"--hparam_metric={self.metric[:100]} was never reported: no "
+                                 f"epoch ran a validation; expected validation data (e.g. "
+                                 f"--validation_steps > 0) or a training metric such as loss")
 
     return HypertuneCallback
 

@@ -112,7 +112,7 @@ def _tuning_spec() -> tuning.TuningSpec | None:
         return None
     file_values = config_files.read_json_object(
         FLAGS.hparam_tuning, flag="--hparam_tuning", keys=tuning.TUNING_KEYS + ("description",),
-        example="configs/tuning/learning_rate.json") if FLAGS.hparam_tuning else {}
+        example="configs/tuning/learning_rate_optimizer.json") if FLAGS.hparam_tuning else {}
     file_values.pop("description", None)
     return tuning.TuningSpec.from_options(tuning.merge_tuning_options(file_values, flag_values))
 
@@ -125,10 +125,10 @@ def _build_packages(spec: JobSpec, staging_bucket: str, build_dir: str) -> list:
         raise UsageError(f"--container_uri={spec.container_uri} is a prebuilt image, which "
                          f"runs our package from Cloud Storage; set "
                          f"--staging_bucket=gs://my-bucket")
+    task_root = staging.check_task_package(spec.task_package) if spec.task_package else ""
     packages = [staging.build_sdist(staging.find_project_root(), build_dir)]
-    if spec.task_package:
-        root = staging.check_task_package(spec.task_package)
-        packages.append(staging.build_sdist(root, build_dir, flag="--task_package"))
+    if task_root:
+        packages.append(staging.build_sdist(task_root, build_dir, flag="--task_package"))
     return packages
 
 

@@ -19,6 +19,7 @@ gives the same name and a second submission reuses the staged package.
 
 import dataclasses
 import hashlib
+import logging
 import os
 import shutil
 import sys
@@ -103,6 +104,7 @@ def build_sdist(project_root: str, out_dir: str, *, flag: str = "the trainer") -
             system's requirements are not installed, or the build failed.
     """
     build = require_module("build", purpose=f"building {flag}'s sdist")
+    logging.getLogger("build").setLevel(logging.WARNING)  # its progress lines are noise here
     with tempfile.TemporaryDirectory(prefix="tfdist-src-") as scratch:
         source = os.path.join(scratch, "src")
         _copy_sources(project_root, source, flag)

@@ -248,23 +248,29 @@ def parse_parameter(name: str, spec: Any) -> ParameterSpec:
     if kind in ("double", "integer") and len(parts) == 3 or \
             kind == "discrete" and len(parts) == 2:
         scale = parts.pop()
+    if kind in ("double", "integer"):
+        require(len(parts) == 2, f"--hparam {name}={quoted(spec)}, expected "
+                                 f"{kind}:MIN:MAX[:SCALE]")
+        low, high = (_number(name, spec, part, int if kind == "integer" else float)
+                     for part in parts)
+        return ParameterSpec(parameter_id=name, kind=kind, low=low, high=high, scale=scale)
+    if kind in ("discrete", "categorical"):
+        require(len(parts) == 1, f"--hparam {name}={quoted(spec)}, expected {kind}:V1,V2,...")
+        values = [value.strip() for value in parts[0].split(",")]
+        if kind == "discrete":
+            values = [_number(name, spec, value, float) for value in values]
+        return ParameterSpec(parameter_id=name, kind=kind, values=tuple(values), scale=scale)
+    _spec_error(name, spec)
+
+
+def _number(name: str, spec: str, text: str, convert) -> float | int:
     try:
-        if kind in ("double", "integer"):
-            require(len(parts) == 2, f"--hparam {name}={quoted(spec)}, expected "
-                                     f"{kind}:MIN:MAX[:SCALE]")
-            convert = int if kind == "integer" else float
-            return ParameterSpec(parameter_id=name, kind=kind, low=convert(parts[0]),
-                                 high=convert(parts[1]), scale=scale)
-        if kind in ("discrete", "categorical"):
-            require(len(parts) == 1, f"--hparam {name}={quoted(spec)}, expected "
-                                     f"{kind}:V1,V2,...")
-            values = [value.strip() for value in parts[0].split(",")]
-            if kind == "discrete":
-                values = [float(value) for value in values]
-            return ParameterSpec(parameter_id=name, kind=kind, values=tuple(values),
-                                 scale=scale)
+        return convert(text)
     except ValueError:
-        pass
+        _spec_error(name, spec)
+
+
+def _spec_error(name: str, spec: Any):
     raise UsageError(f"--hparam {name}={quoted(spec)}, expected one of double:MIN:MAX[:SCALE], "
                      f"integer:MIN:MAX[:SCALE], discrete:V1,V2,...[:SCALE], "
                      f"categorical:A,B,... with SCALE linear, log or reverse_log")
