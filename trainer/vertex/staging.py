@@ -110,15 +110,13 @@ def build_sdist(project_root: str, out_dir: str, *, flag: str = "the trainer") -
         _copy_sources(project_root, source, flag)
         builder = build.ProjectBuilder(source, python_executable=sys.executable,
                                        runner=_quiet_runner)
-        try:
-            missing = builder.check_dependencies("sdist")
-        except Exception as error:  # noqa: BLE001 (any backend failure is the user's project)
-            raise UsageError(f"building {flag} from {quoted(project_root)} failed "
-                             f"({quoted(_last_line(error))}); expected `python -m build "
-                             f"--sdist` to work there") from None
+        # The static build-system.requires only: asking the backend for more
+        # would cost one more hook subprocess per build.
+        missing = sorted({chain[0] for requirement in builder.build_system_requires
+                          for chain in build.check_dependency(requirement)})
         require(not missing,
                 f"building {flag} from {quoted(project_root)} needs "
-                f"{quoted(', '.join(sorted(_first(req) for req in missing)))} (its "
+                f"{quoted(', '.join(missing))} (its "
                 f"build-system.requires), which is not installed; pip install them and submit "
                 f"again")
         try:
@@ -157,11 +155,6 @@ def _copy_sources(project_root: str, target: str, flag: str) -> None:
                     f"or {MAX_SOURCE_FILES} files, expected a source tree; move data and "
                     f"outputs out of it")
             shutil.copy2(source, os.path.join(target, relative, name))
-
-
-def _first(requirement_chain) -> str:
-    return requirement_chain[0] if isinstance(requirement_chain, tuple) else str(
-        requirement_chain)
 
 
 def _last_line(error: BaseException) -> str:
