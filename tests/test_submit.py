@@ -146,7 +146,22 @@ def test_dry_run_with_prebuilt_image_names_the_package_it_would_stage():
         assert pool["pythonPackageSpec"]["executorImageUri"] == PREBUILT
 
 
-def test_dry_run_imports_neither_tensorflow_nor_google_cloud(tmp_path):
+IMPORT_CHECKS = {
+    "our image": [],
+    "prebuilt image, task package, tuning, serving lines": [
+        f"--container_uri={PREBUILT}", "--task_package={user_project}",
+        f"--hparam_tuning={os.path.join(REPO, 'configs', 'tuning', 'warmup_grid.json')}",
+        "--serving_commands", "--network=projects/1/global/networks/vpc",
+        "--kms_key_name=projects/p/locations/us-central1/keyRings/r/cryptoKeys/k"],
+}
+
+
+@pytest.mark.parametrize("extra", IMPORT_CHECKS.values(), ids=IMPORT_CHECKS.keys())
+def test_dry_run_imports_neither_tensorflow_nor_google_cloud(tmp_path, extra):
+    from tests.test_vertex_staging import make_user_project
+
+    user_project = make_user_project(tmp_path / "user")
+    extra = [flag.format(user_project=user_project) for flag in extra]
     report = tmp_path / "modules.json"
     wrapper = (
         "import json, runpy, sys\n"
@@ -159,8 +174,8 @@ def test_dry_run_imports_neither_tensorflow_nor_google_cloud(tmp_path):
         f"open({str(report)!r}, 'w').write(json.dumps({{'code': code, 'heavy': heavy}}))\n")
     config = os.path.join(JOBS, "mirrored_1x8_gpu.json")
     result = subprocess.run(
-        [sys.executable, "-c", wrapper, f"--job_config={config}", *COMMON, "--dry_run"],
-        cwd=REPO, env=base_env(), capture_output=True, text=True, timeout=60)
+        [sys.executable, "-c", wrapper, f"--job_config={config}", *COMMON, *extra, "--dry_run"],
+        cwd=REPO, env=base_env(), capture_output=True, text=True, timeout=120)
     outcome = json.loads(report.read_text())
     assert outcome == {"code": 0, "heavy": []}, result.stderr
     assert json.loads(result.stdout)["displayName"] == "tfdist-mirrored-1x8-a100"

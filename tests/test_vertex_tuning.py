@@ -129,3 +129,19 @@ def test_trial_arguments_keep_an_explicit_metric_flag():
     study = tuning.TuningSpec(metric="val_auc", goal="maximize",
                               parameters=(tuning.parse_parameter("epochs", "integer:1:2"),))
     assert tuning.trial_args(spec, study) == ("--hparam_metric=val_auc",)
+
+
+def test_serving_commands_point_at_the_exported_model():
+    custom = submit(*COMMON, f"--container_uri={OUR_IMAGE}", "--base_output_dir=gs://b-1/run",
+                    "--serving_commands", "--dry_run")
+    assert custom.returncode == 0, custom.stderr
+    assert "gcloud ai models upload --project=my-project --region=us-central1 " \
+           "--display-name=tfdist-auto --artifact-uri=gs://b-1/run/model/ " \
+           "--container-image-uri=us-docker.pkg.dev/vertex-ai/prediction/" in custom.stderr
+    assert "gcloud ai endpoints deploy-model ENDPOINT_ID" in custom.stderr
+    study = submit(*COMMON, f"--container_uri={OUR_IMAGE}", "--base_output_dir=gs://b-1/hp",
+                   "--hparam_metric=val_loss", "--hparam_goal=minimize",
+                   "--hparam=epochs=integer:1:3", "--serving_commands", "--dry_run")
+    assert study.returncode == 0, study.stderr
+    assert "--artifact-uri=gs://b-1/hp/TRIAL_ID/model/" in study.stderr
+    assert "gcloud" not in custom.stdout + study.stdout, "stdout stays the job JSON"
