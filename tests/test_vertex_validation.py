@@ -92,6 +92,8 @@ REFUSED = {
         "expected a key in the job's region us-central1"),
     "kms key malformed": (["--kms_key_name=my-key"], "--kms_key_name is 'my-key'"),
     "task package with our image": (["--task_package=/tmp"], "needs a Vertex AI prebuilt"),
+    "malformed endpoint": (["--api_endpoint=http://127.0.0.1:abc"],
+                           "--api_endpoint is 'http://127.0.0.1:abc'"),
     "service account without a domain": (["--service_account=trainer@"],
                                          "--service_account is 'trainer@'"),
 }

@@ -45,11 +45,7 @@ from trainer.vertex.validation import check_gcs_uri
 FLAGS = flags.FLAGS
 
 options.define_flags(FLAGS)
-for _option in tuning.TUNING_OPTIONS:
-    {"string": flags.DEFINE_string, "integer": flags.DEFINE_integer,
-     "multi_string": flags.DEFINE_multi_string}[_option.kind](
-        _option.name, list(_option.default) if _option.kind == "multi_string"
-        else _option.default, _option.help)
+options.define_flags(FLAGS, tuning.TUNING_OPTIONS)
 flags.DEFINE_string("job_config", "", "JSON job shape (see configs/jobs/); flags override it.")
 flags.DEFINE_string("hparam_tuning", "", "JSON tuning study (see configs/tuning/): submit a "
                     "HyperparameterTuningJob; the --hparam* flags override it.")
@@ -63,6 +59,8 @@ flags.DEFINE_string("serving_container_uri", serving.DEFAULT_SERVING_IMAGE,
 
 _LOOPBACK_NAMES = ("localhost",)
 _LONG_TOKEN = re.compile(r"\S{121,}")
+_ENDPOINT = re.compile(r"^(?:https?://)?(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])"
+                       r"(?::[0-9]{1,5})?/?$")
 
 
 def main(argv, trainer_args=()):
@@ -164,6 +162,10 @@ def parse_api_endpoint(value: str) -> tuple[str, bool]:
     value = value.strip()
     if not value:
         return "", False
+    if not _ENDPOINT.match(value):
+        raise UsageError(f"--api_endpoint is {quoted(value)}, expected host[:port] (e.g. "
+                         f"us-central1-aiplatform.googleapis.com), an https:// URL, or "
+                         f"http://127.0.0.1:PORT for a local emulator")
     if value.startswith("http://"):
         host = urllib.parse.urlsplit(value).hostname or ""
         if not _is_loopback(host):

@@ -52,7 +52,7 @@ def create_job(kind: str, resource: Mapping[str, Any], *, project: str, region: 
     from google.api_core import exceptions as api_exceptions
     from google.auth import exceptions as auth_exceptions
     from google.protobuf import json_format
-    import requests
+    requests = require_module("requests", purpose="submitting a job to Vertex AI")
 
     _keep_stdout_for_the_result()
     endpoint = api_endpoint or f"{region}-aiplatform.googleapis.com"

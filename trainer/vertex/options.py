@@ -127,13 +127,13 @@ CONFIG_KEYS = tuple(BY_NAME)
 DEFAULTS = {option.name: option.default for option in OPTIONS}
 
 
-def define_flags(flag_values) -> None:
-    """Defines one absl flag per option (those that are flags) in `flag_values`."""
+def define_flags(flag_values, table: tuple[Option, ...] = OPTIONS) -> None:
+    """Defines one absl flag per option of `table` (those that are flags) in `flag_values`."""
     from absl import flags
 
     definers = {"string": flags.DEFINE_string, "integer": flags.DEFINE_integer,
                 "boolean": flags.DEFINE_boolean, "multi_string": flags.DEFINE_multi_string}
-    for option in OPTIONS:
+    for option in table:
         if option.is_flag:
             default = list(option.default) if option.kind == "multi_string" else option.default
             definers[option.kind](option.name, default, option.help, flag_values=flag_values)
