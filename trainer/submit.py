@@ -2,7 +2,7 @@
 
     python -m trainer.submit --project=P --region=us-central1 \\
         --staging_bucket=gs://my-bucket --job_config=configs/jobs/mirrored_1x8_gpu.json \\
-        [--hparam_tuning=configs/tuning/learning_rate.json] \\
+        [--hparam_tuning=configs/tuning/learning_rate_optimizer.json] \\
         [--dry_run] [--api_endpoint=URL] -- --epochs=10 --model=cnn
 
 Everything after `--` is passed unchanged to `python -m trainer.task` on every
@@ -46,6 +46,7 @@ FLAGS = flags.FLAGS
 
 options.define_flags(FLAGS)
 options.define_flags(FLAGS, tuning.TUNING_OPTIONS)
+flags.adopt_module_key_flags(options)  # --help lists the table's flags as this command's
 flags.DEFINE_string("job_config", "", "JSON job shape (see configs/jobs/); flags override it.")
 flags.DEFINE_string("hparam_tuning", "", "JSON tuning study (see configs/tuning/): submit a "
                     "HyperparameterTuningJob; the --hparam* flags override it.")
