@@ -195,3 +195,17 @@ def test_every_machine_in_the_table_passes_its_own_check():
             machines.check_machine(flag="--machine_type", machine_type=machine_type,
                                    accelerator_type=built_in.accelerator,
                                    accelerator_count=built_in.count, tpu_topology=topology)
+
+
+def test_missing_client_library_names_the_extra():
+    """Without google-cloud-aiplatform, a real submission says what to install."""
+    wrapper = ("import runpy, sys\n"
+               "sys.modules['google.cloud.aiplatform_v1'] = None  # as if not installed\n"
+               "runpy.run_module('trainer.submit', run_name='__main__', alter_sys=True)\n")
+    env = dict(os.environ, PYTHONPATH=REPO)
+    result = subprocess.run(
+        [sys.executable, "-c", wrapper, *COMMON, f"--container_uri={OUR_IMAGE}",
+         "--api_endpoint=http://127.0.0.1:9"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert_one_line_usage_error(result, "google.cloud.aiplatform_v1",
+                                "pip install 'tfdist[vertex]'")

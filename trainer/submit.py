@@ -37,7 +37,7 @@ from tfdist import cli
 from tfdist.errors import UsageError
 from trainer.vertex import config_files, options, serving, staging, tuning
 from trainer.vertex.checks import ServiceError, quoted
-from trainer.vertex.dependencies import require_module
+from trainer.vertex.dependencies import check_installed, require_module
 from trainer.vertex.rendering import build_custom_job, redact_env
 from trainer.vertex.spec import JobSpec
 from trainer.vertex.validation import check_gcs_uri
@@ -81,6 +81,10 @@ def main(argv, trainer_args=()):
     study = _tuning_spec()
     endpoint, is_emulator = parse_api_endpoint(FLAGS.api_endpoint)
     staging_bucket = _sdk_staging_bucket(merged["staging_bucket"], spec)
+    if not FLAGS.dry_run:
+        check_installed("google.auth", "requests", "google.cloud.aiplatform_v1",
+                        *(["google.cloud.storage"] if spec.uses_python_package else []),
+                        purpose="submitting a job to Vertex AI")
 
     with tempfile.TemporaryDirectory(prefix="tfdist-sdist-") as build_dir:
         packages = _build_packages(spec, merged["staging_bucket"], build_dir)

@@ -6,11 +6,27 @@ a real submission the Vertex AI and Cloud Storage client libraries: all in
 """
 
 import importlib
+import importlib.util
 from types import ModuleType
 
 from tfdist.errors import UsageError
 
 VERTEX_EXTRA = "vertex"
+
+
+def check_installed(*names: str, purpose: str, extra: str = VERTEX_EXTRA) -> None:
+    """Raises the `require_module` error for the first of `names` not installed.
+
+    Cheap (finds, does not import), so a real submission can check everything
+    it will need before it prints, builds or uploads anything.
+    """
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a parent missing, or a module set to None
+            found = False
+        if not found:
+            require_module(name, purpose=purpose, extra=extra)
 
 
 def require_module(name: str, *, purpose: str, extra: str = VERTEX_EXTRA) -> ModuleType:

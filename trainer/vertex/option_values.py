@@ -134,6 +134,11 @@ def parse_reservation_affinity(value: str) -> dict:
             "values": [reservation]}
 
 
+def has_flag(args: Sequence[str], name: str) -> bool:
+    """Whether `args` set the flag `--name` (or `-name`)."""
+    return any(re.match(rf"^--?{name}(=|$)", arg) for arg in args)
+
+
 def trainer_args(value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not all(isinstance(arg, str) for arg in value):
         raise UsageError(f"trainer_args is {quoted(value)}, expected a list of trainer.task "

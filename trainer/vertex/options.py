@@ -16,6 +16,7 @@ from typing import Any, Mapping
 from tfdist.errors import UsageError
 from tfdist.strategy_choice import STRATEGIES
 from trainer.vertex.checks import quoted
+from trainer.vertex.option_values import parse_env
 
 DEFAULT_MACHINE_TYPE = "n2-standard-4"
 # The documented Reduction Server image (also published under europe-docker and
@@ -176,8 +177,6 @@ def expand_placeholders(name: str, value: str, *, project: str, region: str) -> 
 
 def _concat(first, second):
     if isinstance(first, Mapping) or isinstance(second, Mapping):
-        from trainer.vertex.option_values import parse_env
-
         merged = dict(parse_env(first))
         merged.update(parse_env(second))
         return merged

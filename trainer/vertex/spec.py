@@ -15,7 +15,7 @@ Worker pools, in Vertex AI's order:
 
 import dataclasses
 import re
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping
 
 from trainer.vertex import machines, option_values, validation
 from trainer.vertex.checks import require
@@ -155,7 +155,7 @@ class JobSpec:
     def task_args(self) -> tuple[str, ...]:
         """The arguments every replica of our trainer gets."""
         extra = ()
-        if self.strategy == "tpu" and not has_flag(self.trainer_args, "tpu"):
+        if self.strategy == "tpu" and not option_values.has_flag(self.trainer_args, "tpu"):
             extra = ("--tpu=local",)  # a Vertex TPU job runs on a TPU VM
         return (f"--strategy={self.strategy}",) + extra + tuple(self.trainer_args)
 
@@ -225,11 +225,6 @@ class JobSpec:
             env=option_values.parse_env(options["env"]),
             trainer_args=option_values.trainer_args(options["trainer_args"]),
             task_package=text["task_package"])
-
-
-def has_flag(args: Sequence[str], name: str) -> bool:
-    """Whether `args` set the flag `--name` (or `-name`)."""
-    return any(re.match(rf"^--?{name}(=|$)", arg) for arg in args)
 
 
 def _slug(text: str) -> str:

@@ -31,7 +31,7 @@ from tfdist.errors import UsageError
 from trainer.vertex import option_values, rendering
 from trainer.vertex.checks import quoted, require
 from trainer.vertex.options import Option
-from trainer.vertex.spec import JobSpec, has_flag
+from trainer.vertex.spec import JobSpec
 
 GOALS = ("maximize", "minimize")
 ALGORITHMS = {"bayesian": None, "grid": "GRID_SEARCH", "random": "RANDOM_SEARCH"}
@@ -278,7 +278,7 @@ def _spec_error(name: str, spec: Any):
 
 def trial_args(spec: JobSpec, tuning: TuningSpec) -> tuple[str, ...]:
     """The job's trainer arguments plus `--hparam_metric` (unless already given)."""
-    if has_flag(spec.trainer_args, "hparam_metric"):
+    if option_values.has_flag(spec.trainer_args, "hparam_metric"):
         return spec.trainer_args
     return spec.trainer_args + (f"--hparam_metric={tuning.metric}",)
 

@@ -147,9 +147,7 @@ def _check_strategy(spec) -> None:
     require(spec.evaluators <= 1,
             f"--evaluators is {spec.evaluators}, expected 0 or 1: one evaluator evaluates "
             f"every checkpoint the chief writes")
-    from trainer.vertex.spec import has_flag
-
-    require(not has_flag(spec.trainer_args, "strategy"),
+    require(not option_values.has_flag(spec.trainer_args, "strategy"),
             "--strategy appears after --, expected it before -- as a trainer.submit flag, "
             "which passes it to every replica")
 
