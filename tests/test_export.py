@@ -107,3 +107,25 @@ def test_default_format_is_both_on_vertex_and_keras_elsewhere():
     assert export.default_export_format({}) == "keras"
     assert export.wants_saved_model("both") and export.wants_keras("both")
     assert export.wants_saved_model("savedmodel") and not export.wants_keras("savedmodel")
+
+
+def test_a_model_built_under_a_strategy_with_named_inputs_exports(tmp_path):
+    """What the trainer has after fit: variables created in a strategy scope."""
+    import keras
+    import tensorflow as tf
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        dense = keras.Input((3,), name="dense_features")
+        extra = keras.Input((2,), name="extra")
+        outputs = keras.layers.Dense(2)(keras.layers.Concatenate()([dense, extra]))
+        model = keras.Model({"dense_features": dense, "extra": extra}, outputs)
+        model.compile(optimizer="adam", loss="mse")
+    features = {"dense_features": np.ones((8, 3), "float32"), "extra": np.ones((8, 2), "float32")}
+    model.fit(features, np.zeros((8, 2), "float32"), verbose=0)
+    export.export_saved_model(model, str(tmp_path))
+    serve = tf.saved_model.load(str(tmp_path)).signatures["serving_default"]
+    assert set(serve.structured_input_signature[1]) == {"dense_features", "extra"}, \
+        "request keys are the Keras input names"
+    (output,) = serve(**{name: tf.constant(value) for name, value in features.items()}).values()
+    np.testing.assert_allclose(output.numpy(), model.predict(features, verbose=0), rtol=1e-5)
