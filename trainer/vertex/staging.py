@@ -203,6 +203,7 @@ def stage(package: BuiltPackage, staging_bucket: str, *, client=None) -> str:
     storage = require_module("google.cloud.storage", purpose="uploading the package")
     from google.api_core import exceptions as api_exceptions
     from google.auth import exceptions as auth_exceptions
+    requests = require_module("requests", purpose="uploading the package")
 
     uri = package.uri(staging_bucket)
     bucket_name, _, blob_name = uri[len("gs://"):].partition("/")
@@ -219,6 +220,10 @@ def stage(package: BuiltPackage, staging_bucket: str, *, client=None) -> str:
         raise UsageError(
             "no Application Default Credentials found, expected credentials to upload the "
             "package; run `gcloud auth application-default login`") from None
+    except (requests.exceptions.RequestException, auth_exceptions.TransportError,
+            api_exceptions.RetryError) as error:
+        raise ServiceError(f"Cloud Storage could not be reached to upload {uri} "
+                           f"({quoted(_last_line(error))}); check the network") from None
     except api_exceptions.GoogleAPICallError as error:
         summary = quoted(" ".join(str(error.message or "").split()), 300)
         if error.code is None or int(error.code) >= 500:
