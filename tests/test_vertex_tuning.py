@@ -145,3 +145,12 @@ def test_serving_commands_point_at_the_exported_model():
     assert study.returncode == 0, study.stderr
     assert "--artifact-uri=gs://b-1/hp/TRIAL_ID/model/" in study.stderr
     assert "gcloud" not in custom.stdout + study.stdout, "stdout stays the job JSON"
+
+
+@pytest.mark.parametrize("study", sorted(os.listdir(TUNING)))
+def test_shipped_studies_tune_real_trainer_flags(study):
+    from trainer import config as trainer_config
+
+    with open(os.path.join(TUNING, study), encoding="utf-8") as handle:
+        names = set(json.load(handle)["hparam"])
+    assert names <= set(trainer_config.FIELDS), names - set(trainer_config.FIELDS)
