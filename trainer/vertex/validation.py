@@ -101,12 +101,13 @@ def _check_counts_and_disks(spec) -> None:
             f"{', '.join(BOOT_DISK_TYPES)}")
     option_values.integer("boot_disk_size_gb", spec.boot_disk_size_gb,
                           low=MIN_BOOT_DISK_GB, high=MAX_BOOT_DISK_GB)
-    if spec.parameter_servers:
-        spec.parameter_server_machine  # noqa: B018 (constructing it checks it)
-    if spec.evaluators:
-        spec.evaluator_machine  # noqa: B018
-    if spec.reduction_servers:
-        spec.reduction_server_machine  # noqa: B018
+    # The machines of pools 2 and 3 check themselves when they are built.
+    used = {"parameter_server_machine": spec.parameter_servers,
+            "evaluator_machine": spec.evaluators,
+            "reduction_server_machine": spec.reduction_servers}
+    for machine, replicas in used.items():
+        if replicas:
+            getattr(spec, machine)
 
 
 def _check_strategy(spec) -> None:
