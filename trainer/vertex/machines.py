@@ -161,12 +161,14 @@ def check_machine(*, flag: str, machine_type: str, accelerator_type: str = "",
 
 def _check_built_in(flag, machine_type, built_in, accelerator_type, accelerator_count,
                     tpu_topology):
+    require(flag == "--machine_type",
+            f"{flag}={machine_type} comes with {built_in.count} x {built_in.accelerator}, "
+            f"expected a CPU machine type such as n2-standard-8 ({flag} takes no "
+            f"accelerators)")
     wanted = f"--accelerator_type={built_in.accelerator} --accelerator_count={built_in.count}"
     require(bool(accelerator_type),
             f"{flag}={machine_type} comes with {built_in.count} x {built_in.accelerator}, "
-            f"got no --accelerator_type; set {wanted}" + (
-                "" if flag == "--machine_type" else
-                f" (or use a CPU machine type for {flag})"))
+            f"got no --accelerator_type; set {wanted}")
     require(accelerator_type == built_in.accelerator,
             f"--accelerator_type={accelerator_type} is not offered on {machine_type}, which "
             f"comes with {built_in.accelerator}; set {wanted}, or pick a machine from: "
