@@ -115,7 +115,8 @@ def test_trial_id_from_either_variable():
 
 def test_each_trial_gets_its_own_output_directory():
     trial = {"CLOUD_ML_TRIAL_ID": "3",
-             "AIP_MODEL_DIR": "gs://b/hp/3/model/", "AIP_CHECKPOINT_DIR": "gs://b/hp/3/checkpoints/"}
+             "AIP_MODEL_DIR": "gs://b/hp/3/model/",
+             "AIP_CHECKPOINT_DIR": "gs://b/hp/3/checkpoints/"}
     assert hypertune.trial_output_dir("gs://b/runs/exp", trial) == "gs://b/runs/exp/3"
     assert hypertune.trial_output_dir("/backups/", trial) == "/backups/3"
     assert hypertune.trial_output_dir("gs://b/hp/3/model/", trial) == "gs://b/hp/3/model/", \

@@ -452,7 +452,8 @@ def test_real_tuning_submission_sends_what_the_dry_run_shows(vertex_stand_in):
     from google.cloud.aiplatform_v1 import HyperparameterTuningJob
 
     flags = [f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}", *COMMON,
-             f"--hparam_tuning={os.path.join(REPO, 'configs', 'tuning', 'learning_rate_optimizer.json')}",
+             "--hparam_tuning=" + os.path.join(REPO, "configs", "tuning",
+                                               "learning_rate_optimizer.json"),
              f"--base_output_dir=gs://{BUCKET}/runs/hp1", "--env", f"API_KEY={FAKE_KEY}"]
     preview = submit(*flags, "--dry_run", "--", "--validation_steps=4")
     assert preview.returncode == 0, preview.stderr

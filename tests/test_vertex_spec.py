@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from tfdist.errors import UsageError
-from trainer.vertex import config_files, machines, option_values, options, rendering, spec as spec_lib
+from trainer.vertex import config_files, machines, option_values, options, rendering
+from trainer.vertex import spec as spec_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUR_IMAGE = "us-central1-docker.pkg.dev/p/tfdist/trainer:0.1.0"
@@ -183,7 +184,8 @@ def test_scheduling_and_identity_fields():
 
 
 def test_flex_start_wait_zero_means_no_limit():
-    job = rendering.build_custom_job(make_spec(scheduling="flex_start", max_wait_duration="0", **GPU))
+    spec = make_spec(scheduling="flex_start", max_wait_duration="0", **GPU)
+    job = rendering.build_custom_job(spec)
     assert job["jobSpec"]["scheduling"] == {"strategy": "FLEX_START", "maxWaitDuration": "0s"}
 
 

@@ -32,7 +32,8 @@ def serving_commands(*, project: str, region: str, display_name: str, base_outpu
     return [
         f"gcloud ai models upload {where} --display-name={name} "
         f"--artifact-uri={shlex.quote(artifacts)} --container-image-uri={shlex.quote(image)}",
-        f"gcloud ai endpoints create {where} --display-name={shlex.quote(display_name + '-endpoint')}",
+        f"gcloud ai endpoints create {where} "
+        f"--display-name={shlex.quote(display_name + '-endpoint')}",
         f"gcloud ai endpoints deploy-model ENDPOINT_ID {where} --model=MODEL_ID "
         f"--display-name={name} --machine-type={shlex.quote(machine_type)}",
         "# or, in Python with google-cloud-aiplatform:",
