@@ -13,7 +13,7 @@ import re
 import pytest
 from packaging.requirements import Requirement
 
-from trainer import job_spec
+from trainer.vertex import options, rendering, spec as spec_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -81,11 +81,12 @@ def test_pip_installs_our_package_without_replacing_tensorflow():
 def test_entry_point_is_the_trainer_the_submitter_runs():
     instructions = dockerfile_instructions()
     (entrypoint,) = [json.loads(arg) for name, arg in instructions if name == "ENTRYPOINT"]
-    assert entrypoint == ["python", "-m", job_spec.TRAINER_MODULE]
-    spec = job_spec.job_spec_from_options(
-        job_spec.merge_options({}, {"container_uri": "us-central1-docker.pkg.dev/p/r/t:1",
-                                    "staging_bucket": "gs://my-bucket"}), timestamp="t")
-    pool = job_spec.build_custom_job(spec)["jobSpec"]["workerPoolSpecs"][0]
+    assert entrypoint == ["python", "-m", rendering.TRAINER_MODULE]
+    spec = spec_lib.JobSpec.from_options(
+        options.merge_options({}, {"container_uri": "us-central1-docker.pkg.dev/p/r/t:1",
+                                   "project": "my-project", "region": "us-central1",
+                                   "staging_bucket": "gs://my-bucket"}), timestamp="t")
+    pool = rendering.build_custom_job(spec)["jobSpec"]["workerPoolSpecs"][0]
     assert pool["containerSpec"]["command"] == entrypoint
 
 

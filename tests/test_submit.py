@@ -146,7 +146,22 @@ def test_dry_run_with_prebuilt_image_names_the_package_it_would_stage():
         assert pool["pythonPackageSpec"]["executorImageUri"] == PREBUILT
 
 
-def test_dry_run_imports_neither_tensorflow_nor_google_cloud(tmp_path):
+IMPORT_CHECKS = {
+    "our image": [],
+    "prebuilt image, task package, tuning, serving lines": [
+        f"--container_uri={PREBUILT}", "--task_package={user_project}",
+        f"--hparam_tuning={os.path.join(REPO, 'configs', 'tuning', 'warmup_grid.json')}",
+        "--serving_commands", "--network=projects/1/global/networks/vpc",
+        "--kms_key_name=projects/p/locations/us-central1/keyRings/r/cryptoKeys/k"],
+}
+
+
+@pytest.mark.parametrize("extra", IMPORT_CHECKS.values(), ids=IMPORT_CHECKS.keys())
+def test_dry_run_imports_neither_tensorflow_nor_google_cloud(tmp_path, extra):
+    from tests.test_vertex_staging import make_user_project
+
+    user_project = make_user_project(tmp_path / "user")
+    extra = [flag.format(user_project=user_project) for flag in extra]
     report = tmp_path / "modules.json"
     wrapper = (
         "import json, runpy, sys\n"
@@ -159,8 +174,8 @@ def test_dry_run_imports_neither_tensorflow_nor_google_cloud(tmp_path):
         f"open({str(report)!r}, 'w').write(json.dumps({{'code': code, 'heavy': heavy}}))\n")
     config = os.path.join(JOBS, "mirrored_1x8_gpu.json")
     result = subprocess.run(
-        [sys.executable, "-c", wrapper, f"--job_config={config}", *COMMON, "--dry_run"],
-        cwd=REPO, env=base_env(), capture_output=True, text=True, timeout=60)
+        [sys.executable, "-c", wrapper, f"--job_config={config}", *COMMON, *extra, "--dry_run"],
+        cwd=REPO, env=base_env(), capture_output=True, text=True, timeout=120)
     outcome = json.loads(report.read_text())
     assert outcome == {"code": 0, "heavy": []}, result.stderr
     assert json.loads(result.stdout)["displayName"] == "tfdist-mirrored-1x8-a100"
@@ -195,12 +210,12 @@ def test_impossible_shapes_exit_2_with_one_line(flags):
 
 
 def test_sdist_name_is_derived_from_contents(tmp_path):
-    from trainer import packaging
+    from trainer.vertex import staging
 
     egg_info = os.path.join(REPO, "tfdist.egg-info")
     had_egg_info = os.path.exists(egg_info)
-    first = packaging.build_sdist(packaging.find_project_root(), str(tmp_path / "a"))
-    second = packaging.build_sdist(packaging.find_project_root(), str(tmp_path / "b"))
+    first = staging.build_sdist(staging.find_project_root(), str(tmp_path / "a"))
+    second = staging.build_sdist(staging.find_project_root(), str(tmp_path / "b"))
     assert first.staged_name == second.staged_name
     with tarfile.open(first.path) as archive:
         names = archive.getnames()
@@ -225,7 +240,8 @@ class VertexStandIn(http.server.ThreadingHTTPServer):
 
 
 class _VertexHandler(http.server.BaseHTTPRequestHandler):
-    _path = re.compile(r"^/v1/projects/([^/]+)/locations/([^/]+)/customJobs$")
+    _path = re.compile(
+        r"^/v1/projects/([^/]+)/locations/([^/]+)/(customJobs|hyperparameterTuningJobs)$")
 
     def do_POST(self):  # noqa: N802 (http.server's naming)
         path = self.path.split("?", 1)[0]
@@ -242,7 +258,11 @@ class _VertexHandler(http.server.BaseHTTPRequestHandler):
             self._reply(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
                                         "message": "Machine type a9-huge is not supported."}})
             return
-        job.update(name=f"projects/{match[1]}/locations/{match[2]}/customJobs/4242",
+        if job.get("displayName") == "fail-me":
+            self._reply(503, {"error": {"code": 503, "status": "UNAVAILABLE",
+                                        "message": "The service is currently unavailable."}})
+            return
+        job.update(name=f"projects/{match[1]}/locations/{match[2]}/{match[3]}/4242",
                    state="JOB_STATE_QUEUED", createTime="2026-11-30T00:00:00Z")
         self._reply(200, job)
 
@@ -406,6 +426,75 @@ def test_job_refused_by_vertex_exits_2_with_one_line(vertex_stand_in):
     assert len(error_lines) == 1 and "400" in error_lines[0], result.stderr
     assert "a9-huge is not supported" in error_lines[0]
     assert "Traceback" not in result.stderr
+
+
+def test_vertex_failing_exits_1_with_one_line(vertex_stand_in):
+    result = submit(f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}", *COMMON,
+                    "--display_name=fail-me", f"--api_endpoint={vertex_stand_in.url}",
+                    timeout=180)
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == ""
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error_lines) == 1 and "503" in error_lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_unreachable_vertex_exits_1_with_one_line():
+    result = submit(f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}", *COMMON,
+                    f"--api_endpoint=http://127.0.0.1:{_free_port()}", timeout=180)
+    assert result.returncode == 1, result.stderr
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error_lines) == 1 and "could not be reached" in error_lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_real_tuning_submission_sends_what_the_dry_run_shows(vertex_stand_in):
+    from google.cloud.aiplatform_v1 import HyperparameterTuningJob
+
+    flags = [f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}", *COMMON,
+             "--hparam_tuning=" + os.path.join(REPO, "configs", "tuning",
+                                               "learning_rate_optimizer.json"),
+             f"--base_output_dir=gs://{BUCKET}/runs/hp1", "--env", f"API_KEY={FAKE_KEY}"]
+    preview = submit(*flags, "--dry_run", "--", "--validation_steps=4")
+    assert preview.returncode == 0, preview.stderr
+    result = submit(*flags, f"--api_endpoint={vertex_stand_in.url}", "--",
+                    "--validation_steps=4", timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == \
+        f"projects/{PROJECT}/locations/{REGION}/hyperparameterTuningJobs/4242\n"
+    (request,) = vertex_stand_in.requests
+    assert request["path"] == f"/v1/projects/{PROJECT}/locations/{REGION}/hyperparameterTuningJobs"
+    sent = request["body"]
+    (pool,) = sent["trialJobSpec"]["workerPoolSpecs"]
+    assert pool["containerSpec"]["env"] == [{"name": "API_KEY", "value": FAKE_KEY}]
+    pool["containerSpec"]["env"][0]["value"] = "<redacted>"
+
+    def normalized(job):
+        return HyperparameterTuningJob.from_json(json.dumps(job), ignore_unknown_fields=False)
+
+    assert normalized(sent) == normalized(json.loads(preview.stdout))
+    for output in (preview.stdout, preview.stderr, result.stdout, result.stderr):
+        assert FAKE_KEY not in output
+
+
+def test_real_submission_stages_the_task_package_too(vertex_stand_in, storage_emulator,
+                                                     tmp_path):
+    from tests.test_vertex_staging import make_user_project
+
+    project = make_user_project(tmp_path / "user")
+    env = base_env(STORAGE_EMULATOR_HOST=storage_emulator)
+    result = submit(*COMMON, f"--container_uri={PREBUILT}", f"--task_package={project}",
+                    f"--base_output_dir=gs://{BUCKET}/runs/r3",
+                    f"--api_endpoint={vertex_stand_in.url}", "--",
+                    "--task=my_pkg.mod:MyTask", env=env, timeout=300)
+    assert result.returncode == 0, result.stderr
+    (request,) = vertex_stand_in.requests
+    (pool,) = request["body"]["jobSpec"]["workerPoolSpecs"]
+    trainer_uri, task_uri = pool["pythonPackageSpec"]["packageUris"]
+    with tarfile.open(fileobj=io.BytesIO(_download(storage_emulator, task_uri))) as archive:
+        assert "my_task-1.2.0/my_pkg/mod.py" in archive.getnames()
+    with tarfile.open(fileobj=io.BytesIO(_download(storage_emulator, trainer_uri))) as archive:
+        assert "tfdist-0.1.0/trainer/task.py" in archive.getnames()
 
 
 def test_without_an_emulator_credentials_come_from_adc():

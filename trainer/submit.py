@@ -1,17 +1,22 @@
-"""Submits the trainer to Vertex AI as a CustomJob.
+"""Submits the trainer to Vertex AI as a CustomJob or a HyperparameterTuningJob.
 
     python -m trainer.submit --project=P --region=us-central1 \\
         --staging_bucket=gs://my-bucket --job_config=configs/jobs/mirrored_1x8_gpu.json \\
+        [--hparam_tuning=configs/tuning/learning_rate_optimizer.json] \\
         [--dry_run] [--api_endpoint=URL] -- --epochs=10 --model=cnn
 
 Everything after `--` is passed unchanged to `python -m trainer.task` on every
 replica that runs our code, after `--strategy=...`. Flags override the values
-of `--job_config`.
+of `--job_config` (and of `--hparam_tuning`). The options themselves are one
+table, `trainer/vertex/options.py`; the pieces this command puts together are
+described in `trainer/vertex/__init__.py`.
 
-`--dry_run` prints the CustomJob as JSON on stdout (environment variable values
+`--dry_run` prints the job as JSON on stdout (environment variable values
 redacted) and contacts nothing: it imports neither TensorFlow nor
 `google.cloud`. A real submission prints the created job's resource name on
-stdout; progress goes to stderr.
+stdout; progress goes to stderr. Exit codes: 0 success, 2 a usage error or a
+job Vertex AI refused (4xx), 1 Vertex AI or Cloud Storage failing (5xx,
+unreachable); every error is one line.
 
 Credentials: Application Default Credentials, except for a plain `http://`
 loopback `--api_endpoint` (an emulator or test stand-in), which gets none.
@@ -20,131 +25,129 @@ loopback `--api_endpoint` (an emulator or test stand-in), which gets none.
 import datetime
 import ipaddress
 import json
+import re
 import sys
 import tempfile
 import urllib.parse
 
+from absl import app
 from absl import flags
 
 from tfdist import cli
 from tfdist.errors import UsageError
-from trainer import job_spec as job_spec_lib
-from trainer import packaging
+from trainer.vertex import config_files, options, serving, staging, tuning
+from trainer.vertex.checks import ServiceError, quoted
+from trainer.vertex.dependencies import check_installed, require_module
+from trainer.vertex.rendering import build_custom_job, redact_env
+from trainer.vertex.spec import JobSpec
+from trainer.vertex.validation import check_gcs_uri
 
 FLAGS = flags.FLAGS
 
+options.define_flags(FLAGS)
+options.define_flags(FLAGS, tuning.TUNING_OPTIONS)
+flags.adopt_module_key_flags(options)  # --help lists the table's flags as this command's
 flags.DEFINE_string("job_config", "", "JSON job shape (see configs/jobs/); flags override it.")
-flags.DEFINE_string("project", "", "Google Cloud project ID.")
-flags.DEFINE_string("region", "", "Vertex AI region, e.g. us-central1.")
-flags.DEFINE_string("staging_bucket", "",
-                    "gs:// bucket for the staged package and default output directory.")
-flags.DEFINE_string("display_name", "", "Job name shown by Vertex AI (default tfdist-STRATEGY).")
-flags.DEFINE_string("strategy", "auto", "trainer.task --strategy for every replica: "
-                    + ", ".join(job_spec_lib.STRATEGIES) + ".")
-flags.DEFINE_string("machine_type", job_spec_lib.DEFAULT_MACHINE_TYPE,
-                    "Machine type of the chief, workers (and by default PS and evaluator).")
-flags.DEFINE_string("accelerator_type", "", "e.g. NVIDIA_TESLA_A100, NVIDIA_H100_80GB, "
-                    "TPU_V5_LITEPOD; empty for none.")
-flags.DEFINE_integer("accelerator_count", 0, "Accelerators per machine.")
-flags.DEFINE_string("tpu_topology", "", "TPU topology for TPU v5e, e.g. 2x2.")
-flags.DEFINE_integer("workers", 0, "Replicas in worker pool 1 (besides the chief).")
-flags.DEFINE_integer("parameter_servers", 0, "Parameter servers in worker pool 2.")
-flags.DEFINE_string("parameter_server_machine_type", "",
-                    "Machine type of the parameter servers (default: --machine_type).")
-flags.DEFINE_integer("reduction_servers", 0, "Reduction Server replicas in worker pool 2.")
-flags.DEFINE_string("reduction_server_machine_type",
-                    job_spec_lib.DEFAULT_REDUCTION_SERVER_MACHINE_TYPE,
-                    "Machine type of the Reduction Server replicas.")
-flags.DEFINE_string("reduction_server_image", job_spec_lib.DEFAULT_REDUCTION_SERVER_IMAGE,
-                    "Reduction Server image (europe-docker / asia-docker mirrors exist).")
-flags.DEFINE_integer("evaluators", 0, "Evaluators in worker pool 3 (0 or 1).")
-flags.DEFINE_string("evaluator_machine_type", "",
-                    "Machine type of the evaluator (default: the chief's machine).")
-flags.DEFINE_string("boot_disk_type", job_spec_lib.DEFAULT_BOOT_DISK_TYPE,
-                    "Boot disk type of every replica (pd-ssd, pd-standard, hyperdisk-balanced).")
-flags.DEFINE_integer("boot_disk_size_gb", job_spec_lib.DEFAULT_BOOT_DISK_SIZE_GB,
-                     "Boot disk size of every replica, in GB.")
-flags.DEFINE_string("container_uri", "", "Our trainer image, or a Vertex AI prebuilt training "
-                    "image (then the sdist is built, staged and run from it).")
-flags.DEFINE_string("service_account", "", "Service account the replicas run as.")
-flags.DEFINE_string("scheduling", "standard", "standard, spot or flex_start.")
-flags.DEFINE_string("max_wait_duration", "", "Longest wait for resources, e.g. 2h (0: no limit).")
-flags.DEFINE_boolean("restart_job_on_worker_restart", False,
-                     "Restart every replica when one restarts.")
-flags.DEFINE_string("timeout", "", "Longest run time, e.g. 3600s, 12h, 2d.")
-flags.DEFINE_string("base_output_dir", "", "gs:// directory for AIP_MODEL_DIR, "
-                    "AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR (default: under "
-                    "--staging_bucket).")
-flags.DEFINE_string("tensorboard", "",
-                    "Vertex AI TensorBoard: projects/P/locations/R/tensorboards/ID.")
-flags.DEFINE_boolean("enable_web_access", False, "Interactive shell access to replicas.")
-flags.DEFINE_string("labels", "", "Job labels: key=value,key=value.")
-flags.DEFINE_multi_string("env", [], "NAME=VALUE for our replicas (values never printed).")
-flags.DEFINE_boolean("dry_run", False, "Print the CustomJob JSON and contact nothing.")
+flags.DEFINE_string("hparam_tuning", "", "JSON tuning study (see configs/tuning/): submit a "
+                    "HyperparameterTuningJob; the --hparam* flags override it.")
+flags.DEFINE_boolean("dry_run", False, "Print the job JSON and contact nothing.")
 flags.DEFINE_string("api_endpoint", "", "Vertex AI API endpoint (regional, private, or an "
                     "http:// loopback emulator).")
+flags.DEFINE_boolean("serving_commands", False, "Also print the gcloud/SDK lines that upload "
+                     "and deploy the exported SavedModel.")
+flags.DEFINE_string("serving_container_uri", serving.DEFAULT_SERVING_IMAGE,
+                    "Prediction image for --serving_commands.")
 
-# Flags that describe the job; the rest steer the submission itself.
-_JOB_FLAGS = tuple(name for name in job_spec_lib.CONFIG_KEYS
-                   if name not in ("trainer_args", "description"))
 _LOOPBACK_NAMES = ("localhost",)
+_LONG_TOKEN = re.compile(r"\S{121,}")
+_ENDPOINT = re.compile(r"^(?:https?://)?(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])"
+                       r"(?::[0-9]{1,5})?/?$")
 
 
 def main(argv, trainer_args=()):
     """Builds, checks and prints or submits the job."""
     if len(argv) > 1:
-        raise UsageError(f"unexpected argument(s) {' '.join(argv[1:])!r} before --, "
+        raise UsageError(f"unexpected argument(s) {quoted(' '.join(argv[1:]))} before --, "
                          f"expected trainer.task flags after --, e.g. -- --epochs=10")
-    file_values = job_spec_lib.load_job_config(FLAGS.job_config) if FLAGS.job_config else {}
-    flag_values = {name: FLAGS[name].value for name in _JOB_FLAGS if FLAGS[name].present}
+    file_values = config_files.read_json_object(
+        FLAGS.job_config, flag="--job_config", keys=options.CONFIG_KEYS,
+        example="configs/jobs/mirrored_1x8_gpu.json") if FLAGS.job_config else {}
+    flag_values = {option.name: FLAGS[option.name].value for option in options.OPTIONS
+                   if option.is_flag and FLAGS[option.name].present}
     flag_values["trainer_args"] = tuple(trainer_args)
-    options = job_spec_lib.merge_options(file_values, flag_values)
-    for name, example in (("project", "my-project"), ("region", "us-central1")):
-        if not options[name]:
-            raise UsageError(f"--{name} is not set, expected e.g. --{name}={example}")
+    merged = options.merge_options(file_values, flag_values)
     timestamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    spec = job_spec_lib.job_spec_from_options(options, timestamp=timestamp)
+    spec = JobSpec.from_options(merged, timestamp=timestamp)
+    study = _tuning_spec()
     endpoint, is_emulator = parse_api_endpoint(FLAGS.api_endpoint)
-    staging_bucket = _sdk_staging_bucket(options["staging_bucket"], spec)
-    parent = f"projects/{options['project']}/locations/{options['region']}"
+    staging_bucket = _sdk_staging_bucket(merged["staging_bucket"], spec)
+    if not FLAGS.dry_run:
+        check_installed("google.auth", "requests", "google.cloud.aiplatform_v1",
+                        *(["google.cloud.storage"] if spec.uses_python_package else []),
+                        purpose="submitting a job to Vertex AI")
 
     with tempfile.TemporaryDirectory(prefix="tfdist-sdist-") as build_dir:
-        package, package_uri = None, ""
-        if spec.uses_python_package:
-            if not options["staging_bucket"]:
-                raise UsageError(f"--container_uri={spec.container_uri} is a prebuilt image, "
-                                 f"which runs our package from Cloud Storage; set "
-                                 f"--staging_bucket=gs://my-bucket")
-            package = packaging.build_sdist(packaging.find_project_root(), build_dir)
-            package_uri = package.uri(staging_bucket)
-        custom_job = job_spec_lib.build_custom_job(spec, package_uri=package_uri)
-        _describe(spec, parent, package, package_uri, endpoint, is_emulator, FLAGS.dry_run)
+        packages = _build_packages(spec, merged["staging_bucket"], build_dir)
+        package_uris = [package.uri(staging_bucket) for package in packages]
+        if study:
+            kind, job = "hyperparameterTuningJobs", tuning.build_tuning_job(
+                spec, study, package_uris=package_uris)
+        else:
+            kind, job = "customJobs", build_custom_job(spec, package_uris=package_uris)
+        _describe(spec, kind, packages, package_uris, endpoint, is_emulator, FLAGS.dry_run)
         if FLAGS.dry_run:
-            print(json.dumps(job_spec_lib.redact_env(custom_job), indent=2))
+            print(json.dumps(redact_env(job), indent=2))
             return
         credentials = _anonymous() if is_emulator else _application_default_credentials()
-        if package:
-            packaging.stage(package, staging_bucket)
-    from trainer import vertex  # Imports google.cloud.aiplatform: real submissions only.
+        for package in packages:
+            staging.stage(package, staging_bucket)
+    from trainer.vertex import client  # Imports the Vertex AI library: real submissions only.
 
-    resource_name = vertex.create_custom_job(
-        custom_job, spec, project=options["project"], region=options["region"],
-        staging_bucket=staging_bucket, api_endpoint=endpoint, credentials=credentials)
-    print(resource_name)
+    print(client.create_job(kind, job, project=spec.project, region=spec.region,
+                            api_endpoint=endpoint, credentials=credentials))
+
+
+def _tuning_spec() -> tuning.TuningSpec | None:
+    """The tuning study, if --hparam_tuning or any tuning flag was given."""
+    flag_values = {name: FLAGS[name].value for name in tuning.TUNING_KEYS
+                   if FLAGS[name].present}
+    if not FLAGS.hparam_tuning and not flag_values:
+        return None
+    file_values = config_files.read_json_object(
+        FLAGS.hparam_tuning, flag="--hparam_tuning", keys=tuning.TUNING_KEYS + ("description",),
+        example="configs/tuning/learning_rate_optimizer.json") if FLAGS.hparam_tuning else {}
+    file_values.pop("description", None)
+    return tuning.TuningSpec.from_options(tuning.merge_tuning_options(file_values, flag_values))
+
+
+def _build_packages(spec: JobSpec, staging_bucket: str, build_dir: str) -> list:
+    """The trainer's sdist and the user's task package, for a prebuilt image."""
+    if not spec.uses_python_package:
+        return []
+    if not staging_bucket:
+        raise UsageError(f"--container_uri={spec.container_uri} is a prebuilt image, which "
+                         f"runs our package from Cloud Storage; set "
+                         f"--staging_bucket=gs://my-bucket")
+    task_root = staging.check_task_package(spec.task_package) if spec.task_package else ""
+    packages = [staging.build_sdist(staging.find_project_root(), build_dir)]
+    if task_root:
+        packages.append(staging.build_sdist(task_root, build_dir, flag="--task_package"))
+    return packages
 
 
 def _anonymous():
+    require_module("google.auth", purpose="submitting to an emulator")
     from google.auth.credentials import AnonymousCredentials
     return AnonymousCredentials()
 
 
 def _application_default_credentials():
     """ADC, looked up before anything is built, uploaded or sent."""
-    import google.auth
+    google_auth = require_module("google.auth", purpose="submitting a job to Vertex AI")
     from google.auth import exceptions as auth_exceptions
 
     try:
-        credentials, _ = google.auth.default(
+        credentials, _ = google_auth.default(
             scopes=["https://www.googleapis.com/auth/cloud-platform"])
     except auth_exceptions.DefaultCredentialsError:
         raise UsageError(
@@ -155,7 +158,7 @@ def _application_default_credentials():
 
 
 def parse_api_endpoint(value: str) -> tuple[str, bool]:
-    """The endpoint for the SDK and whether it is a credential-less emulator.
+    """The endpoint for the client library and whether it is a credential-less emulator.
 
     Raises:
         UsageError: A plain http:// endpoint that is not on loopback (it would
@@ -164,12 +167,16 @@ def parse_api_endpoint(value: str) -> tuple[str, bool]:
     value = value.strip()
     if not value:
         return "", False
+    if not _ENDPOINT.match(value):
+        raise UsageError(f"--api_endpoint is {quoted(value)}, expected host[:port] (e.g. "
+                         f"us-central1-aiplatform.googleapis.com), an https:// URL, or "
+                         f"http://127.0.0.1:PORT for a local emulator")
     if value.startswith("http://"):
         host = urllib.parse.urlsplit(value).hostname or ""
         if not _is_loopback(host):
-            raise UsageError(f"--api_endpoint={value} is plain http:// on a non-loopback "
-                             f"host, expected https:// (or host[:port]) for a real "
-                             f"endpoint; plain http:// is only for a local emulator on "
+            raise UsageError(f"--api_endpoint={quoted(value)} is plain http:// on a "
+                             f"non-loopback host, expected https:// (or host[:port]) for a "
+                             f"real endpoint; plain http:// is only for a local emulator on "
                              f"127.0.0.1")
         return value.rstrip("/"), True
     return value.rstrip("/"), False
@@ -184,28 +191,49 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
-def _sdk_staging_bucket(staging_bucket: str, spec: job_spec_lib.JobSpec) -> str:
+def _sdk_staging_bucket(staging_bucket: str, spec: JobSpec) -> str:
     """The staging bucket, or the output directory's bucket when none was given."""
     if staging_bucket:
-        return job_spec_lib.check_gcs_uri("staging_bucket", staging_bucket)
+        return check_gcs_uri("staging_bucket", staging_bucket)
     return "gs://" + spec.base_output_dir[len("gs://"):].split("/", 1)[0]
 
 
-def _describe(spec, parent, package, package_uri, endpoint, is_emulator, dry_run):
+def _describe(spec, kind, packages, package_uris, endpoint, is_emulator, dry_run):
     """Says on stderr what will be uploaded and created, where, and as whom."""
     prefix = "Dry run, nothing sent: would " if dry_run else ""
-    if package and dry_run:
+    for package, uri in zip(packages, package_uris) if dry_run else ():
         print(f"{prefix}upload {package.staged_name} ({package.size} bytes, the sdist built "
-              f"from setup.cfg) to {package_uri}", file=sys.stderr)
+              f"from {package.source}) to {uri}", file=sys.stderr)
     target = endpoint or "the regional Vertex AI endpoint"
     credentials = ("no credentials (loopback emulator)" if is_emulator
                    else "Application Default Credentials")
     verb = "create" if dry_run else "Creating"
-    print(f"{prefix}{verb} CustomJob {spec.display_name!r} in {parent} via {target} with "
-          f"{credentials}", file=sys.stderr)
+    what = "HyperparameterTuningJob" if kind == "hyperparameterTuningJobs" else "CustomJob"
+    print(f"{prefix}{verb} {what} {spec.display_name!r} in projects/{spec.project}/"
+          f"locations/{spec.region} via {target} with {credentials}", file=sys.stderr)
     account = spec.service_account or (
         "the project's default Vertex AI service agent (no --service_account)")
     print(f"Replicas run as {account}; outputs under {spec.base_output_dir}", file=sys.stderr)
+    if FLAGS.serving_commands:
+        print("To serve the exported SavedModel once the job has finished:", file=sys.stderr)
+        for line in serving.serving_commands(
+                project=spec.project, region=spec.region, display_name=spec.display_name,
+                base_output_dir=spec.base_output_dir, image=FLAGS.serving_container_uri,
+                tuning=kind == "hyperparameterTuningJobs"):
+            print(f"  {line}", file=sys.stderr)
+
+
+def _shortened(message: str) -> str:
+    """`message` with any overlong unbroken run (a pasted value) cut to 100 characters."""
+    return _LONG_TOKEN.sub(lambda match: f"{match.group(0)[:100]}... "
+                                         f"({len(match.group(0))} characters)", message)
+
+
+def _parse_flags(argv):
+    try:
+        return FLAGS(list(argv))
+    except flags.Error as error:
+        cli.exit_usage_error(f"{_shortened(str(error))} (run with --helpfull to list the flags)")
 
 
 def run():
@@ -215,7 +243,17 @@ def run():
     if "--" in argv:
         split = argv.index("--")
         argv, trainer_args = argv[:split], tuple(argv[split + 1:])
-    cli.run(lambda remaining: main(remaining, trainer_args), argv=argv)
+
+    def guarded_main(remaining):
+        try:
+            main(remaining, trainer_args)
+        except UsageError as error:
+            cli.exit_usage_error(_shortened(str(error)))
+        except ServiceError as error:
+            sys.stderr.write(f"error: {' '.join(_shortened(str(error)).split())}\n")
+            sys.exit(1)
+
+    app.run(guarded_main, argv=argv, flags_parser=_parse_flags)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,156 @@
+"""Hyperparameter tuning: `--hparam_tuning=FILE` or `--hparam*` flags build a
+HyperparameterTuningJob over the trainer's flags; bad studies are one line."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tfdist.errors import UsageError
+from trainer.vertex import options, spec as spec_lib, tuning
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+JOBS = os.path.join(REPO, "configs", "jobs")
+TUNING = os.path.join(REPO, "configs", "tuning")
+OUR_IMAGE = "us-central1-docker.pkg.dev/my-project/tfdist/trainer:0.1.0"
+COMMON = ["--project=my-project", "--region=us-central1", "--staging_bucket=gs://my-bucket"]
+
+
+def submit(*args):
+    env = dict(os.environ, PYTHONPATH=REPO)
+    return subprocess.run([sys.executable, "-m", "trainer.submit", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_tuning_file_builds_a_study_over_trainer_flags():
+    result = submit(f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}",
+                    f"--hparam_tuning={os.path.join(TUNING, 'learning_rate_optimizer.json')}",
+                    *COMMON, "--parallel_trial_count=2", "--dry_run", "--",
+                    "--validation_steps=20")
+    assert result.returncode == 0, result.stderr
+    job = json.loads(result.stdout)
+    assert job["studySpec"] == {
+        "metrics": [{"metricId": "val_accuracy", "goal": "MAXIMIZE"}],
+        "parameters": [
+            {"parameterId": "learning_rate",
+             "doubleValueSpec": {"minValue": 0.0001, "maxValue": 0.1},
+             "scaleType": "UNIT_LOG_SCALE"},
+            {"parameterId": "optimizer",
+             "categoricalValueSpec": {"values": ["sgd", "adam", "lamb"]}},
+            {"parameterId": "global_batch_size",
+             "discreteValueSpec": {"values": [256.0, 512.0, 1024.0]}}]}
+    assert (job["maxTrialCount"], job["parallelTrialCount"], job["maxFailedTrialCount"]) == \
+        (20, 2, 3), "flags override the file"
+    (pool,) = job["trialJobSpec"]["workerPoolSpecs"]
+    assert pool["containerSpec"]["args"][-2:] == ["--validation_steps=20",
+                                                  "--hparam_metric=val_accuracy"]
+    assert job["trialJobSpec"]["baseOutputDirectory"]["outputUriPrefix"].startswith(
+        "gs://my-bucket/tfdist-jobs/"), "Vertex AI adds <trial_id>/ under it for each trial"
+    assert "HyperparameterTuningJob" in result.stderr
+
+
+def test_tuning_from_flags_alone():
+    result = submit(*COMMON, f"--container_uri={OUR_IMAGE}", "--hparam_metric=val_loss",
+                    "--hparam_goal=minimize", "--hparam=epochs=integer:1:5",
+                    "--hparam=learning_rate=double:0.01:0.5", "--hparam_algorithm=random",
+                    "--max_trial_count=6", "--dry_run")
+    assert result.returncode == 0, result.stderr
+    job = json.loads(result.stdout)
+    assert job["studySpec"]["algorithm"] == "RANDOM_SEARCH"
+    assert job["studySpec"]["parameters"][0] == {
+        "parameterId": "epochs", "integerValueSpec": {"minValue": "1", "maxValue": "5"}}
+    assert (job["maxTrialCount"], job["parallelTrialCount"]) == (6, 1)
+    assert "maxFailedTrialCount" not in job
+
+
+METRIC, GOAL = "--hparam_metric=val_loss", "--hparam_goal=minimize"
+BAD_STUDIES = {
+    "no metric": ([GOAL, "--hparam=epochs=integer:1:3"], "--hparam_metric is not set"),
+    "no goal": ([METRIC, "--hparam=epochs=integer:1:3"], "--hparam_goal is ''"),
+    "no parameters": ([METRIC, GOAL], "tuning has 0 parameters"),
+    "min above max": ([METRIC, GOAL, "--hparam=learning_rate=double:0.5:0.1"],
+                      "min 0.5 >= max 0.1"),
+    "log scale from zero": ([METRIC, GOAL, "--hparam=learning_rate=double:0:0.1:log"],
+                            "expected min > 0"),
+    "unknown type": ([METRIC, GOAL, "--hparam=learning_rate=float:0:1"],
+                     "expected one of double"),
+    "not a number": ([METRIC, GOAL, "--hparam=epochs=integer:1:many"],
+                     "expected one of double"),
+    "grid over a double": ([METRIC, GOAL, "--hparam=learning_rate=double:0.1:1",
+                            "--hparam_algorithm=grid"], "grid needs integer"),
+    "more parallel than total": ([METRIC, GOAL, "--hparam=epochs=integer:1:3",
+                                  "--max_trial_count=2", "--parallel_trial_count=5"],
+                                 "--parallel_trial_count is 5"),
+    "a million trials": ([METRIC, GOAL, "--hparam=epochs=integer:1:3",
+                          "--max_trial_count=1000000"], "--max_trial_count is 1000000"),
+    "tuning the strategy": ([METRIC, GOAL, "--hparam=strategy=categorical:mirrored,default"],
+                            "set by the submitter"),
+    "repeated parameter": ([METRIC, GOAL, "--hparam=epochs=integer:1:3",
+                            "--hparam=epochs=integer:2:4"], "names repeat"),
+    "unsorted discrete": ([METRIC, GOAL, "--hparam=global_batch_size=discrete:512,256"],
+                          "increasing"),
+}
+
+
+@pytest.mark.parametrize("flags,expected", BAD_STUDIES.values(), ids=BAD_STUDIES.keys())
+def test_bad_studies_are_one_line(flags, expected):
+    result = submit(*COMMON, f"--container_uri={OUR_IMAGE}", *flags, "--dry_run")
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], \
+        result.stderr
+
+
+def test_tuning_file_with_unknown_key_is_refused(tmp_path):
+    path = tmp_path / "study.json"
+    path.write_text(json.dumps({"hparam_metric": "val_loss", "trials": 3}))
+    result = submit(*COMMON, f"--container_uri={OUR_IMAGE}", f"--hparam_tuning={path}",
+                    "--dry_run")
+    assert result.returncode == 2
+    assert "unknown key(s) 'trials'" in result.stderr
+
+
+def test_parameter_objects_and_strings_mean_the_same():
+    as_text = tuning.parse_parameter("learning_rate", "double:1e-4:1e-1:log")
+    as_object = tuning.parse_parameter("learning_rate", {"type": "double", "min": 1e-4,
+                                                         "max": 0.1, "scale": "log"})
+    assert as_text == as_object
+    with pytest.raises(UsageError, match="unknown key"):
+        tuning.parse_parameter("learning_rate", {"type": "double", "low": 1})
+
+
+def test_trial_arguments_keep_an_explicit_metric_flag():
+    spec = spec_lib.JobSpec.from_options(options.merge_options({}, {
+        "project": "my-project", "region": "us-central1", "staging_bucket": "gs://my-bucket",
+        "container_uri": OUR_IMAGE, "trainer_args": ("--hparam_metric=val_auc",)}),
+        timestamp="t")
+    study = tuning.TuningSpec(metric="val_auc", goal="maximize",
+                              parameters=(tuning.parse_parameter("epochs", "integer:1:2"),))
+    assert tuning.trial_args(spec, study) == ("--hparam_metric=val_auc",)
+
+
+def test_serving_commands_point_at_the_exported_model():
+    custom = submit(*COMMON, f"--container_uri={OUR_IMAGE}", "--base_output_dir=gs://b-1/run",
+                    "--serving_commands", "--dry_run")
+    assert custom.returncode == 0, custom.stderr
+    assert "gcloud ai models upload --project=my-project --region=us-central1 " \
+           "--display-name=tfdist-auto --artifact-uri=gs://b-1/run/model/ " \
+           "--container-image-uri=us-docker.pkg.dev/vertex-ai/prediction/" in custom.stderr
+    assert "gcloud ai endpoints deploy-model ENDPOINT_ID" in custom.stderr
+    study = submit(*COMMON, f"--container_uri={OUR_IMAGE}", "--base_output_dir=gs://b-1/hp",
+                   "--hparam_metric=val_loss", "--hparam_goal=minimize",
+                   "--hparam=epochs=integer:1:3", "--serving_commands", "--dry_run")
+    assert study.returncode == 0, study.stderr
+    assert "--artifact-uri=gs://b-1/hp/TRIAL_ID/model/" in study.stderr
+    assert "gcloud" not in custom.stdout + study.stdout, "stdout stays the job JSON"
+
+
+@pytest.mark.parametrize("study", sorted(os.listdir(TUNING)))
+def test_shipped_studies_tune_real_trainer_flags(study):
+    from trainer import config as trainer_config
+
+    with open(os.path.join(TUNING, study), encoding="utf-8") as handle:
+        names = set(json.load(handle)["hparam"])
+    assert names <= set(trainer_config.FIELDS), names - set(trainer_config.FIELDS)

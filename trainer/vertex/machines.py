@@ -1,0 +1,201 @@
+"""Which accelerators, how many, and which TPU topologies each machine type takes.
+
+This table is the part of Vertex AI's compute documentation ("Configure compute
+resources for custom training": GPUs, TPUs) the submitter checks before sending
+a job, so that an A100 on an n2-standard-4 or a v5e job without a topology is a
+one-line error instead of a refusal after upload. Accelerator names are the
+`AcceleratorType` values of the Vertex AI v1 API; `tests/test_vertex_validation.py`
+fails when the installed SDK gains one that is neither here nor in
+`NOT_OFFERED_FOR_TRAINING`.
+
+Machines come in two kinds:
+    * with their accelerators built in (A2, A3, A4, G2, G4, TPU VMs): the machine
+      type fixes the accelerator and the count;
+    * N1, to which some older GPUs attach in counts of 1, 2, 4 (or 8).
+Machine types not listed here are CPU machines and take no accelerators.
+"""
+
+import dataclasses
+import re
+
+from trainer.vertex.checks import quoted, require
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltIn:
+    """A machine type that comes with `count` × `accelerator`.
+
+    Attributes:
+        accelerator: The `AcceleratorType` name.
+        count: Accelerators (GPUs, or TPU chips) per machine.
+        topologies: TPU topologies this single host forms ("" for GPUs and
+            TPU v2/v3, which take none).
+    """
+
+    accelerator: str
+    count: int
+    topologies: tuple[str, ...] = ("",)
+
+
+def _series(accelerator: str, counts: dict[str, int]) -> dict[str, BuiltIn]:
+    return {machine: BuiltIn(accelerator, count) for machine, count in counts.items()}
+
+
+BUILT_IN = {
+    **_series("NVIDIA_TESLA_A100", {"a2-highgpu-1g": 1, "a2-highgpu-2g": 2,
+                                    "a2-highgpu-4g": 4, "a2-highgpu-8g": 8,
+                                    "a2-megagpu-16g": 16}),
+    **_series("NVIDIA_A100_80GB", {"a2-ultragpu-1g": 1, "a2-ultragpu-2g": 2,
+                                   "a2-ultragpu-4g": 4, "a2-ultragpu-8g": 8}),
+    **_series("NVIDIA_H100_80GB", {"a3-highgpu-1g": 1, "a3-highgpu-2g": 2,
+                                   "a3-highgpu-4g": 4, "a3-highgpu-8g": 8}),
+    **_series("NVIDIA_H100_MEGA_80GB", {"a3-megagpu-8g": 8}),
+    **_series("NVIDIA_H200_141GB", {"a3-ultragpu-8g": 8}),
+    **_series("NVIDIA_B200", {"a4-highgpu-8g": 8}),
+    **_series("NVIDIA_GB200", {"a4x-highgpu-4g": 4}),
+    **_series("NVIDIA_L4", {"g2-standard-4": 1, "g2-standard-8": 1, "g2-standard-12": 1,
+                            "g2-standard-16": 1, "g2-standard-32": 1, "g2-standard-24": 2,
+                            "g2-standard-48": 4, "g2-standard-96": 8}),
+    **_series("NVIDIA_RTX_PRO_6000", {"g4-standard-48": 1, "g4-standard-96": 2,
+                                      "g4-standard-192": 4, "g4-standard-384": 8}),
+    # TPU VMs. Single-host slices only: our trainer runs a TPU job as one
+    # replica with --tpu=local, which cannot drive a multi-host slice.
+    "ct5lp-hightpu-1t": BuiltIn("TPU_V5_LITEPOD", 1, ("1x1",)),
+    "ct5lp-hightpu-4t": BuiltIn("TPU_V5_LITEPOD", 4, ("2x2",)),
+    "ct5lp-hightpu-8t": BuiltIn("TPU_V5_LITEPOD", 8, ("2x4",)),
+    "ct4p-hightpu-4t": BuiltIn("TPU_V4_POD", 4, ("2x2x1",)),
+}
+
+# TPU v2 and v3 on Vertex AI: machine type `cloud-tpu` with 8 cores, no topology.
+CLOUD_TPU_MACHINE = "cloud-tpu"
+CLOUD_TPU = {"TPU_V2": 8, "TPU_V3": 8}
+
+# GPUs that attach to N1 machines (n1-standard-*, n1-highmem-*, n1-highcpu-*).
+N1_ATTACHABLE = {
+    "NVIDIA_TESLA_T4": (1, 2, 4),
+    "NVIDIA_TESLA_V100": (1, 2, 4, 8),
+    "NVIDIA_TESLA_P100": (1, 2, 4),
+    "NVIDIA_TESLA_P4": (1, 2, 4),
+    "NVIDIA_TESLA_K80": (1, 2, 4, 8),
+}
+_N1 = re.compile(r"^n1-(standard|highmem|highcpu)-[0-9]+$")
+
+# In the API's enum but not offered for custom training on the machines above.
+NOT_OFFERED_FOR_TRAINING = ()
+
+GPU_ACCELERATORS = tuple(sorted(
+    {machine.accelerator for machine in BUILT_IN.values() if
+     machine.accelerator.startswith("NVIDIA_")} | set(N1_ATTACHABLE)))
+TPU_ACCELERATORS = tuple(sorted(
+    {machine.accelerator for machine in BUILT_IN.values() if
+     machine.accelerator.startswith("TPU_")} | set(CLOUD_TPU)))
+ACCELERATORS = GPU_ACCELERATORS + TPU_ACCELERATORS
+
+_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
+
+
+def machines_for(accelerator: str) -> list[str]:
+    """Human-readable list of where `accelerator` is offered, for error messages."""
+    if accelerator in N1_ATTACHABLE:
+        counts = "/".join(str(count) for count in N1_ATTACHABLE[accelerator])
+        return [f"n1-standard-*, n1-highmem-*, n1-highcpu-* with {counts}"]
+    if accelerator in CLOUD_TPU:
+        return [f"{CLOUD_TPU_MACHINE} with {CLOUD_TPU[accelerator]}"]
+    return [f"{machine} with {spec.count}" for machine, spec in BUILT_IN.items()
+            if spec.accelerator == accelerator]
+
+
+def check_machine(*, flag: str, machine_type: str, accelerator_type: str = "",
+                  accelerator_count: int = 0, tpu_topology: str = "") -> None:
+    """Checks one replica's machine the way Vertex AI would.
+
+    Args:
+        flag: The flag that named the machine type, for messages
+            (`--machine_type`, `--evaluator_machine_type`, ...).
+        machine_type: e.g. `a2-highgpu-8g`.
+        accelerator_type: `AcceleratorType` name, "" for none.
+        accelerator_count: Accelerators per machine.
+        tpu_topology: e.g. `2x2` for TPU v5e.
+
+    Raises:
+        UsageError: The combination is one Vertex AI refuses.
+    """
+    require(bool(machine_type), f"{flag} is empty, expected a Vertex AI machine type such as "
+                                f"n2-standard-8 or a2-highgpu-8g")
+    require(len(machine_type) <= 63 and bool(_MACHINE_TYPE.match(machine_type)),
+            f"{flag} is {quoted(machine_type)}, expected a machine type such as n2-standard-8")
+    require(not accelerator_type or accelerator_type in ACCELERATORS,
+            f"--accelerator_type is {quoted(accelerator_type)}, expected one of: "
+            f"{', '.join(ACCELERATORS)}")
+    require(not (accelerator_type and not accelerator_count),
+            f"--accelerator_type={accelerator_type} has --accelerator_count=0, expected the "
+            f"number per machine: {'; '.join(machines_for(accelerator_type))}")
+    require(not (accelerator_count and not accelerator_type),
+            f"--accelerator_count={accelerator_count} has no --accelerator_type, expected "
+            f"one of: {', '.join(ACCELERATORS)}")
+    built_in = BUILT_IN.get(machine_type)
+    if built_in:
+        _check_built_in(flag, machine_type, built_in, accelerator_type, accelerator_count,
+                        tpu_topology)
+    elif machine_type == CLOUD_TPU_MACHINE:
+        require(accelerator_type in CLOUD_TPU,
+                f"{flag}={CLOUD_TPU_MACHINE} runs TPU v2 or v3, got --accelerator_type="
+                f"{accelerator_type or 'none'}; set --accelerator_type=TPU_V3 "
+                f"--accelerator_count=8")
+        _check_count(machine_type, accelerator_type, accelerator_count,
+                     (CLOUD_TPU[accelerator_type],))
+        require(not tpu_topology, f"--tpu_topology={quoted(tpu_topology)} does not apply to "
+                                  f"{accelerator_type} on {CLOUD_TPU_MACHINE}; drop it")
+    elif accelerator_type:
+        require(accelerator_type in N1_ATTACHABLE and bool(_N1.match(machine_type)),
+                f"--accelerator_type={accelerator_type} is not offered on {machine_type}, "
+                f"expected: {'; '.join(machines_for(accelerator_type))}")
+        _check_count(machine_type, accelerator_type, accelerator_count,
+                     N1_ATTACHABLE[accelerator_type])
+        require(not tpu_topology, f"--tpu_topology={quoted(tpu_topology)} needs a TPU "
+                                  f"machine, got {machine_type}; drop --tpu_topology")
+    else:
+        require(not tpu_topology, f"--tpu_topology={quoted(tpu_topology)} needs a TPU "
+                                  f"machine, got {machine_type}; drop --tpu_topology")
+
+
+def _check_built_in(flag, machine_type, built_in, accelerator_type, accelerator_count,
+                    tpu_topology):
+    require(flag == "--machine_type",
+            f"{flag}={machine_type} comes with {built_in.count} x {built_in.accelerator}, "
+            f"expected a CPU machine type such as n2-standard-8 ({flag} takes no "
+            f"accelerators)")
+    wanted = f"--accelerator_type={built_in.accelerator} --accelerator_count={built_in.count}"
+    require(bool(accelerator_type),
+            f"{flag}={machine_type} comes with {built_in.count} x {built_in.accelerator}, "
+            f"got no --accelerator_type; set {wanted}")
+    require(accelerator_type == built_in.accelerator,
+            f"--accelerator_type={accelerator_type} is not offered on {machine_type}, which "
+            f"comes with {built_in.accelerator}; set {wanted}, or pick a machine from: "
+            f"{'; '.join(machines_for(accelerator_type))}")
+    _check_count(machine_type, accelerator_type, accelerator_count, (built_in.count,))
+    if built_in.topologies == ("",):
+        require(not tpu_topology, f"--tpu_topology={quoted(tpu_topology)} needs a TPU "
+                                  f"machine, got {machine_type}; drop --tpu_topology")
+        return
+    require(bool(tpu_topology),
+            f"--tpu_topology is not set, expected the topology of {machine_type}'s "
+            f"{built_in.count} chips: --tpu_topology={built_in.topologies[0]}")
+    require(tpu_topology in built_in.topologies,
+            f"--tpu_topology is {quoted(tpu_topology)}, expected {' or '.join(built_in.topologies)}"
+            f" for {machine_type} (one host; multi-host slices are not supported by our "
+            f"trainer)")
+
+
+def _check_count(machine_type, accelerator_type, count, allowed):
+    require(count in allowed,
+            f"--accelerator_count is {count}, expected {' or '.join(map(str, allowed))} "
+            f"{accelerator_type} on {machine_type}")
+
+
+def is_gpu(accelerator_type: str) -> bool:
+    return accelerator_type in GPU_ACCELERATORS
+
+
+def is_tpu(accelerator_type: str) -> bool:
+    return accelerator_type in TPU_ACCELERATORS

@@ -1,0 +1,43 @@
+"""The gcloud and SDK lines that upload the exported SavedModel and deploy it.
+
+The chief exports a SavedModel into `AIP_MODEL_DIR` (`<base_output_dir>/model/`,
+or `<base_output_dir>/<trial_id>/model/` for a tuning trial) with
+`--export=savedmodel` or `both` (the default on Vertex AI), which Vertex AI
+Prediction's prebuilt TensorFlow containers serve.
+"""
+
+import shlex
+
+DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-17:latest"
+DEFAULT_SERVING_MACHINE = "n1-standard-4"
+
+
+def serving_commands(*, project: str, region: str, display_name: str, base_output_dir: str,
+                     tuning: bool, image: str = DEFAULT_SERVING_IMAGE,
+                     machine_type: str = DEFAULT_SERVING_MACHINE) -> list[str]:
+    """Shell lines (gcloud) and the equivalent Python (SDK), ready to paste.
+
+    Args:
+        project, region: Where the model and endpoint go.
+        display_name: The job's name; the model and endpoint are named after it.
+        base_output_dir: The job's `baseOutputDirectory`.
+        tuning: A tuning job: the artifact directory is a trial's (TRIAL_ID is
+            left for the user to fill in with the best trial's id).
+        image: A Vertex AI prebuilt TensorFlow prediction image.
+        machine_type: The serving machine.
+    """
+    artifacts = f"{base_output_dir}/TRIAL_ID/model/" if tuning else f"{base_output_dir}/model/"
+    where = f"--project={shlex.quote(project)} --region={shlex.quote(region)}"
+    name = shlex.quote(display_name)
+    return [
+        f"gcloud ai models upload {where} --display-name={name} "
+        f"--artifact-uri={shlex.quote(artifacts)} --container-image-uri={shlex.quote(image)}",
+        f"gcloud ai endpoints create {where} "
+        f"--display-name={shlex.quote(display_name + '-endpoint')}",
+        f"gcloud ai endpoints deploy-model ENDPOINT_ID {where} --model=MODEL_ID "
+        f"--display-name={name} --machine-type={shlex.quote(machine_type)}",
+        "# or, in Python with google-cloud-aiplatform:",
+        f"# aiplatform.init(project={project!r}, location={region!r}); "
+        f"aiplatform.Model.upload(display_name={display_name!r}, artifact_uri={artifacts!r}, "
+        f"serving_container_image_uri={image!r}).deploy(machine_type={machine_type!r})",
+    ]

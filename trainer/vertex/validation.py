@@ -1,0 +1,225 @@
+"""Every rule a job is checked against before anything is built, uploaded or sent.
+
+Each rule is one `require(...)`: the message names the option, quotes at most
+about 100 characters of its value, says what was expected and how to fix it.
+The rules are Vertex AI's (documented limits and formats, the API's own value
+ranges) and our trainer's (which pools each strategy needs).
+"""
+
+import re
+
+from tfdist.strategy_choice import STRATEGIES
+from trainer.vertex import machines, option_values
+from trainer.vertex.checks import quoted, require
+from trainer.vertex.options import SCHEDULING_STRATEGIES
+from trainer.vertex.regions import check_region
+
+MAX_REPLICAS = 1000  # per worker pool; beyond it is a typo, not a job
+MIN_BOOT_DISK_GB, MAX_BOOT_DISK_GB = 100, 64_000
+BOOT_DISK_TYPES = ("pd-ssd", "pd-standard", "hyperdisk-balanced")
+MAX_FLEX_START_TIMEOUT_SECONDS = 7 * 24 * 3600
+_SINGLE_MACHINE_STRATEGIES = ("default", "one_device", "mirrored")
+# A project ID, optionally domain-scoped (example.com:my-project).
+_PROJECT = re.compile(r"^(?:[a-z0-9.-]{1,63}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+# A container image reference: [host[:port]/]path[:tag][@sha256:digest].
+_IMAGE = re.compile(
+    r"^(?:[a-z0-9]([a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(?::[0-9]+)?/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+_SERVICE_ACCOUNT = re.compile(r"^[a-z0-9][a-z0-9._+-]{0,99}@[a-z0-9.-]+\.[a-z]{2,}$")
+_GCS_URI = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/[^\s]*)?$")
+_TENSORBOARD = re.compile(r"^projects/[^/\s]+/locations/([^/\s]+)/tensorboards/[0-9]+$")
+_NETWORK = re.compile(r"^projects/[0-9]{1,20}/global/networks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_KMS_KEY = re.compile(r"^projects/[^/\s]+/locations/([^/\s]+)/keyRings/[A-Za-z0-9_-]{1,63}/"
+                      r"cryptoKeys/[A-Za-z0-9_-]{1,63}$")
+_MAX_IMAGE_URI = 1024
+
+
+def check_gcs_uri(name: str, value: str) -> str:
+    """`value` without a trailing slash, if it is a gs:// URI with a bucket."""
+    require(len(str(value)) <= 1024 and bool(_GCS_URI.match(str(value))),
+            f"--{name} is {quoted(value)}, expected a gs:// URI such as gs://my-bucket")
+    return str(value).rstrip("/")
+
+
+def check_image_uri(name: str, value: str) -> None:
+    require(bool(value), f"--{name} is empty, expected a container image URI such as "
+                         f"us-central1-docker.pkg.dev/my-project/tfdist/trainer:0.1.0")
+    require(len(value) <= _MAX_IMAGE_URI and bool(_IMAGE.match(value)),
+            f"--{name} is {quoted(value)}, expected a container image URI such as "
+            f"us-central1-docker.pkg.dev/my-project/tfdist/trainer:0.1.0")
+
+
+def check_project(project: str) -> None:
+    require(bool(project), "--project is not set, expected a Google Cloud project ID such "
+                           "as --project=my-project")
+    require(bool(_PROJECT.match(project)),
+            f"--project is {quoted(project)}, expected a project ID: 6 to 30 lowercase "
+            f"letters, digits and hyphens, starting with a letter (the ID, not the name)")
+
+
+def check_scheduling(scheduling) -> None:
+    """Rules of `spec.Scheduling` on its own."""
+    require(scheduling.strategy in SCHEDULING_STRATEGIES,
+            f"--scheduling is {quoted(scheduling.strategy)}, expected one of: "
+            f"{', '.join(SCHEDULING_STRATEGIES)}")
+    require(scheduling.max_wait_seconds is None or scheduling.strategy == "flex_start",
+            f"--max_wait_duration applies only with --scheduling=flex_start (Vertex AI "
+            f"ignores it otherwise), got --scheduling={scheduling.strategy}; drop it or use "
+            f"flex_start")
+    require(not (scheduling.disable_retries and scheduling.restart_job_on_worker_restart),
+            "--disable_retries and --restart_job_on_worker_restart contradict each other "
+            "(disabling retries turns whole-job restarts off); keep one")
+
+
+def check_job(spec) -> None:
+    """All rules of a `spec.JobSpec`."""
+    _check_where_and_who(spec)
+    _check_counts_and_disks(spec)
+    _check_strategy(spec)
+    _check_code(spec)
+    _check_outputs(spec)
+    _check_scheduling_with_shape(spec)
+    _check_networking_and_encryption(spec)
+
+
+def _check_where_and_who(spec) -> None:
+    check_project(spec.project)
+    check_region(spec.region)
+    require(0 < len(spec.display_name) <= 128,
+            f"--display_name is {quoted(spec.display_name)}, expected 1 to 128 characters")
+    require(not spec.service_account or bool(_SERVICE_ACCOUNT.match(spec.service_account)),
+            f"--service_account is {quoted(spec.service_account)}, expected an email such as "
+            f"trainer@my-project.iam.gserviceaccount.com")
+
+
+def _check_counts_and_disks(spec) -> None:
+    for name in ("workers", "parameter_servers", "reduction_servers", "evaluators"):
+        option_values.integer(name, getattr(spec, name), high=MAX_REPLICAS)
+    require(spec.boot_disk_type in BOOT_DISK_TYPES,
+            f"--boot_disk_type is {quoted(spec.boot_disk_type)}, expected one of: "
+            f"{', '.join(BOOT_DISK_TYPES)}")
+    option_values.integer("boot_disk_size_gb", spec.boot_disk_size_gb,
+                          low=MIN_BOOT_DISK_GB, high=MAX_BOOT_DISK_GB)
+    # The machines of pools 2 and 3 check themselves when they are built.
+    used = {"parameter_server_machine": spec.parameter_servers,
+            "evaluator_machine": spec.evaluators,
+            "reduction_server_machine": spec.reduction_servers}
+    for machine, replicas in used.items():
+        if replicas:
+            getattr(spec, machine)
+
+
+def _check_strategy(spec) -> None:
+    strategy, machine = spec.strategy, spec.machine
+    require(strategy in STRATEGIES,
+            f"--strategy is {quoted(strategy)}, expected one of: {', '.join(STRATEGIES)}")
+    require(not (spec.reduction_servers and spec.parameter_servers),
+            f"--reduction_servers={spec.reduction_servers} and --parameter_servers="
+            f"{spec.parameter_servers} both use worker pool 2, expected one of them; "
+            f"Reduction Server serves all-reduce (--strategy=multiworker), parameter servers "
+            f"serve --strategy=parameter_server")
+    require(not spec.reduction_servers or (spec.workers and machine.is_gpu),
+            f"--reduction_servers={spec.reduction_servers} needs GPU workers, got "
+            f"--workers={spec.workers} on {machine.machine_type} with --accelerator_type="
+            f"{machine.accelerator_type or 'none'}; Reduction Server speeds up NCCL "
+            f"all-reduce between GPU machines: add --workers and GPUs, or drop "
+            f"--reduction_servers")
+    # Not `auto` either: a cluster variable listing pool 2 could make the
+    # trainer pick parameter_server for the reducers.
+    require(not spec.reduction_servers or strategy == "multiworker",
+            f"--reduction_servers={spec.reduction_servers} needs --strategy=multiworker "
+            f"(NCCL all-reduce), got --strategy={strategy}")
+    require(strategy != "parameter_server" or (spec.parameter_servers and spec.workers),
+            f"--strategy=parameter_server needs parameter servers and workers, got "
+            f"--parameter_servers={spec.parameter_servers} --workers={spec.workers}; set both, "
+            f"e.g. --parameter_servers=2 --workers=4")
+    require(not (spec.parameter_servers and strategy == "auto" and not spec.workers),
+            f"--parameter_servers={spec.parameter_servers} needs workers to train, got "
+            f"--workers=0; set e.g. --workers=4")
+    require(not spec.parameter_servers or strategy in ("parameter_server", "auto"),
+            f"--parameter_servers={spec.parameter_servers} needs --strategy=parameter_server, "
+            f"got --strategy={strategy}; change the strategy or drop --parameter_servers")
+    require(not (strategy in _SINGLE_MACHINE_STRATEGIES and spec.workers),
+            f"--strategy={strategy} trains on one machine, got --workers={spec.workers}; use "
+            f"--strategy=multiworker for several machines, or drop --workers")
+    if strategy == "tpu" or machine.is_tpu:
+        _check_tpu(spec)
+    require(spec.evaluators <= 1,
+            f"--evaluators is {spec.evaluators}, expected 0 or 1: one evaluator evaluates "
+            f"every checkpoint the chief writes")
+    require(not option_values.has_flag(spec.trainer_args, "strategy"),
+            "--strategy appears after --, expected it before -- as a trainer.submit flag, "
+            "which passes it to every replica")
+
+
+def _check_tpu(spec) -> None:
+    machine = spec.machine
+    require(spec.strategy == "tpu",
+            f"--accelerator_type={machine.accelerator_type} is a TPU, expected "
+            f"--strategy=tpu, got --strategy={spec.strategy}")
+    require(machine.is_tpu,
+            f"--strategy=tpu needs a TPU --accelerator_type (one of "
+            f"{', '.join(machines.TPU_ACCELERATORS)}), got "
+            f"{machine.accelerator_type or 'none'}")
+    extra = {name: getattr(spec, name) for name in
+             ("workers", "parameter_servers", "reduction_servers", "evaluators")
+             if getattr(spec, name)}
+    shown = " ".join(f"--{name}={count}" for name, count in extra.items())
+    require(not extra, f"--strategy=tpu runs as a single TPU VM replica, got {shown}; "
+                       f"drop them")
+
+
+def _check_code(spec) -> None:
+    check_image_uri("container_uri", spec.container_uri)
+    if spec.reduction_servers:
+        check_image_uri("reduction_server_image", spec.reduction_server_image)
+    require(not spec.task_package or spec.uses_python_package,
+            f"--task_package={quoted(spec.task_package)} needs a Vertex AI prebuilt training "
+            f"image, which installs staged packages, got our image {quoted(spec.container_uri)}; "
+            f"with our image, build an image FROM it that pip-installs your package (see "
+            f"docs/vertex.md, 'Your own task code') and drop --task_package")
+
+
+def _check_outputs(spec) -> None:
+    check_gcs_uri("base_output_dir", spec.base_output_dir)
+    if spec.tensorboard:
+        require(bool(spec.service_account),
+                "--tensorboard needs --service_account (Vertex AI uploads TensorBoard logs "
+                "as that account); set --service_account")
+        match = _TENSORBOARD.match(spec.tensorboard)
+        require(bool(match), f"--tensorboard is {quoted(spec.tensorboard)}, expected "
+                             f"projects/PROJECT/locations/REGION/tensorboards/ID")
+
+
+def _check_scheduling_with_shape(spec) -> None:
+    scheduling = spec.scheduling
+    if scheduling.strategy == "flex_start":
+        require(spec.machine.is_gpu,
+                f"--scheduling=flex_start needs GPU machines, got --accelerator_type="
+                f"{spec.machine.accelerator_type or 'none'}; use --scheduling=standard or spot")
+        require(not (spec.reduction_servers or spec.parameter_server_machine_type
+                     or spec.evaluator_machine_type),
+                "--scheduling=flex_start needs the same machine in every worker pool, got a "
+                "Reduction Server or a separate parameter-server or evaluator machine type; "
+                "drop them or use --scheduling=standard")
+        require(scheduling.timeout_seconds <= MAX_FLEX_START_TIMEOUT_SECONDS,
+                f"--timeout is {scheduling.timeout_seconds}s, expected at most 7 days "
+                f"(604800s) with --scheduling=flex_start")
+        require(not spec.reservation_affinity,
+                "--reservation_affinity does not apply with --scheduling=flex_start (Dynamic "
+                "Workload Scheduler provisions on demand); drop one of them")
+
+
+def _check_networking_and_encryption(spec) -> None:
+    require(not spec.network or bool(_NETWORK.match(spec.network)),
+            f"--network is {quoted(spec.network)}, expected projects/PROJECT_NUMBER/global/"
+            f"networks/NAME (the project number, digits, of the network's host project)")
+    option_values.parse_reservation_affinity(spec.reservation_affinity)
+    if spec.kms_key_name:
+        match = _KMS_KEY.match(spec.kms_key_name)
+        require(bool(match), f"--kms_key_name is {quoted(spec.kms_key_name)}, expected "
+                             f"projects/P/locations/REGION/keyRings/R/cryptoKeys/K")
+        require(match.group(1) == spec.region,
+                f"--kms_key_name is in {quoted(match.group(1))}, expected a key in the job's "
+                f"region {spec.region} (Vertex AI needs a key in the same region)")
