@@ -111,7 +111,9 @@ def test_truncated_newest_backup_falls_back_to_the_previous(backup_dir, damaged_
     assert info.step == 10
     np.testing.assert_array_equal(values, np.full([64], 1.0, dtype=np.float32))
     assert "step 20 is unusable" in caplog.text and "falling back" in caplog.text
-    assert _listing(backup_dir) == ["backup-000000000010"]
+    listing = _listing(backup_dir)  # the damaged backup is set aside, not deleted
+    assert listing[0] == "backup-000000000010" and len(listing) == 2
+    assert listing[1].startswith("quarantine-000000000020-")
 
 
 @pytest.mark.parametrize("corruption", ["flipped data byte", "edited metadata",
