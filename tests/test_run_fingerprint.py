@@ -296,3 +296,33 @@ def test_fingerprint_is_recorded_in_the_backup_metadata(tmp_path):
     assert fingerprint["optimizer"] == "Adam" and fingerprint["dtype_policy"] == "float32"
     assert fingerprint["model_variables"][0] == ["q/kernel", [4, 4], "float32"]
     assert ["momentum@q/kernel", [4, 4], "float32"] in fingerprint["optimizer_variables"]
+
+
+class TwoScales(keras.layers.Layer):
+    """Two weights with the same name: no stable path for either."""
+
+    def build(self, input_shape):
+        self.a = self.add_weight(shape=(4,), initializer="random_normal", name="scale")
+        self.b = self.add_weight(shape=(4,), initializer="random_normal", name="scale")
+
+    def call(self, inputs):
+        return inputs * self.a + inputs * self.b
+
+
+def _scaled(seed):
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((4,)), TwoScales(), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.SGD(0.01), "mse")
+    return model
+
+
+def test_variables_without_stable_paths_restore_by_position_with_a_warning(tmp_path, caplog):
+    trained = _scaled(1)
+    assert model_variable_paths(trained)[:2] == [None, None]
+    backup_dir = _trained_backup_dir(tmp_path, trained)
+    restarted = _scaled(2)
+    with caplog.at_level(logging.WARNING, logger="tfdist.checkpointing"):
+        TrainingBackup(BackupStore(backup_dir), restarted).restore()
+    for want, got in zip(trained.get_weights(), restarted.get_weights()):
+        np.testing.assert_array_equal(got, want)
+    assert "Restoring the model variables by position" in caplog.text
