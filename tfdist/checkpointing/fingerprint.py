@@ -101,7 +101,7 @@ class RunFingerprint:
         """Parses a recorded fingerprint.
 
         Raises:
-            BackupMismatchError: It was written by a newer, unknown format.
+            BackupMismatchError: It is of an unknown version or malformed.
         """
         if not isinstance(record, dict) or record.get("version") != VERSION:
             version = record.get("version") if isinstance(record, dict) else None
@@ -114,10 +114,17 @@ class RunFingerprint:
         def entries(name):
             return tuple((path, list(shape), dtype) for path, shape, dtype in record[name])
 
-        return cls(run=record.get("run") or {}, dtype_policy=record.get("dtype_policy"),
-                   optimizer=record.get("optimizer"),
-                   model_variables=entries("model_variables"),
-                   optimizer_variables=entries("optimizer_variables"))
+        try:
+            return cls(run=dict(record.get("run") or {}),
+                       dtype_policy=record.get("dtype_policy"),
+                       optimizer=record.get("optimizer"),
+                       model_variables=entries("model_variables"),
+                       optimizer_variables=entries("optimizer_variables"))
+        except (KeyError, TypeError, ValueError) as error:
+            raise BackupMismatchError(
+                f"the backup {where} has a malformed run fingerprint ({error!r}); resume it "
+                f"with the tfdist that wrote it or use a new backup directory",
+                field="fingerprint") from None
 
 
 def _entries(variables: Sequence, paths: Sequence) -> tuple[VariableEntry, ...]:
