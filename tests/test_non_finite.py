@@ -118,3 +118,19 @@ def test_cli_maps_non_finite_error_to_its_exit_code(tmp_path):
     assert result.returncode == cli.EXIT_NON_FINITE
     assert result.stderr.strip().splitlines() == [
         "error: the training loss is nan at step 6 more"]
+
+
+def test_guard_without_backups_stops_on_a_nan_loss():
+    from tfdist.callbacks import NonFiniteGuard
+    model = _model()
+    with pytest.raises(errors.NonFiniteError, match="loss is nan at batch 1 of epoch 0"):
+        model.fit(_stream(nan_at_batch=1), epochs=2, steps_per_epoch=STEPS, verbose=0,
+                  callbacks=[NonFiniteGuard()])
+
+
+def test_guard_without_backups_checks_variables_at_epoch_end():
+    from tfdist.callbacks import NonFiniteGuard
+    model = _model()
+    with pytest.raises(errors.NonFiniteError, match=r"in layers/dense_1/bias at the end of epoch 0"):
+        model.fit(_stream(), epochs=2, steps_per_epoch=STEPS, verbose=0,
+                  callbacks=[_PoisonWeights(at=STEPS), NonFiniteGuard()])

@@ -12,6 +12,7 @@ import math
 import keras
 
 from tfdist.checkpointing.finite import FiniteCheck
+from tfdist.checkpointing.paths import model_variable_paths
 from tfdist.errors import NonFiniteError
 
 
@@ -59,11 +60,13 @@ class NonFiniteGuard(keras.callbacks.Callback):
         if not self._check_variables:
             return
         if self._finite_check is None:
-            variables = list(self.model.variables)
+            named = [(path or variable.path, variable) for path, variable in
+                     zip(model_variable_paths(self.model), self.model.variables)]
             optimizer = getattr(self.model, "optimizer", None)
             if optimizer is not None:
-                variables += list(optimizer.variables)
-            self._finite_check = FiniteCheck([(v.path, v) for v in variables])
+                named += [(f"optimizer {variable.path}", variable)
+                          for variable in optimizer.variables]
+            self._finite_check = FiniteCheck(named)
         bad = self._finite_check.non_finite()
         if bad:
             raise NonFiniteError(
