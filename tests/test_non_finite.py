@@ -131,6 +131,7 @@ def test_guard_without_backups_stops_on_a_nan_loss():
 def test_guard_without_backups_checks_variables_at_epoch_end():
     from tfdist.callbacks import NonFiniteGuard
     model = _model()
-    with pytest.raises(errors.NonFiniteError, match=r"in layers/dense_1/bias at the end of epoch 0"):
+    with pytest.raises(errors.NonFiniteError,
+                       match=r"in layers/dense_1/bias at the end of epoch 0"):
         model.fit(_stream(), epochs=2, steps_per_epoch=STEPS, verbose=0,
                   callbacks=[_PoisonWeights(at=STEPS), NonFiniteGuard()])
