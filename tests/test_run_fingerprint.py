@@ -299,14 +299,14 @@ def test_fingerprint_is_recorded_in_the_backup_metadata(tmp_path):
 
 
 class TwoScales(keras.layers.Layer):
-    """Two weights with the same name: no stable path for either."""
+    """Two weights with the same name, held in a list: no stable path for either."""
 
     def build(self, input_shape):
-        self.a = self.add_weight(shape=(4,), initializer="random_normal", name="scale")
-        self.b = self.add_weight(shape=(4,), initializer="random_normal", name="scale")
+        self.scales = [self.add_weight(shape=(4,), initializer="random_normal", name="scale")
+                       for _ in range(2)]
 
     def call(self, inputs):
-        return inputs * self.a + inputs * self.b
+        return inputs * self.scales[0] + inputs * self.scales[1]
 
 
 def _scaled(seed):
@@ -326,3 +326,36 @@ def test_variables_without_stable_paths_restore_by_position_with_a_warning(tmp_p
     for want, got in zip(trained.get_weights(), restarted.get_weights()):
         np.testing.assert_array_equal(got, want)
     assert "Restoring the model variables by position" in caplog.text
+
+
+class UnnamedScales(keras.layers.Layer):
+    """`add_weight()` without names: Keras names them from a per-process counter."""
+
+    def build(self, input_shape):
+        self.first = self.add_weight(shape=(4,), initializer="random_normal")
+        self.second = self.add_weight(shape=(4,), initializer="random_normal")
+
+    def call(self, inputs):
+        return inputs * self.first - inputs * self.second
+
+
+def _unnamed(seed):
+    keras.utils.set_random_seed(seed)
+    model = keras.Sequential([keras.Input((4,)), UnnamedScales(), keras.layers.Dense(1)])
+    model.compile(keras.optimizers.Adam(0.01), "mse")
+    return model
+
+
+def test_unnamed_weights_are_matched_by_attribute_not_by_counter_name(tmp_path, caplog):
+    trained = _unnamed(1)
+    backup_dir = _trained_backup_dir(tmp_path, trained)
+    keras.Variable(0.0)  # what else the restarted program creates first shifts the names
+    restarted = _unnamed(2)
+    assert restarted.layers[0].first.name != trained.layers[0].first.name
+    assert model_variable_paths(restarted)[:2] == [
+        "layers/unnamed_scales/first", "layers/unnamed_scales/second"]
+    with caplog.at_level(logging.WARNING, logger="tfdist.checkpointing"):
+        TrainingBackup(BackupStore(backup_dir), restarted).restore()
+    for want, got in zip(trained.get_weights(), restarted.get_weights()):
+        np.testing.assert_array_equal(got, want)
+    assert "by position" not in caplog.text

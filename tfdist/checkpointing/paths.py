@@ -13,8 +13,12 @@ Sequential or Functional model in order, named by class:
     layers/dense_1/kernel        the second Dense layer of a Sequential model
     drop/seed_generator_state    a Dropout layer's random state
 
-A variable that the walk cannot reach, or two variables of one layer with the
-same name, get no path (`None`): such models are restored by position.
+A variable is named by its own name (`kernel`), or, when Keras made that name
+up from its per-process counter (`add_weight()` without a name gives
+`variable`, `variable_1`, ...) or two variables of one layer share it, by the
+layer attribute that holds it (`self.scale = self.add_weight(...)` gives
+`scale`). A variable that the walk cannot reach, or that has neither, gets no
+path (`None`): such models are restored by position.
 
 Optimizer variables are keyed by what they are for: `iteration`,
 `learning_rate`, or a slot such as `momentum@q/kernel` (Keras names slots after
@@ -27,6 +31,8 @@ import re
 
 import keras
 
+# Names Keras gives unnamed variables from a per-process counter.
+_AUTO_VARIABLE_NAME = re.compile(r"^variable(_\d+)?$")
 
 @functools.lru_cache(maxsize=1)
 def _keras_bookkeeping() -> frozenset:
@@ -108,11 +114,18 @@ def model_variable_paths(model) -> list[str | None]:
         in_children = {id(variable) for _, child in children for variable in child.variables}
         own = [variable for variable in layer.variables if id(variable) not in in_children]
         counts = collections.Counter(variable.name for variable in own)
+        holders = {}
+        for name, value in sorted(vars(layer).items(),
+                                  key=lambda item: (item[0].startswith("_"), item[0])):
+            if isinstance(value, keras.Variable):
+                holders.setdefault(id(value), name)
         for variable in own:
             if id(variable) in assigned:
                 continue
-            unique = counts[variable.name] == 1
-            assigned[id(variable)] = f"{path}{variable.name}" if unique else None
+            label = variable.name
+            if counts[label] > 1 or _AUTO_VARIABLE_NAME.match(label):
+                label = holders.get(id(variable))
+            assigned[id(variable)] = f"{path}{label}" if label else None
         for name, child in children:
             visit(child, f"{path}{name}/")
 
