@@ -185,7 +185,11 @@ class BackupAndRestore(keras.callbacks.Callback):
         if self._preemption_options is not None:
             self._watcher = PreemptionWatcher(self._preemption_options, sync=sync)
             self._watcher.install()
-        point = self._backup.restore()
+        try:
+            point = self._backup.restore()
+        except BaseException:
+            self.close()  # a refused restart leaves SIGTERM to its default
+            raise
         self._resume_point = point
         self._completed = point.completed
         if point.completed:
