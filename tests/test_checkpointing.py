@@ -111,7 +111,9 @@ def test_truncated_newest_backup_falls_back_to_the_previous(backup_dir, damaged_
     assert info.step == 10
     np.testing.assert_array_equal(values, np.full([64], 1.0, dtype=np.float32))
     assert "step 20 is unusable" in caplog.text and "falling back" in caplog.text
-    assert _listing(backup_dir) == ["backup-000000000010"]
+    listing = _listing(backup_dir)  # the damaged backup is set aside, not deleted
+    assert listing[0] == "backup-000000000010" and len(listing) == 2
+    assert listing[1].startswith("quarantine-000000000020-")
 
 
 @pytest.mark.parametrize("corruption", ["flipped data byte", "edited metadata",
@@ -326,3 +328,114 @@ def test_backup_of_another_model_is_a_usage_error(tmp_path):
     with pytest.raises(UsageError, match="belongs to another model") as error:
         TrainingBackup(BackupStore(str(tmp_path)), _model(width=16)).restore()
     assert "\n" not in str(error.value)
+
+
+# ------------------------------------------------- damage is only damage (#10)
+
+
+def _tree(path: str) -> dict[str, bytes]:
+    """Every file under `path` (relative name -> bytes)."""
+    files = {}
+    for directory, _, names in tf.io.gfile.walk(path):
+        for name in names:
+            full = f"{directory.rstrip('/')}/{name}"
+            files[full[len(path):].lstrip("/")] = _read(full)
+    return files
+
+
+def test_damaged_backup_is_quarantined_not_deleted(backup_dir, caplog):
+    store = BackupStore(backup_dir)
+    _save(store, 10, 1.0)
+    _save(store, 20, 2.0)
+    newest = f"{backup_dir}/backup-000000000020"
+    data = bytearray(_read(f"{newest}/{DATA_FILE}"))
+    data[len(data) // 2] ^= 0xFF
+    _rewrite(f"{newest}/{DATA_FILE}", bytes(data))
+    damaged = _tree(newest)
+
+    with caplog.at_level(logging.WARNING, logger="tfdist.checkpointing.store"):
+        info, _ = _restore(BackupStore(backup_dir))
+
+    assert info.step == 10
+    quarantined = [name for name in _listing(backup_dir) if name.startswith("quarantine-")]
+    assert len(quarantined) == 1 and quarantined[0].startswith("quarantine-000000000020-")
+    assert _tree(f"{backup_dir}/{quarantined[0]}") == damaged
+    assert "backup-000000000020" not in _listing(backup_dir)
+    assert f"{backup_dir}/{quarantined[0]}" in caplog.text
+
+
+def test_newer_backups_survive_a_fallback_and_the_next_saves(backup_dir):
+    store = BackupStore(backup_dir)
+    for step in (10, 20, 30):
+        _save(store, step, float(step))
+    _rewrite(f"{backup_dir}/backup-000000000030/{DATA_FILE}", b"")
+    torn = _tree(f"{backup_dir}/backup-000000000030")
+    restarted = BackupStore(backup_dir)
+    assert _restore(restarted)[0].step == 20
+    _save(restarted, 25, 25.0)
+    _save(restarted, 30, 31.0)
+    _save(restarted, 35, 35.0)
+    quarantined = [name for name in _listing(backup_dir) if name.startswith("quarantine-")]
+    assert [_tree(f"{backup_dir}/{name}") for name in quarantined] == [torn]
+
+
+def test_all_backups_damaged_start_fresh_but_keep_them(backup_dir):
+    store = BackupStore(backup_dir)
+    for step in (10, 20):
+        _save(store, step, float(step))
+    for step in (10, 20):
+        _rewrite(f"{backup_dir}/backup-{step:012d}/{DATA_FILE}", b"x")
+    restarted = BackupStore(backup_dir)
+    assert _restore(restarted)[0] is None
+    _save(restarted, 5, 5.0)
+    _save(restarted, 10, 10.0)
+    assert restarted.committed_steps() == [5, 10]
+    assert len([n for n in _listing(backup_dir) if n.startswith("quarantine-")]) == 2
+
+
+@pytest.mark.parametrize("error", [
+    tf.errors.InvalidArgumentError(None, None, "expected dtype int64 does not equal float"),
+    tf.errors.NotFoundError(None, None, "key model_variables/3 not found"),
+    tf.errors.OutOfRangeError(None, None, "read past the end"),
+])
+def test_read_errors_of_an_intact_backup_are_not_damage(backup_dir, error):
+    store = BackupStore(backup_dir)
+    _save(store, 10, 1.0)
+    _save(store, 20, 2.0)
+    before = _tree(backup_dir)
+
+    def read(info):
+        raise error
+
+    with pytest.raises(type(error)):
+        BackupStore(backup_dir).restore(read)
+    assert _tree(backup_dir) == before
+
+
+# ------------------------------------------------------ Cloud Storage FUSE (#10)
+
+
+def test_gcs_fuse_paths_are_object_stores():
+    assert not has_atomic_rename("/gcs/bucket/job/backup")
+    assert not has_atomic_rename("file:///gcs/bucket/job")
+    assert has_atomic_rename("/gcsx/bucket")
+    with pytest.raises(UsageError, match="commit='rename' needs a local"):
+        BackupStore("/gcs/bucket/x", commit="rename")
+
+
+def test_fuse_mount_commits_by_marker_not_rename(tmp_path, monkeypatch):
+    from tfdist.checkpointing import store as store_module
+    mount = tmp_path / "gcs"
+    monkeypatch.setattr(store_module, "FUSE_MOUNT_PREFIXES",
+                        (*store_module.FUSE_MOUNT_PREFIXES, f"{mount}/"))
+    backup_dir = str(mount / "bucket" / "backups")
+    store = BackupStore(backup_dir)
+    assert not store.atomic_rename
+    _save(store, 10, 1.0)
+    _interrupted_save(store, 20)
+    # Written in place (no .tmp- directory), invisible without its marker.
+    assert _listing(backup_dir) == ["backup-000000000010", "backup-000000000020"]
+    assert "COMMITTED" not in _listing(f"{backup_dir}/backup-000000000020")
+    assert BackupStore(backup_dir).committed_steps() == [10]
+    info, values = _restore(BackupStore(backup_dir))
+    assert info.step == 10 and values[0] == 1.0

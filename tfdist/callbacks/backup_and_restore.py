@@ -4,8 +4,11 @@ Unlike `keras.callbacks.BackupAndRestore`, backups commit atomically and the
 previous one stays until the next commits; only the chief writes to
 `backup_dir`; a torn backup falls back to the previous one; a run interrupted
 mid-epoch resumes at the exact step instead of replaying the epoch; a preemption
-signal saves at an agreed step and exits with 143; and a finished job that is
-restarted by accident does not train again.
+signal saves at an agreed step and exits with 143; a finished job that is
+restarted by accident does not train again; a restart under other settings
+(model, optimizer, precision, the caller's `run_settings`) is refused in one
+line without touching any backup; and a NaN/Inf loss or variable stops
+training with `NonFiniteError` before anything non-finite is backed up.
 
 Keras `fit` can only start at an epoch boundary, so resuming takes the callback's
 help before `fit`:
@@ -25,10 +28,12 @@ import os
 
 import keras
 
+from tfdist.callbacks.non_finite import check_loss
 from tfdist.checkpointing import BackupStore, ResumePoint, TrainingBackup, WorkerSync
+from tfdist.checkpointing.fingerprint import check_changeable, check_run_settings
 from tfdist.checkpointing.state import FitSegment
 from tfdist.cluster import Cluster, resolve_cluster
-from tfdist.errors import UsageError
+from tfdist.errors import NonFiniteError, UsageError
 from tfdist.preemption import PreemptionOptions, PreemptionWatcher
 
 _log = logging.getLogger(__name__)
@@ -76,14 +81,36 @@ class BackupAndRestore(keras.callbacks.Callback):
         verify_checksums: Check each file's CRC-32 on restore.
         scratch_dir: Parent of non-chief scratch directories (default: the
             local temporary directory).
+        run_settings: Settings that decide what the next step computes,
+            recorded in every backup and compared on restore: a difference
+            raises `tfdist.errors.BackupMismatchError` (a `UsageError`: exit
+            2) naming the field, old and new value, and leaves every backup
+            as it was. JSON values, e.g. `{"global_batch_size": 64, "seed":
+            1, "dataset": "mnist", "num_examples": 60000, "steps_per_epoch":
+            500, "steps_per_execution": 1, "learning_rate": {...}}`. The
+            model's variables (by stable path, shape, dtype), the optimizer
+            class and variables and the dtype policy are always recorded.
+        changeable: Field names that may change between restarts, each
+            mapped to why that is safe (logged in one line when it changed),
+            e.g. `{"num_workers": "same global batch"}`. Applies to
+            run-settings names, `"dtype_policy"` and `"optimizer"`.
+        check_finite: Stop with `tfdist.errors.NonFiniteError` when the loss
+            of a batch is NaN/Inf (checked every batch from the logs) or a
+            variable is (checked before every backup); the last backup stays
+            the last finite one.
     """
 
     def __init__(self, backup_dir: str, *, save_freq="epoch", delete_checkpoint: bool = True,
-                 complete_on_train_end: bool = True, keep: int = 2, preemption: PreemptionOptions | None = PreemptionOptions(),
+                 complete_on_train_end: bool = True, keep: int = 2,
+                 preemption: PreemptionOptions | None = PreemptionOptions(),
                  extra_state=None, strategy=None, cluster: Cluster | None = None,
-                 verify_checksums: bool = True, scratch_dir: str | None = None):
+                 verify_checksums: bool = True, scratch_dir: str | None = None,
+                 run_settings=None, changeable=None, check_finite: bool = True):
         super().__init__()
         self.save_freq = check_save_freq(save_freq)
+        self._run_settings = check_run_settings(run_settings)
+        self._changeable = check_changeable(changeable)
+        self._check_finite = bool(check_finite)
         if not isinstance(delete_checkpoint, bool):
             raise UsageError(f"delete_checkpoint is {delete_checkpoint!r}, expected True or False")
         if preemption is not None and not isinstance(preemption, PreemptionOptions):
@@ -151,11 +178,18 @@ class BackupAndRestore(keras.callbacks.Callback):
         strategy = self._strategy or getattr(model, "distribute_strategy", None)
         sync = WorkerSync(strategy)
         self._backup = TrainingBackup(self.store, model, sync=sync,
-                                      extra_state=self._extra_state, strategy=strategy)
+                                      extra_state=self._extra_state, strategy=strategy,
+                                      run_settings=self._run_settings,
+                                      changeable=self._changeable,
+                                      check_finite=self._check_finite)
         if self._preemption_options is not None:
             self._watcher = PreemptionWatcher(self._preemption_options, sync=sync)
             self._watcher.install()
-        point = self._backup.restore()
+        try:
+            point = self._backup.restore()
+        except BaseException:
+            self.close()  # a refused restart leaves SIGTERM to its default
+            raise
         self._resume_point = point
         self._completed = point.completed
         if point.completed:
@@ -248,6 +282,13 @@ class BackupAndRestore(keras.callbacks.Callback):
         done_in_epoch = self._batch_offset + batch + 1
         self._global_step += done_in_epoch - self._step_in_epoch
         self._step_in_epoch = done_in_epoch
+        if self._check_finite:
+            try:
+                check_loss(logs, where=f"step {self._global_step}",
+                           after=self._last_backup_note())
+            except NonFiniteError:
+                self.close()
+                raise
         if self.save_freq != "epoch":
             previous = self._last_saved_step or 0
             if self._global_step // self.save_freq > previous // self.save_freq:
@@ -278,8 +319,18 @@ class BackupAndRestore(keras.callbacks.Callback):
 
     # -------------------------------------------------------------- internal
 
+    def _last_backup_note(self) -> str:
+        if self._last_saved_step:
+            return (f" before backing it up: the last backup (step {self._last_saved_step}) "
+                    f"holds finite values")
+        return " before backing it up"
+
     def _save(self) -> None:
-        self._backup.save(global_step=self._global_step, epoch=self._epoch,
-                          step_in_epoch=self._step_in_epoch,
-                          steps_per_epoch=self._steps_per_epoch)
+        try:
+            self._backup.save(global_step=self._global_step, epoch=self._epoch,
+                              step_in_epoch=self._step_in_epoch,
+                              steps_per_epoch=self._steps_per_epoch)
+        except NonFiniteError:
+            self.close()
+            raise
         self._last_saved_step = self._global_step

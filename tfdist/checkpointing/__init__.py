@@ -3,14 +3,20 @@
 `BackupStore` commits backup directories atomically and falls back past torn
 ones; `TrainingBackup` decides what a backup holds (model, optimizer, extra
 state, counters) and where training resumes; `WorkerSync` keeps the workers of
-a synchronous job in agreement. `tfdist.callbacks.BackupAndRestore` wires them
-into Keras `fit`. See docs/fault_tolerance.md.
+a synchronous job in agreement; `RunFingerprint` is what a backup must agree
+with before it is resumed, using `model_variable_paths` (stable paths that do
+not depend on Keras's per-process layer names).
+`tfdist.callbacks.BackupAndRestore` wires them into Keras `fit`. See
+docs/fault_tolerance.md.
 """
 
+from tfdist.checkpointing.fingerprint import RunFingerprint
+from tfdist.checkpointing.paths import model_variable_paths, optimizer_variable_keys
 from tfdist.checkpointing.state import FitSegment, ResumePoint, TrainingBackup
 from tfdist.checkpointing.store import (BackupInfo, BackupStore, CorruptBackupError,
                                         has_atomic_rename)
 from tfdist.checkpointing.sync import WorkerSync
 
 __all__ = ["BackupInfo", "BackupStore", "CorruptBackupError", "FitSegment", "ResumePoint",
-           "TrainingBackup", "WorkerSync", "has_atomic_rename"]
+           "RunFingerprint", "TrainingBackup", "WorkerSync", "has_atomic_rename",
+           "model_variable_paths", "optimizer_variable_keys"]

@@ -7,8 +7,14 @@ state the caller adds (e.g. a `tf.random.Generator`), and the counters
 `global_step`, `epoch` and `step_in_epoch`. The input pipeline's position is the
 global step: a deterministic pipeline skips that many batches on resume.
 
-Variables are saved by position, not by name: Keras names layers by creation
-order in a process (`dense_3`), which differs between runs of one program.
+Every backup also records a run fingerprint (`fingerprint.RunFingerprint`):
+the variables' stable paths, shapes and dtypes, the optimizer class, the
+mixed-precision policy and the caller's run settings. A restart that differs
+is refused before anything is loaded or any backup touched. Variables are
+restored by stable path (attribute names, see `paths`), not by Keras's
+per-process layer names (`dense_3`), so layers created in another order still
+get their own weights; by position only where no stable path exists, with a
+warning. Nothing non-finite is ever backed up.
 """
 
 import contextlib
@@ -18,9 +24,12 @@ from typing import Mapping
 
 import tensorflow as tf
 
+from tfdist.checkpointing.fingerprint import (RunFingerprint, check_changeable,
+                                              check_run_settings, compare, fingerprint_of)
+from tfdist.checkpointing.finite import FiniteCheck
 from tfdist.checkpointing.store import BackupInfo, BackupStore
 from tfdist.checkpointing.sync import WorkerSync
-from tfdist.errors import UsageError
+from tfdist.errors import BackupMismatchError, NonFiniteError, UsageError
 
 _log = logging.getLogger(__name__)
 
@@ -136,11 +145,25 @@ class TrainingBackup:
             `{"rng": tf.random.Generator}`.
         strategy: The strategy the model was built under (the optimizer is
             built in its scope when it has not been yet).
+        run_settings: What else decides what the next step computes, recorded
+            in every backup and compared on restore, e.g. `{"global_batch_size":
+            64, "seed": 1, "dataset": "mnist", "steps_per_epoch": 500}`. JSON
+            values only.
+        changeable: Fields that may differ on restart, mapped to why that is
+            safe, e.g. `{"epochs": "constant learning rate"}`; a difference is
+            then logged in one line instead of refused. Keys are run-settings
+            names, `"dtype_policy"` or `"optimizer"`.
+        check_finite: Refuse to back up NaN/Inf variables (`NonFiniteError`).
     """
 
     def __init__(self, store: BackupStore, model, *, sync: WorkerSync | None = None,
                  extra_state: Mapping[str, object] | None = None,
-                 strategy: tf.distribute.Strategy | None = None):
+                 strategy: tf.distribute.Strategy | None = None,
+                 run_settings: Mapping | None = None, changeable: Mapping | None = None,
+                 check_finite: bool = True):
+        self._run_settings = check_run_settings(run_settings)
+        self._changeable = check_changeable(changeable)
+        self._check_finite = bool(check_finite)
         self.store = store
         self.model = model
         self.sync = sync or WorkerSync(None)
@@ -150,6 +173,9 @@ class TrainingBackup:
             raise UsageError(f"extra_state uses reserved name(s) {sorted(reserved)}; rename them")
         self._strategy = strategy
         self._checkpoint = None
+        self._fingerprint = None
+        self._finite_check = None
+        self.last_saved_step: int | None = None
 
     @property
     def optimizer(self):
@@ -174,20 +200,66 @@ class TrainingBackup:
                     optimizer.build(self.model.trainable_variables)
             parts["optimizer_variables"] = list(optimizer.variables)
         self._checkpoint = tf.train.Checkpoint(**parts, **self._extra_state)
+        self._fingerprint = fingerprint_of(self.model, run_settings=self._run_settings)
         return self._checkpoint
 
-    def _read(self, prefix: str) -> None:
-        status = self._ensure_checkpoint().read(prefix)
-        status.assert_existing_objects_matched()
+    @property
+    def fingerprint(self) -> RunFingerprint:
+        """This run's fingerprint, as recorded in its backups."""
+        self._ensure_checkpoint()
+        return self._fingerprint
 
-    def _check_compatible(self, info: BackupInfo) -> None:
+    def _reading_checkpoint(self, model_order: list[int],
+                            optimizer_order: list[int]) -> tf.train.Checkpoint:
+        """A checkpoint whose variable lists are in the backup's order."""
+        identity = (model_order == list(range(len(model_order)))
+                    and optimizer_order == list(range(len(optimizer_order))))
+        if identity:
+            return self._checkpoint
+        model_variables = list(self.model.variables)
+        parts = {"model_variables": [model_variables[i] for i in model_order]}
+        if self.optimizer is not None:
+            optimizer_variables = list(self.optimizer.variables)
+            parts["optimizer_variables"] = [optimizer_variables[i] for i in optimizer_order]
+        _log.info("The model's variables are in another order than in the backup (layers "
+                  "created in another order); restoring them by stable path.")
+        return tf.train.Checkpoint(**parts, **self._extra_state)
+
+    def _check_legacy(self, info: BackupInfo) -> None:
+        _log.warning("The backup at step %d in %s has no run fingerprint (written by an "
+                     "older tfdist): its settings cannot be checked and its variables are "
+                     "restored by position.", info.step, self.store.backup_dir)
         saved = info.metadata.get("model_variable_shapes")
         if saved is not None and saved != self._variable_shapes():
-            raise UsageError(
+            raise BackupMismatchError(
                 f"the backup at step {info.step} in {self.store.backup_dir} holds "
                 f"{len(saved)} model variables whose shapes differ from this model's "
                 f"{len(self.model.variables)}; it belongs to another model: point the "
-                f"backup directory at a new path or delete the old one")
+                f"backup directory at a new path or delete the old one",
+                field="model variable shapes")
+
+    def _read(self, info: BackupInfo) -> None:
+        """Checks `info` against this run, then loads it; raises before loading."""
+        where = f"at step {info.step} in {self.store.backup_dir}"
+        record = info.metadata.get("fingerprint")
+        if record is None:
+            self._check_legacy(info)
+            checkpoint = self._checkpoint
+        else:
+            saved = RunFingerprint.from_json(record, where=where)
+            orders = compare(saved, self._fingerprint, backup_dir=self.store.backup_dir,
+                             changeable=self._changeable)
+            checkpoint = self._reading_checkpoint(*orders)
+        try:
+            checkpoint.read(info.checkpoint_prefix).assert_existing_objects_matched()
+        except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError,
+                AssertionError) as error:
+            # The files passed their checks: this is a mismatch, not damage.
+            reason = " ".join(str(error).split())[:300]
+            raise BackupMismatchError(
+                f"the backup {where} cannot be loaded into this run: {reason}; restart "
+                f"with the settings it was made with or use a new backup directory",
+                field="checkpoint") from error
 
     def restore(self) -> ResumePoint:
         """Loads the newest good backup; call once, on every worker, before training.
@@ -196,7 +268,9 @@ class TrainingBackup:
             Where to resume. `completed` when a finished run is restarted.
 
         Raises:
-            UsageError: The backup belongs to a different model.
+            BackupMismatchError: The newest intact backup was made by another
+                model, optimizer, precision or run settings; nothing was
+                loaded and no backup touched.
             RuntimeError: Workers restored different steps (their backup
                 directories differ: use storage every worker can read).
         """
@@ -205,15 +279,12 @@ class TrainingBackup:
             _log.info("Training already completed at step %d (%s); nothing to resume.",
                       completion["step"], self.store.backup_dir)
             return ResumePoint(global_step=completion["step"], completed=True)
-        self.store.clean_leftovers()
         self._ensure_checkpoint()
-
-        def read(candidate: BackupInfo) -> None:
-            self._check_compatible(candidate)
-            self._read(candidate.checkpoint_prefix)
-
-        info = self.store.restore(read)
+        info = self.store.restore(self._read)
+        # Only now: a refused restart must leave the directory exactly as it was.
+        self.store.clean_leftovers()
         step = info.step if info else 0
+        self.last_saved_step = info.step if info else None
         steps = self.sync.gather(step)
         if len(set(steps)) > 1:
             raise RuntimeError(
@@ -240,20 +311,48 @@ class TrainingBackup:
         """Backs up the current state; every worker calls it at the same step.
 
         Returns once the chief's backup has committed on every worker.
+
+        Raises:
+            NonFiniteError: A model or optimizer variable holds NaN or Inf
+                (with `check_finite`); nothing was written.
         """
         checkpoint = self._ensure_checkpoint()
+        if self._check_finite:
+            self._assert_finite(global_step)
         metadata = {"global_step": global_step, "epoch": epoch,
                     "step_in_epoch": step_in_epoch, "steps_per_epoch": steps_per_epoch,
                     "num_workers": self.sync.num_workers,
                     "model_variable_shapes": self._variable_shapes(),
+                    "fingerprint": self._fingerprint.to_json(),
                     **dict(extra_metadata or {})}
         if self.optimizer is not None:
             metadata["optimizer_iterations"] = int(self.optimizer.iterations.numpy())
         info = self.store.save(checkpoint.write, step=global_step, metadata=metadata)
         self.sync.barrier()
+        self.last_saved_step = global_step
         if info is not None:
             _log.info("Backed up step %d to %s.", global_step, info.path)
         return info
+
+    def _assert_finite(self, global_step: int) -> None:
+        if self._finite_check is None:
+            fingerprint = self._fingerprint
+            named = [(path or variable.path, variable) for (path, _, _), variable in
+                     zip(fingerprint.model_variables, self.model.variables)]
+            if self.optimizer is not None:
+                named += [(f"optimizer {key or variable.path}", variable)
+                          for (key, _, _), variable in
+                          zip(fingerprint.optimizer_variables, self.optimizer.variables)]
+            self._finite_check = FiniteCheck(named)
+        bad = self._finite_check.non_finite()
+        if self.sync.any(bool(bad)):
+            where = (f"{bad[0]}" + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")
+                     if bad else "another worker's variables")
+            last = (f"the last backup (step {self.last_saved_step}) holds finite values"
+                    if self.last_saved_step is not None else "no backup was made")
+            raise NonFiniteError(
+                f"non-finite values (NaN or Inf) in {where} at step {global_step}; not "
+                f"backed up, {last}; lower the learning rate or check the input data")
 
     def finish(self, *, global_step: int, delete_backups: bool) -> None:
         """Records completion (then deletes backups if asked); the chief writes."""

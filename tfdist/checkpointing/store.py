@@ -7,15 +7,24 @@ Layout of `backup_dir`:
         metadata.json           step, counters, size and CRC-32 of every file
         COMMITTED               written last; holds the CRC-32 of metadata.json
     .tmp-backup-000000000200-1a2b3c4d/   being written (local filesystems only)
+    quarantine-000000000250-20261130T101500Z-1a2b/   a damaged backup, set aside
     COMPLETED.json              training finished; a restart does not retrain
 
 A backup becomes visible only when complete. On filesystems with an atomic
 directory rename (local paths) it is written under a `.tmp-` name and renamed;
-on object stores (`gs://`, `s3://`, `ram://`, anything with a scheme), which
-have none, it is written in place and the `COMMITTED` marker is written last.
-Readers ignore directories without a marker, validate the marker, the metadata
-and every file's size and checksum, and fall back to the previous backup when
-the newest is torn. The previous backups stay until a new one has committed.
+on object stores (`gs://`, `s3://`, `ram://`, anything with a scheme) and on
+Cloud Storage FUSE mounts (`/gcs/...`), which have none, it is written in place
+and the `COMMITTED` marker is written last. Readers ignore directories without
+a marker, validate the marker, the metadata and every file's size and checksum,
+and fall back to the previous backup when the newest is damaged. The previous
+backups stay until a new one has committed.
+
+Only a failed check of a backup's own files (marker, metadata, size, CRC-32,
+or TensorFlow's per-tensor checksum) counts as damage. A damaged backup is
+quarantined (renamed `quarantine-<step>-<time>-<random>`), never deleted, and
+never read again. Any other error while reading a backup (a dtype or shape
+mismatch, a missing key, permissions, the network) propagates and leaves every
+backup as it was.
 
 Only the chief writes here. Other workers must still take part in every save,
 because saving distributed variables can run collectives, so they write the
@@ -46,11 +55,15 @@ MARKER_NAME = "COMMITTED"
 COMPLETED_NAME = "COMPLETED.json"
 _BACKUP_PATTERN = re.compile(r"^backup-(\d+)$")
 _TMP_PREFIX = ".tmp-"
+QUARANTINE_PREFIX = "quarantine-"
 _CHUNK_BYTES = 4 << 20
-# What TensorFlow raises reading a damaged checkpoint. Other errors (permission,
-# network) propagate, so a transient failure never discards a good backup.
-_CORRUPT_DATA_ERRORS = (tf.errors.DataLossError, tf.errors.OutOfRangeError,
-                        tf.errors.InvalidArgumentError, tf.errors.NotFoundError)
+# Cloud Storage FUSE mounts: local paths without an atomic directory rename
+# (gcsfuse copies then deletes every object). Vertex AI mounts buckets at /gcs/.
+FUSE_MOUNT_PREFIXES: tuple[str, ...] = ("/gcs/",)
+# What TensorFlow raises when a tensor fails its own checksum: damage. Other
+# read errors (a dtype or shape mismatch, a missing key, permission, network)
+# are not, so they never cost a good backup.
+_CORRUPT_DATA_ERRORS = (tf.errors.DataLossError,)
 
 _log = logging.getLogger(__name__)
 
@@ -82,10 +95,14 @@ class BackupInfo:
 def has_atomic_rename(path: str) -> bool:
     """Whether `path` is on a filesystem whose directory rename is atomic.
 
-    Local paths are; object stores and any other scheme are treated as not.
+    Local paths are, except Cloud Storage FUSE mounts (`FUSE_MOUNT_PREFIXES`);
+    object stores and any other scheme are treated as not.
     """
-    scheme = path.split("://", 1)[0] if "://" in path else ""
-    return scheme in ("", "file")
+    scheme, _, local = path.partition("://") if "://" in path else ("", "", path)
+    if scheme not in ("", "file"):
+        return False
+    local = local.rstrip("/") + "/"
+    return not any(local.startswith(prefix) for prefix in FUSE_MOUNT_PREFIXES)
 
 
 def _join(*parts: str) -> str:
@@ -156,7 +173,8 @@ class BackupStore:
         if commit == "rename" and not has_atomic_rename(backup_dir):
             raise UsageError(
                 f"commit='rename' needs a local backup_dir, got {backup_dir!r}; object "
-                f"stores have no atomic rename, use commit='auto' or 'marker'")
+                f"stores and Cloud Storage FUSE mounts have no atomic rename, use "
+                f"commit='auto' or 'marker'")
         self.backup_dir = backup_dir.rstrip("/") or "/"
         self.is_chief = is_chief
         self.task_name = re.sub(r"[^A-Za-z0-9_.-]", "_", task_name)
@@ -303,17 +321,43 @@ class BackupStore:
         return files
 
     def _prune(self, newest_step: int) -> None:
-        """Keeps the newest `keep` backups up to `newest_step`, drops the rest.
+        """Keeps the newest `keep` backups up to `newest_step`, drops older ones.
 
-        Backups after `newest_step` belong to a run that was abandoned by
-        falling back to an older backup.
+        A committed backup after `newest_step` belongs to a run that did not
+        resume from it (restoring never leaves one: damaged ones are
+        quarantined): it is quarantined too, never deleted.
         """
         steps = self.committed_steps()
-        stale = [step for step in steps if step > newest_step]
+        for step in steps:
+            if step > newest_step:
+                self._quarantine(step, f"it is newer than the backup just saved at step "
+                                       f"{newest_step}")
         older = [step for step in steps if step <= newest_step]
-        stale += older[:-self.keep]
-        for step in stale:
+        for step in older[:-self.keep]:
             self._remove(self._path(_backup_name(step)))
+
+    def _quarantine(self, step: int, reason: str) -> str:
+        """Moves a backup out of the way without deleting it; returns where to."""
+        source = self._path(_backup_name(step))
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        target = self._path(
+            f"{QUARANTINE_PREFIX}{step:012d}-{stamp}-{uuid.uuid4().hex[:4]}")
+        if self.atomic_rename:
+            tf.io.gfile.rename(source, target)
+        else:
+            # No atomic directory rename: copy every file, then delete the
+            # original, marker first (an interruption leaves a readable copy).
+            for directory, _, names in tf.io.gfile.walk(source):
+                relative = directory[len(source):].strip("/")
+                destination = _join(target, relative) if relative else target
+                tf.io.gfile.makedirs(destination)
+                for name in names:
+                    tf.io.gfile.copy(_join(directory, name), _join(destination, name),
+                                     overwrite=True)
+            self._remove(source)
+        _log.warning("Quarantined the backup at step %d as %s (%s); it is kept, not read "
+                     "again: inspect or delete it yourself.", step, target, reason)
+        return target
 
     # ------------------------------------------------------------ validation
 
@@ -365,12 +409,13 @@ class BackupStore:
         Args:
             read_fn: Loads the validated backup it is given, e.g. by
                 `tf.train.Checkpoint.read(info.checkpoint_prefix)`. The TensorFlow errors of
-                damaged data it raises (DataLoss, OutOfRange, InvalidArgument,
-                NotFound) make the restore fall back; any other exception
-                propagates.
+                damaged data it raises (`DataLossError`: a tensor failed its
+                checksum) make the restore fall back; any other exception
+                propagates and leaves every backup as it was.
 
         Returns:
-            The backup loaded, or `None` when there is none.
+            The backup loaded, or `None` when there is none. Damaged backups
+            newer than it are quarantined (chief only), never deleted.
         """
         invalid = []
         for step in reversed(self.committed_steps()):
@@ -386,14 +431,18 @@ class BackupStore:
             if invalid:
                 _log.warning("Restored the backup at step %d instead of the newer, unusable "
                              "one(s) at step(s) %s", step, invalid)
-                if self.is_chief:
-                    for bad_step in invalid:
-                        self._remove(self._path(_backup_name(bad_step)))
+                self._quarantine_all(invalid)
             return info
         if invalid:
             _log.warning("No usable backup in %s (all of steps %s are unusable); starting "
                          "from the beginning", self.backup_dir, invalid)
+            self._quarantine_all(invalid)
         return None
+
+    def _quarantine_all(self, steps: list[int]) -> None:
+        if self.is_chief:
+            for step in steps:
+                self._quarantine(step, "it is damaged")
 
     # ------------------------------------------------------------ completion
 
