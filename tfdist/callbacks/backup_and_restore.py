@@ -24,6 +24,7 @@ interrupted epoch, then the remaining epochs.
 """
 
 import logging
+import math
 import os
 
 import keras
@@ -52,6 +53,12 @@ def check_save_freq(save_freq) -> int | str:
             f"save_freq is {save_freq!r}, expected 'epoch' or a whole number of steps > 0; "
             f"use save_freq='epoch' to back up once per epoch")
     return save_freq
+
+
+def _json_number(value):
+    """A log value as JSON can hold it: a float, or None when not finite."""
+    number = float(value)
+    return number if math.isfinite(number) else None
 
 
 class BackupAndRestore(keras.callbacks.Callback):
@@ -137,6 +144,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         self._total_steps = None
         self._last_saved_step = None
         self._completed = False
+        self._epoch_logs: dict = {}
 
     # ------------------------------------------------------------ public API
 
@@ -158,6 +166,15 @@ class BackupAndRestore(keras.callbacks.Callback):
     def preemption(self) -> PreemptionWatcher | None:
         """The preemption watcher, once `restore` has run (None if disabled)."""
         return self._watcher
+
+    @property
+    def epoch_logs(self) -> dict:
+        """The logs of the last completed epoch: this run's, else the restored backup's.
+
+        A restart after the last step runs no epoch; these are what the
+        finished run reported for its last one.
+        """
+        return dict(self._epoch_logs)
 
     @property
     def completed(self) -> bool:
@@ -191,6 +208,7 @@ class BackupAndRestore(keras.callbacks.Callback):
             self.close()  # a refused restart leaves SIGTERM to its default
             raise
         self._resume_point = point
+        self._epoch_logs = dict(point.epoch_logs or {})
         self._completed = point.completed
         if point.completed:
             self.close()  # nothing will train: leave SIGTERM to its default
@@ -221,13 +239,6 @@ class BackupAndRestore(keras.callbacks.Callback):
             _log.info("The backup is at step %d, past the %d planned steps; nothing to run.",
                       point.global_step, self._total_steps or 0)
         return segments
-
-    @property
-    def finished_training(self) -> bool:
-        """Whether every planned step has run (completion may not be recorded yet)."""
-        if self._total_steps is not None:
-            return self._global_step >= self._total_steps
-        return self._completed
 
     def complete(self) -> None:
         """Records that the job is complete, then deletes backups if asked.
@@ -289,7 +300,9 @@ class BackupAndRestore(keras.callbacks.Callback):
             except NonFiniteError:
                 self.close()
                 raise
-        if self.save_freq != "epoch":
+        # The epoch's last step is saved by `on_epoch_end`, with the epoch's logs.
+        ends_epoch = self._steps_per_epoch is not None and done_in_epoch >= self._steps_per_epoch
+        if self.save_freq != "epoch" and not ends_epoch:
             previous = self._last_saved_step or 0
             if self._global_step // self.save_freq > previous // self.save_freq:
                 self._save()
@@ -299,6 +312,7 @@ class BackupAndRestore(keras.callbacks.Callback):
             raise self._watcher.finish()
 
     def on_epoch_end(self, epoch, logs=None):
+        self._epoch_logs = {name: _json_number(value) for name, value in (logs or {}).items()}
         self._epoch = epoch + 1
         self._step_in_epoch = 0
         self._batch_offset = 0
@@ -329,7 +343,8 @@ class BackupAndRestore(keras.callbacks.Callback):
         try:
             self._backup.save(global_step=self._global_step, epoch=self._epoch,
                               step_in_epoch=self._step_in_epoch,
-                              steps_per_epoch=self._steps_per_epoch)
+                              steps_per_epoch=self._steps_per_epoch,
+                              extra_metadata={"epoch_logs": self._epoch_logs})
         except NonFiniteError:
             self.close()
             raise

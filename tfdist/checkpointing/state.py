@@ -78,6 +78,8 @@ class ResumePoint:
         step_in_epoch: Steps of `epoch` already applied.
         completed: Training finished before; nothing is left to run.
         backup_path: The backup restored, if any.
+        epoch_logs: The logs of the last epoch completed before the backup
+            (what `fit` reported for it), if the backup recorded them.
     """
 
     global_step: int = 0
@@ -85,6 +87,7 @@ class ResumePoint:
     step_in_epoch: int = 0
     completed: bool = False
     backup_path: str | None = None
+    epoch_logs: Mapping | None = None
 
     def segments(self, *, epochs: int, steps_per_epoch: int | None) -> tuple[FitSegment, ...]:
         """The `fit` calls that run the rest of `epochs` epochs exactly once.
@@ -303,7 +306,7 @@ class TrainingBackup:
         _log.info("Resuming from the backup at step %d (%s).", info.step, info.path)
         return ResumePoint(global_step=info.step, epoch=int(metadata.get("epoch", 0)),
                            step_in_epoch=int(metadata.get("step_in_epoch", 0)),
-                           backup_path=info.path)
+                           backup_path=info.path, epoch_logs=metadata.get("epoch_logs"))
 
     def save(self, *, global_step: int, epoch: int, step_in_epoch: int,
              steps_per_epoch: int | None = None, extra_metadata: Mapping | None = None

@@ -44,7 +44,7 @@ def _worker_dataset_fn(loaded: LoadedTask, inputs: pipeline.Inputs):
 def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
           loaded: LoadedTask, *, strategy: tf.distribute.Strategy) -> dict:
     """Coordinates training from the chief and returns the summary."""
-    run = pipeline.prepare(config, cluster, dirs, loaded, strategy)
+    run = pipeline.prepare(config, cluster, dirs, loaded, strategy, "parameter_server")
     num_replicas = int(strategy.num_replicas_in_sync)
     if run.todo.completed:
         return pipeline.already_completed(run.backup, dirs, "parameter_server", num_replicas)
@@ -56,15 +56,15 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
     validation = pipeline.validation_kwargs(config, inputs)
     dataset_fn = _worker_dataset_fn(loaded, inputs)
     started = time.perf_counter()
-    train_logs = {}
+    history = None
     for segment in run.todo.segments:
         history = trainer.fit(dataset_fn, epochs=segment.epochs,
                               initial_epoch=segment.initial_epoch,
                               steps_per_epoch=segment.steps_per_epoch,
                               steps_per_sync=config.backup_every_steps or None,
                               callbacks=callbacks, verbose=2, **validation)
-        train_logs = pipeline.epoch_logs(history)
     wall_seconds = time.perf_counter() - started
+    train_logs = pipeline.epoch_logs(history, run)
     eval_stream = inputs.eval_stream()
     evaluation = trainer.evaluate_on_coordinator(eval_stream) if eval_stream is not None else {}
     return pipeline.conclude(config, cluster, dirs, run, pipeline.Outcome(

@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from tfdist import data as data_lib
 from tfdist import tasks as tasks_lib
-from tfdist.callbacks import BackupAndRestore, EpochTensorBoard
+from tfdist.callbacks import BackupAndRestore, EpochTensorBoard, NonFiniteGuard
 from tfdist.checkpointing import ResumePoint
 from tfdist.checkpointing.state import FitSegment
 from tfdist.cluster import EVALUATOR, Cluster
@@ -155,8 +155,52 @@ def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
     return model
 
 
+# What decides the steps a run computes, recorded in every backup. The model's
+# variables, the optimizer's class and variables and the dtype policy are
+# recorded by the backup itself.
+_SCHEDULE_FIELDS = ("learning_rate", "momentum", "weight_decay", "lr_scaling",
+                    "reference_batch_size", "warmup_epochs", "warmup_steps", "lr_decay",
+                    "decay_power", "decay_boundaries", "decay_rate",
+                    "exclude_from_weight_decay", "exclude_from_layer_adaptation")
+_SAME_GLOBAL_BATCH = ("every step still averages the same global batch of the same examples, "
+                      "so it computes the same update")
+
+
+def run_settings(config: ExperimentConfig, loaded: LoadedTask, inputs: Inputs,
+                 cluster: Cluster, strategy_name: str) -> dict:
+    """The run's fingerprint beyond its variables, as `BackupAndRestore(run_settings=)` takes it."""
+    settings = {
+        "task": loaded.identity,
+        "num_train_examples": inputs.num_train_examples,
+        "global_batch_size": config.global_batch_size,
+        "seed": config.seed,
+        "steps_per_epoch": inputs.steps_per_epoch,
+        "steps_per_execution": config.steps_per_execution,
+        "epochs": config.epochs,
+        "strategy": strategy_name,
+        "num_workers": cluster.num_workers,
+    }
+    for name in _SCHEDULE_FIELDS:
+        value = getattr(config, name)
+        settings[name] = list(value) if isinstance(value, tuple) else value
+    return settings
+
+
+def changeable_settings(config: ExperimentConfig) -> dict:
+    """Settings a restart may change, each with why the change is safe (it is logged)."""
+    changeable = {
+        "num_workers": _SAME_GLOBAL_BATCH,
+        "strategy": _SAME_GLOBAL_BATCH,
+        "steps_per_execution": "an execution only groups steps; each step is the same",
+    }
+    if config.lr_decay == "constant":
+        changeable["epochs"] = ("the learning rate does not decay, so no step depends on the "
+                                "total number of steps")
+    return changeable
+
+
 def make_backup(config: ExperimentConfig, dirs: OutputDirs, strategy: tf.distribute.Strategy,
-                cluster: Cluster) -> BackupAndRestore | None:
+                cluster: Cluster, settings: dict) -> BackupAndRestore | None:
     if not dirs.backup_dir:
         logging.warning("No --backup_dir (and no AIP_CHECKPOINT_DIR): training cannot resume "
                         "after a failure or preemption.")
@@ -165,7 +209,8 @@ def make_backup(config: ExperimentConfig, dirs: OutputDirs, strategy: tf.distrib
                             delete_checkpoint=not config.keep_backup,
                             complete_on_train_end=False, strategy=strategy, cluster=cluster,
                             preemption=PreemptionOptions(
-                                grace_period_seconds=config.preemption_grace_seconds))
+                                grace_period_seconds=config.preemption_grace_seconds),
+                            run_settings=settings, changeable=changeable_settings(config))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,6 +258,8 @@ def training_callbacks(*, config: ExperimentConfig, cluster: Cluster, dirs: Outp
     """The meter, the chief's TensorBoard and exporter, and the backup (last)."""
     callbacks = [ThroughputMeter(global_batch_size=config.global_batch_size,
                                  steps_per_execution=config.steps_per_execution)]
+    if backup is None:
+        callbacks.append(NonFiniteGuard())  # the backup checks the same itself
     if cluster.is_chief:
         if dirs.tensorboard_dir:
             callbacks.append(EpochTensorBoard(dirs.tensorboard_dir))
@@ -223,9 +270,11 @@ def training_callbacks(*, config: ExperimentConfig, cluster: Cluster, dirs: Outp
     return callbacks
 
 
-def epoch_logs(history) -> dict:
-    """The last epoch's logs of a `History`, as floats."""
-    return {name: float(values[-1]) for name, values in history.history.items()}
+def epoch_logs(history, run: "Prepared") -> dict:
+    """The last epoch's logs: of `history`, else (nothing ran) the backup's record of them."""
+    if history is not None and history.history:
+        return {name: float(values[-1]) for name, values in history.history.items()}
+    return run.backup.epoch_logs if run.backup is not None else {}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -327,13 +376,14 @@ class Prepared:
 
 
 def prepare(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, loaded: LoadedTask,
-            strategy: tf.distribute.Strategy) -> Prepared:
+            strategy: tf.distribute.Strategy, strategy_name: str) -> Prepared:
     """Inputs, model, restore and callbacks: everything before the first step."""
     seed_everything(config)
     inputs = build_inputs(loaded, config)
     with strategy.scope():
         model = build_model(loaded, config, inputs)
-    backup = make_backup(config, dirs, strategy, cluster)
+    backup = make_backup(config, dirs, strategy, cluster,
+                         run_settings(config, loaded, inputs, cluster, strategy_name))
     todo = plan(backup, model, epochs=config.epochs, steps_per_epoch=inputs.steps_per_epoch)
     exporter = evaluation_exporter(config, cluster, dirs) if cluster.is_chief else None
     callbacks = training_callbacks(config=config, cluster=cluster, dirs=dirs, backup=backup,

@@ -17,7 +17,7 @@ from trainer.tasks import LoadedTask
 def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
           loaded: LoadedTask, *, strategy: tf.distribute.Strategy, strategy_name: str) -> dict:
     """Trains the task to the end (or from its backup) and returns the summary."""
-    run = pipeline.prepare(config, cluster, dirs, loaded, strategy)
+    run = pipeline.prepare(config, cluster, dirs, loaded, strategy, strategy_name)
     num_replicas = int(strategy.num_replicas_in_sync)
     if run.todo.completed:
         return pipeline.already_completed(run.backup, dirs, strategy_name, num_replicas)
@@ -26,14 +26,14 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
     meter = next(c for c in run.callbacks if isinstance(c, ThroughputMeter))
     validation = pipeline.validation_kwargs(config, inputs)
     started = time.perf_counter()
-    train_logs = {}
+    history = None
     for segment in run.todo.segments:
         history = model.fit(inputs.train_stream(segment.first_step),
                             callbacks=list(run.callbacks), shuffle=False,
                             verbose=2 if cluster.is_chief else 0, **segment.fit_kwargs(),
                             **validation)
-        train_logs = pipeline.epoch_logs(history)
     wall_seconds = time.perf_counter() - started
+    train_logs = pipeline.epoch_logs(history, run)
     eval_stream = inputs.eval_stream()
     evaluation = ({name: float(value) for name, value in
                    model.evaluate(eval_stream, verbose=0, return_dict=True).items()}
