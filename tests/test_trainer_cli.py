@@ -333,3 +333,13 @@ def test_evaluation_checkpoints_only_for_an_evaluator_and_only_the_newest_few(tm
     assert indexes == ["ckpt-10", "ckpt-6", "ckpt-8"]
     done = json.loads((exported / "checkpoints" / "training_done.json").read_text())
     assert done == {"last_checkpoint": "ckpt-10", "step": 10}
+
+
+def test_deterministic_parameter_server_training_is_refused_before_any_peer():
+    # Ports nobody listens on: the check must come before any task is contacted.
+    tf_config = {"cluster": {"chief": ["127.0.0.1:7"], "worker": ["127.0.0.1:8"],
+                             "ps": ["127.0.0.1:9"]}, "task": {"type": "chief", "index": 0}}
+    result = run_task("--strategy=parameter_server", "--deterministic", *SHORT,
+                      env={"TF_CONFIG": json.dumps(tf_config)})
+    assert_usage_error(result, "--deterministic was given with parameter-server training",
+                       only_line=False)

@@ -39,10 +39,11 @@ def test_backup_dir_defaults_to_aip_checkpoint_dir():
     assert OutputDirs.from_config(ExperimentConfig(), {}).backup_dir == ""
 
 
-def _start(tmp_path: pathlib.Path, name: str, backup_dir: pathlib.Path, *extra: str):
+def _start(tmp_path: pathlib.Path, name: str, backup_dir: pathlib.Path, *extra: str,
+           launcher: tuple[str, ...] = ()):
     model_dir = tmp_path / name
     model_dir.mkdir()
-    return start_logged([sys.executable, "-m", "trainer.task", *TRAIN_FLAGS,
+    return start_logged([*launcher, sys.executable, "-m", "trainer.task", *TRAIN_FLAGS,
                          f"--model_dir={model_dir}", f"--backup_dir={backup_dir}", *extra],
                         model_dir, cwd=REPO)
 
@@ -51,8 +52,8 @@ def _finish(process, timeout: float = TIMEOUT) -> int:
     return finish(process, timeout)
 
 
-def _run(tmp_path, name, backup_dir, *extra):
-    process = _start(tmp_path, name, backup_dir, *extra)
+def _run(tmp_path, name, backup_dir, *extra, launcher=()):
+    process = _start(tmp_path, name, backup_dir, *extra, launcher=launcher)
     code = _finish(process)
     assert code == 0, f"{name} exited {code}:\n{log_tail(process)}"
     return process
@@ -147,18 +148,31 @@ def _crash_after_the_last_step(model_dir: pathlib.Path, backup_dir: pathlib.Path
     (model_dir / "summary.json").unlink()
 
 
-@pytest.mark.parametrize("strategy_flags", [["--strategy=default"]], ids=["default"])
+_LAUNCH = (sys.executable, "-m", "tfdist.launch", "--timeout=240")
+LAST_STEP_CASES = {
+    "default": ((), ["--strategy=default"]),
+    "multiworker": pytest.param((*_LAUNCH, "--workers=2", "--"), ["--strategy=multiworker"],
+                                marks=pytest.mark.slow),
+    "parameter_server": pytest.param((*_LAUNCH, "--chief", "--workers=1", "--ps=1", "--"),
+                                     ["--strategy=parameter_server", "--nodeterministic"],
+                                     marks=pytest.mark.slow),
+}
+
+
+@pytest.mark.parametrize("launcher, strategy_flags", LAST_STEP_CASES.values(),
+                         ids=LAST_STEP_CASES.keys())
 def test_a_restart_after_the_last_step_writes_the_outputs_and_trains_nothing(
-        tmp_path, strategy_flags):
+        tmp_path, launcher, strategy_flags):
     backup_dir = tmp_path / "backup"
-    finished = _run(tmp_path, "finished", backup_dir, "--keep_backup", *strategy_flags)
+    finished = _run(tmp_path, "finished", backup_dir, "--keep_backup", *strategy_flags,
+                    launcher=launcher)
     summary = _summary(finished.out)
     weights = _weights(finished.out)
     _crash_after_the_last_step(finished.out, backup_dir)
     steps_before = committed_steps(backup_dir)
 
     again = _run(tmp_path, "again", backup_dir, f"--model_dir={finished.out}", "--keep_backup",
-                 *strategy_flags)
+                 *strategy_flags, launcher=launcher)
     assert "Epoch " not in log_tail(again), "no step may run again"
     resumed = _summary(finished.out)
     assert resumed["steps_completed"] == EPOCHS * STEPS_PER_EPOCH
