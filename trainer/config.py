@@ -10,6 +10,7 @@ import os
 from typing import Any, Mapping
 
 from tfdist.errors import UsageError
+from tfdist.export import check_export_format
 from tfdist.strategy_choice import STRATEGIES
 
 OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
@@ -72,6 +73,8 @@ class ExperimentConfig:
     preemption_grace_seconds: float = 25.0
     tensorboard_dir: str = ""
     evaluation_checkpoints: bool = False
+    export: str = ""
+    hparam_metric: str = ""
 
     def __post_init__(self):
         _one_of("strategy", self.strategy, STRATEGIES)
@@ -101,6 +104,13 @@ class ExperimentConfig:
             raise UsageError(
                 f"--warmup_epochs ({self.warmup_epochs}) and --warmup_steps "
                 f"({self.warmup_steps}) are both set, expected one; keep one of them")
+        if self.export:
+            check_export_format(self.export)
+        if self.hparam_metric.startswith("val_") and not self.validation_steps:
+            raise UsageError(
+                f"--hparam_metric={self.hparam_metric} is a validation metric but "
+                f"--validation_steps is 0, so no epoch validates and nothing would be "
+                f"reported; set --validation_steps (e.g. 10) or report a training metric")
         if self.steps_per_epoch:
             check_steps_per_execution(self.steps_per_execution, self.steps_per_epoch)
         if self.strategy != "mirrored" and self.num_cpu_devices:

@@ -70,6 +70,11 @@ _HELP = {
                                 "(137 if the backup could not commit in time).",
     "tensorboard_dir": "TensorBoard logs; default $AIP_TENSORBOARD_LOG_DIR or "
                        "<model_dir>/logs.",
+    "export": "What the chief exports to --model_dir: keras (model.keras), savedmodel (a "
+              "SavedModel Vertex AI Prediction serves) or both; default both on Vertex AI "
+              "(AIP_MODEL_DIR set), else keras.",
+    "hparam_metric": "Report this epoch metric (e.g. val_accuracy) to Vertex AI "
+                     "hyperparameter tuning after every epoch, from the chief.",
     "evaluation_checkpoints": "Export a checkpoint per epoch to <model_dir>/checkpoints for "
                               "an evaluator task (the newest few are kept); on by itself "
                               "when the cluster lists an evaluator (Vertex worker pool 3).",

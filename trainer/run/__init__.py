@@ -75,7 +75,8 @@ def run(config: ExperimentConfig, cluster: Cluster,
                 f"task type {cluster.task_type!r} has no part in parameter-server training, "
                 f"expected chief, worker, ps or evaluator")
         strategy = strategy_lib.make_strategy("parameter_server", cluster, options)
-        return parameter_server.train(config, cluster, dirs, loaded, strategy=strategy)
+        return parameter_server.train(config, cluster, dirs, loaded, strategy=strategy,
+                                      environ=environ)
     replicas = strategy_lib.expected_num_replicas(strategy_name, cluster, options)
     if replicas:
         per_replica_batch_size(config.global_batch_size, replicas)
@@ -83,4 +84,4 @@ def run(config: ExperimentConfig, cluster: Cluster,
     logging.info("Training %s under %s on %d replica(s).", loaded.spec, strategy_name,
                  strategy.num_replicas_in_sync)
     return synchronous.train(config, cluster, dirs, loaded, strategy=strategy,
-                             strategy_name=strategy_name)
+                             strategy_name=strategy_name, environ=environ)

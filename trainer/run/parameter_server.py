@@ -6,6 +6,7 @@ with `tfdist.parameter_server.ParameterServerTrainer`.
 """
 
 import time
+from typing import Mapping
 
 import tensorflow as tf
 
@@ -42,7 +43,8 @@ def _worker_dataset_fn(loaded: LoadedTask, inputs: pipeline.Inputs):
 
 
 def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
-          loaded: LoadedTask, *, strategy: tf.distribute.Strategy) -> dict:
+          loaded: LoadedTask, *, strategy: tf.distribute.Strategy,
+          environ: Mapping[str, str]) -> dict:
     """Coordinates training from the chief and returns the summary."""
     run = pipeline.prepare(config, cluster, dirs, loaded, strategy, "parameter_server")
     num_replicas = int(strategy.num_replicas_in_sync)
@@ -74,4 +76,5 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
         steps_completed=int(model.optimizer.iterations.numpy()), train_logs=train_logs,
         evaluation=evaluation,
         examples_per_second=trainer.steps_per_second * config.global_batch_size,
-        wall_seconds=wall_seconds, resumed_from_step=run.todo.resumed_from_step))
+        wall_seconds=wall_seconds, resumed_from_step=run.todo.resumed_from_step),
+        environ=environ)

@@ -18,6 +18,8 @@ import keras
 import tensorflow as tf
 
 from tfdist import data as data_lib
+from tfdist import export as export_lib
+from tfdist import hypertune
 from tfdist import tasks as tasks_lib
 from tfdist.callbacks import BackupAndRestore, EpochTensorBoard, NonFiniteGuard
 from tfdist.checkpointing import ResumePoint
@@ -49,12 +51,17 @@ class OutputDirs:
 
     @classmethod
     def from_config(cls, config: ExperimentConfig, environ: Mapping[str, str]) -> "OutputDirs":
-        model_dir = config.model_dir or environ.get("AIP_MODEL_DIR", "")
+        """The directories; inside a tuning trial, `--model_dir`/`--backup_dir` get `/<trial>`.
+
+        (Vertex's own `AIP_*` directories are already per trial.)
+        """
+        model_dir = (hypertune.trial_output_dir(config.model_dir, environ)
+                     or environ.get("AIP_MODEL_DIR", ""))
+        backup_dir = (hypertune.trial_output_dir(config.backup_dir, environ)
+                      or environ.get("AIP_CHECKPOINT_DIR", ""))
         tensorboard_dir = (config.tensorboard_dir or environ.get("AIP_TENSORBOARD_LOG_DIR", "")
                            or (os.path.join(model_dir, "logs") if model_dir else ""))
-        return cls(model_dir=model_dir,
-                   backup_dir=config.backup_dir or environ.get("AIP_CHECKPOINT_DIR", ""),
-                   tensorboard_dir=tensorboard_dir)
+        return cls(model_dir=model_dir, backup_dir=backup_dir, tensorboard_dir=tensorboard_dir)
 
     @property
     def checkpoints_dir(self) -> str:
@@ -260,6 +267,9 @@ def training_callbacks(*, config: ExperimentConfig, cluster: Cluster, dirs: Outp
                                  steps_per_execution=config.steps_per_execution)]
     if backup is None:
         callbacks.append(NonFiniteGuard())  # the backup checks the same itself
+    if config.hparam_metric:
+        callbacks.append(hypertune.HypertuneCallback(config.hparam_metric,
+                                                     is_chief=cluster.is_chief))
     if cluster.is_chief:
         if dirs.tensorboard_dir:
             callbacks.append(EpochTensorBoard(dirs.tensorboard_dir))
@@ -324,22 +334,32 @@ def _finite_or_null(value):
     return value
 
 
-def write_outputs(model: keras.Model, summary: dict, dirs: OutputDirs) -> None:
-    """Writes `model.keras` then `summary.json`, each replacing the old one atomically."""
+def write_outputs(model: keras.Model, summary: dict, dirs: OutputDirs,
+                  export_format: str) -> None:
+    """Writes the model (`model.keras`, a SavedModel or both), then `summary.json` last.
+
+    Each replaces the old one atomically; `summary.json` appearing means the
+    model files beside it are complete.
+    """
     if not dirs.model_dir:
         logging.warning("No --model_dir (and no AIP_MODEL_DIR): the model and summary are "
                         "not saved.")
         return
     tf.io.gfile.makedirs(dirs.model_dir)
-    model_path = os.path.join(dirs.model_dir, MODEL_FILE)
-    # Keras needs the .keras suffix; the rename keeps a previous model intact
-    # until the new one is complete.
-    temporary = os.path.join(dirs.model_dir, f".model.tmp-{os.getpid()}.keras")
-    model.save(temporary)
-    tf.io.gfile.rename(temporary, model_path, overwrite=True)
+    written = []
+    if export_lib.wants_keras(export_format):
+        model_path = os.path.join(dirs.model_dir, MODEL_FILE)
+        # Keras needs the .keras suffix; the rename keeps a previous model intact
+        # until the new one is complete.
+        temporary = os.path.join(dirs.model_dir, f".model.tmp-{os.getpid()}.keras")
+        model.save(temporary)
+        tf.io.gfile.rename(temporary, model_path, overwrite=True)
+        written.append(model_path)
+    if export_lib.wants_saved_model(export_format):
+        written.append(export_lib.export_saved_model(model, dirs.model_dir))
     summary_path = os.path.join(dirs.model_dir, SUMMARY_FILE)
     write_json_atomically(summary_path, summary)
-    logging.info("Wrote %s and %s.", model_path, summary_path)
+    logging.info("Wrote %s.", ", ".join([*written, summary_path]))
 
 
 def read_summary(dirs: OutputDirs) -> dict | None:
@@ -392,12 +412,13 @@ def prepare(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, loaded
 
 
 def conclude(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, run: Prepared,
-             outcome: "Outcome") -> dict:
+             outcome: "Outcome", environ: Mapping[str, str]) -> dict:
     """Final exports, `summary.json` and `model.keras` (chief), then completion."""
     finish_exports(run.exporter, run.model)
     summary = build_summary(config, outcome)
     if cluster.is_chief:
-        write_outputs(run.model, summary, dirs)
+        write_outputs(run.model, summary, dirs,
+                      config.export or export_lib.default_export_format(environ))
     if run.backup is not None:
         run.backup.complete()  # only once the outputs exist: a restart before this re-writes them
     return summary

@@ -4,6 +4,7 @@ Every worker runs this; `fit` keeps them in step, and only the chief writes.
 """
 
 import time
+from typing import Mapping
 
 import tensorflow as tf
 
@@ -15,7 +16,8 @@ from trainer.tasks import LoadedTask
 
 
 def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
-          loaded: LoadedTask, *, strategy: tf.distribute.Strategy, strategy_name: str) -> dict:
+          loaded: LoadedTask, *, strategy: tf.distribute.Strategy,
+          environ: Mapping[str, str], strategy_name: str) -> dict:
     """Trains the task to the end (or from its backup) and returns the summary."""
     run = pipeline.prepare(config, cluster, dirs, loaded, strategy, strategy_name)
     num_replicas = int(strategy.num_replicas_in_sync)
@@ -43,4 +45,5 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
         steps_per_epoch=inputs.steps_per_epoch,
         steps_completed=int(model.optimizer.iterations.numpy()), train_logs=train_logs,
         evaluation=evaluation, examples_per_second=meter.examples_per_second,
-        wall_seconds=wall_seconds, resumed_from_step=run.todo.resumed_from_step))
+        wall_seconds=wall_seconds, resumed_from_step=run.todo.resumed_from_step),
+        environ=environ)
