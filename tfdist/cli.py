@@ -7,8 +7,9 @@ backed up); 143 after a preemption notice once the state is saved; 137 when
 the grace period ran out before the backup committed; anything else a crash.
 """
 
+import dataclasses
 import sys
-from typing import Callable, NoReturn, Sequence
+from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from absl import app
 from absl import flags
@@ -55,3 +56,64 @@ def run(main: Callable[[list], None], argv: Sequence[str] | None = None) -> None
             exit_with_error(str(error), EXIT_NON_FINITE)
 
     app.run(guarded_main, argv=argv, flags_parser=parse_flags_or_exit)
+
+
+@dataclasses.dataclass(frozen=True)
+class FlagSpec:
+    """One command-line flag; every tfdist and trainer CLI defines its flags from these.
+
+    Attributes:
+        name: The flag name, without dashes.
+        default: Its default value.
+        help: One line of help.
+        kind: `string`, `integer`, `float`, `boolean`, `list` (comma-separated)
+            or `multi_string` (repeatable); empty infers it from `default`.
+        lower_bound: The smallest value a number flag takes.
+    """
+
+    name: str
+    default: Any
+    help: str
+    kind: str = ""
+    lower_bound: float | None = None
+
+    @property
+    def flag_kind(self) -> str:
+        if self.kind:
+            return self.kind
+        for python_type, kind in ((bool, "boolean"), (int, "integer"), (float, "float"),
+                                  ((tuple, list), "list")):
+            if isinstance(self.default, python_type):
+                return kind
+        return "string"
+
+
+_DEFINERS = {"string": flags.DEFINE_string, "integer": flags.DEFINE_integer,
+             "float": flags.DEFINE_float, "boolean": flags.DEFINE_boolean,
+             "list": flags.DEFINE_list, "multi_string": flags.DEFINE_multi_string}
+
+
+def define_flags(specs: Iterable[FlagSpec], flag_values: flags.FlagValues = flags.FLAGS, *,
+                 module_name: str | None = None) -> dict[str, flags.FlagHolder]:
+    """Defines one absl flag per spec; returns their holders by name.
+
+    Args:
+        specs: The flags.
+        flag_values: Where to define them.
+        module_name: The module absl lists them under (what `--help` shows for
+            a program's main module); default: the caller's.
+    """
+    if module_name is None:
+        module_name = sys._getframe(1).f_globals["__name__"]  # pylint: disable=protected-access
+        if module_name == "__main__":  # as absl names a program's main module
+            module_name = sys.argv[0]
+    holders = {}
+    for spec in specs:
+        kind = spec.flag_kind
+        default = list(spec.default) if isinstance(spec.default, tuple) else spec.default
+        bounds = ({"lower_bound": spec.lower_bound}
+                  if spec.lower_bound is not None and kind in ("integer", "float") else {})
+        holders[spec.name] = _DEFINERS[kind](spec.name, default, spec.help,
+                                             flag_values=flag_values, module_name=module_name,
+                                             **bounds)
+    return holders

@@ -18,6 +18,7 @@ import os
 
 from absl import flags
 
+from tfdist.cli import FlagSpec, define_flags
 from tfdist.cli import run  # re-exported: exit code 2 on usage errors  # noqa: F401
 from tfdist.cluster import resolve_cluster
 from tfdist.strategy_choice import STRATEGIES
@@ -25,18 +26,18 @@ from tfdist.strategy_choice import STRATEGIES
 __all__ = ["define_strategy_flags", "strategy_from_flags", "run"]
 
 
+STRATEGY_FLAGS = (
+    FlagSpec("strategy", "auto", f"Distribution strategy: {', '.join(STRATEGIES)}."),
+    FlagSpec("all_reduce", "auto", "Collective implementation: auto, ring or nccl."),
+    FlagSpec("num_cpu_devices", 0, "For --strategy=mirrored without GPUs: split the CPU into "
+             "this many logical devices."),
+    FlagSpec("tpu", "", "TPU name or grpc:// address; 'local' on a TPU VM."),
+)
+
+
 def define_strategy_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
     """Defines --strategy, --all_reduce, --num_cpu_devices and --tpu."""
-    flags.DEFINE_string("strategy", "auto", f"Distribution strategy: {', '.join(STRATEGIES)}.",
-                        flag_values=flag_values)
-    flags.DEFINE_string("all_reduce", "auto",
-                        "Collective implementation: auto, ring or nccl.",
-                        flag_values=flag_values)
-    flags.DEFINE_integer("num_cpu_devices", 0,
-                         "For --strategy=mirrored without GPUs: split the CPU into this "
-                         "many logical devices.", flag_values=flag_values)
-    flags.DEFINE_string("tpu", "", "TPU name or grpc:// address; 'local' on a TPU VM.",
-                        flag_values=flag_values)
+    define_flags(STRATEGY_FLAGS, flag_values, module_name=__name__)
 
 
 def strategy_from_flags(flag_values: flags.FlagValues = flags.FLAGS):

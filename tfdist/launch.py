@@ -28,32 +28,31 @@ EXIT_TIMEOUT = 124
 
 _USAGE_EXAMPLE = "python -m tfdist.launch --workers 2 -- python -m trainer.task"
 
-_WORKERS = flags.DEFINE_integer("workers", None, "Number of `worker` tasks.", lower_bound=0)
-_PS = flags.DEFINE_integer("ps", 0, "Number of parameter-server (`ps`) tasks; needs --chief.",
-                           lower_bound=0)
-_CHIEF = flags.DEFINE_bool("chief", False, "Run a `chief` task.")
-_EVALUATOR = flags.DEFINE_bool(
-    "evaluator", False, "Run an `evaluator` task; the launcher waits for it after the chief.")
+_FLAGS = cli.define_flags((
+    cli.FlagSpec("workers", None, "Number of `worker` tasks.", kind="integer", lower_bound=0),
+    cli.FlagSpec("ps", 0, "Number of parameter-server (`ps`) tasks; needs --chief.",
+                 lower_bound=0),
+    cli.FlagSpec("chief", False, "Run a `chief` task."),
+    cli.FlagSpec("evaluator", False, "Run an `evaluator` task; the launcher waits for it "
+                 "after the chief."),
+    cli.FlagSpec("restart_on_failure", 0, "Restart the whole cluster up to this many times "
+                 "after a task fails (any non-zero exit, including 143 after a preemption).",
+                 lower_bound=0),
+    cli.FlagSpec("timeout", None, "Stop every task and exit 124 after this many seconds.",
+                 kind="float", lower_bound=0),
+    cli.FlagSpec("grace_period", 10.0, "Seconds between SIGTERM and SIGKILL when stopping "
+                 "tasks.", lower_bound=0),
+    cli.FlagSpec("port_retries", 3, "Restarts on new ports when a task cannot bind its port.",
+                 lower_bound=0),
+    cli.FlagSpec("host", "127.0.0.1", "Address every task listens on."),
+    cli.FlagSpec("allow_non_loopback", False, "Accept a non-loopback --host. TensorFlow's "
+                 "gRPC servers run whatever anyone who can connect sends them: use only on a "
+                 "trusted, firewalled network."),
+    cli.FlagSpec("quiet", False, "Do not copy task output to the console."),
+))
 # absl.logging already defines --log_dir ("directory to write logfiles into"); the
 # launcher reads that flag as the directory for the tasks' log files.
 _LOG_DIR_FLAG = "log_dir"
-_RESTART_ON_FAILURE = flags.DEFINE_integer(
-    "restart_on_failure", 0,
-    "Restart the whole cluster up to this many times after a task fails (any non-zero "
-    "exit, including 143 after a preemption).", lower_bound=0)
-_TIMEOUT = flags.DEFINE_float(
-    "timeout", None, "Stop every task and exit 124 after this many seconds.", lower_bound=0)
-_GRACE_PERIOD = flags.DEFINE_float(
-    "grace_period", 10.0, "Seconds between SIGTERM and SIGKILL when stopping tasks.",
-    lower_bound=0)
-_PORT_RETRIES = flags.DEFINE_integer(
-    "port_retries", 3, "Restarts on new ports when a task cannot bind its port.", lower_bound=0)
-_HOST = flags.DEFINE_string("host", "127.0.0.1", "Address every task listens on.")
-_ALLOW_NON_LOOPBACK = flags.DEFINE_bool(
-    "allow_non_loopback", False,
-    "Accept a non-loopback --host. TensorFlow's gRPC servers run whatever anyone who can "
-    "connect sends them: use only on a trusted, firewalled network.")
-_QUIET = flags.DEFINE_bool("quiet", False, "Do not copy task output to the console.")
 
 
 def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
@@ -73,17 +72,17 @@ def _run_cluster(leftover_args: Sequence[str], command: Sequence[str]) -> int:
     if not command:
         raise UsageError(
             f"no command to run, expected `-- CMD...` after the flags, e.g. `{_USAGE_EXAMPLE}`")
-    if _WORKERS.value is None:
+    if _FLAGS["workers"].value is None:
         raise UsageError(
             f"--workers is not set, expected the number of worker tasks, e.g. `{_USAGE_EXAMPLE}`")
     cluster = LocalCluster(
-        num_workers=_WORKERS.value, num_ps=_PS.value, has_chief=_CHIEF.value,
-        has_evaluator=_EVALUATOR.value, command=command,
+        num_workers=_FLAGS["workers"].value, num_ps=_FLAGS["ps"].value, has_chief=_FLAGS["chief"].value,
+        has_evaluator=_FLAGS["evaluator"].value, command=command,
         log_dir=flags.FLAGS[_LOG_DIR_FLAG].value or None,
-        host=_HOST.value, allow_non_loopback=_ALLOW_NON_LOOPBACK.value,
-        console=None if _QUIET.value else sys.stdout, events=sys.stderr,
-        max_port_retries=_PORT_RETRIES.value, restart_on_failure=_RESTART_ON_FAILURE.value,
-        grace_period=_GRACE_PERIOD.value)
+        host=_FLAGS["host"].value, allow_non_loopback=_FLAGS["allow_non_loopback"].value,
+        console=None if _FLAGS["quiet"].value else sys.stdout, events=sys.stderr,
+        max_port_retries=_FLAGS["port_retries"].value, restart_on_failure=_FLAGS["restart_on_failure"].value,
+        grace_period=_FLAGS["grace_period"].value)
 
     def forward(signum, _frame):
         cluster.interrupt(signum)
@@ -92,7 +91,7 @@ def _run_cluster(leftover_args: Sequence[str], command: Sequence[str]) -> int:
     try:
         cluster.start()
         try:
-            cluster.wait(_TIMEOUT.value)
+            cluster.wait(_FLAGS["timeout"].value)
         except TimeoutError as error:
             sys.stderr.write(f"tfdist.launch: {error}\n")
             return EXIT_TIMEOUT

@@ -47,16 +47,18 @@ FLAGS = flags.FLAGS
 options.define_flags(FLAGS)
 options.define_flags(FLAGS, tuning.TUNING_OPTIONS)
 flags.adopt_module_key_flags(options)  # --help lists the table's flags as this command's
-flags.DEFINE_string("job_config", "", "JSON job shape (see configs/jobs/); flags override it.")
-flags.DEFINE_string("hparam_tuning", "", "JSON tuning study (see configs/tuning/): submit a "
-                    "HyperparameterTuningJob; the --hparam* flags override it.")
-flags.DEFINE_boolean("dry_run", False, "Print the job JSON and contact nothing.")
-flags.DEFINE_string("api_endpoint", "", "Vertex AI API endpoint (regional, private, or an "
-                    "http:// loopback emulator).")
-flags.DEFINE_boolean("serving_commands", False, "Also print the gcloud/SDK lines that upload "
-                     "and deploy the exported SavedModel.")
-flags.DEFINE_string("serving_container_uri", serving.DEFAULT_SERVING_IMAGE,
-                    "Prediction image for --serving_commands.")
+cli.define_flags((
+    cli.FlagSpec("job_config", "", "JSON job shape (see configs/jobs/); flags override it."),
+    cli.FlagSpec("hparam_tuning", "", "JSON tuning study (see configs/tuning/): submit a "
+                 "HyperparameterTuningJob; the --hparam* flags override it."),
+    cli.FlagSpec("dry_run", False, "Print the job JSON and contact nothing."),
+    cli.FlagSpec("api_endpoint", "", "Vertex AI API endpoint (regional, private, or an "
+                 "http:// loopback emulator)."),
+    cli.FlagSpec("serving_commands", False, "Also print the gcloud/SDK lines that upload and "
+                 "deploy the exported SavedModel."),
+    cli.FlagSpec("serving_container_uri", serving.DEFAULT_SERVING_IMAGE,
+                 "Prediction image for --serving_commands."),
+))
 
 _LOOPBACK_NAMES = ("localhost",)
 _LONG_TOKEN = re.compile(r"\S{121,}")

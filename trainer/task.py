@@ -82,24 +82,11 @@ _HELP = {
 _DISTRIBUTION_FLAGS = ("strategy", "all_reduce", "num_cpu_devices", "tpu")
 
 
-def _define_flags() -> None:
-    tfdist_flags.define_strategy_flags()
-    flags.DEFINE_string("config", None, "JSON file of experiment settings (see configs/).")
-    for name, help_text in _HELP.items():
-        default = config_lib.FIELDS[name].default
-        if isinstance(default, bool):
-            flags.DEFINE_boolean(name, default, help_text)
-        elif isinstance(default, tuple):
-            flags.DEFINE_list(name, list(default), help_text)
-        elif isinstance(default, int):
-            flags.DEFINE_integer(name, default, help_text)
-        elif isinstance(default, float):
-            flags.DEFINE_float(name, default, help_text)
-        else:
-            flags.DEFINE_string(name, default, help_text)
-
-
-_define_flags()
+tfdist_flags.define_strategy_flags()
+cli.define_flags([cli.FlagSpec("config", None, "JSON file of experiment settings (see configs/).",
+                               kind="string"),
+                  *(cli.FlagSpec(name, config_lib.FIELDS[name].default, help_text)
+                    for name, help_text in _HELP.items())])
 
 
 def config_from_flags() -> config_lib.ExperimentConfig:

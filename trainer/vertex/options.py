@@ -130,14 +130,10 @@ DEFAULTS = {option.name: option.default for option in OPTIONS}
 
 def define_flags(flag_values, table: tuple[Option, ...] = OPTIONS) -> None:
     """Defines one absl flag per option of `table` (those that are flags) in `flag_values`."""
-    from absl import flags
+    from tfdist import cli  # pylint: disable=g-import-not-at-top
 
-    definers = {"string": flags.DEFINE_string, "integer": flags.DEFINE_integer,
-                "boolean": flags.DEFINE_boolean, "multi_string": flags.DEFINE_multi_string}
-    for option in table:
-        if option.is_flag:
-            default = list(option.default) if option.kind == "multi_string" else option.default
-            definers[option.kind](option.name, default, option.help, flag_values=flag_values)
+    cli.define_flags((cli.FlagSpec(option.name, option.default, option.help, kind=option.kind)
+                      for option in table if option.is_flag), flag_values)
 
 
 def merge_options(file_values: Mapping[str, Any], flag_values: Mapping[str, Any]) -> dict:
