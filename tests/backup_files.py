@@ -14,3 +14,10 @@ def committed_steps(backup_dir: pathlib.Path) -> list[int]:
     return sorted(int(match.group(1)) for name in os.listdir(backup_dir)
                   if (match := _BACKUP.match(name))
                   and (backup_dir / name / "COMMITTED").exists())
+
+
+def snapshot(directory: pathlib.Path) -> dict[str, bytes]:
+    """Every file under `directory` (relative path) with its bytes: to show nothing changed."""
+    directory = pathlib.Path(directory)
+    return {str(path.relative_to(directory)): path.read_bytes()
+            for path in sorted(directory.rglob("*")) if path.is_file()}

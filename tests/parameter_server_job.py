@@ -175,7 +175,7 @@ def _evaluator(out: pathlib.Path, cluster) -> int:
     model = _model()
     model.build((None, NUM_FEATURES))
     alive = None
-    if cluster.count("chief"):  # tfdist.launch tells the evaluator only about itself.
+    if cluster.count("chief"):  # Vertex and tfdist.launch tell the evaluator where it is.
         watch = parameter_server.ChiefWatch(parameter_server.chief_address(cluster),
                                             gone_seconds=3.0)
         alive = lambda: not watch.gone()  # noqa: E731

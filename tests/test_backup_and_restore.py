@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.fault_injection import CrashAfterBatches
 from tfdist.callbacks import BackupAndRestore
 from tfdist.checkpointing import FitSegment, ResumePoint
 from tfdist.errors import UsageError
@@ -80,24 +81,11 @@ def _stream() -> tf.data.Dataset:
     return dataset.shuffle(256, seed=5).batch(8, drop_remainder=True).repeat()
 
 
-class _Interrupt(keras.callbacks.Callback):
-    """Raises after `at` batches of this process, like a crash mid-epoch."""
-
-    def __init__(self, at: int):
-        super().__init__()
-        self.at, self.seen = at, 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.seen += 1
-        if self.seen == self.at:
-            raise RuntimeError("simulated crash")
-
-
 def _train(backup_dir: str, *, crash_at: int = 0, **kwargs) -> tuple[keras.Model,
                                                                       BackupAndRestore]:
     model = _model()
     backup = BackupAndRestore(backup_dir, save_freq=4, preemption=None, **kwargs)
-    extra = [_Interrupt(crash_at)] if crash_at else []
+    extra = [CrashAfterBatches(crash_at)] if crash_at else []
     for segment in backup.resume(model, epochs=EPOCHS, steps_per_epoch=STEPS):
         model.fit(_stream().skip(segment.first_step), verbose=0, shuffle=False,
                   callbacks=[backup, *extra], **segment.fit_kwargs())

@@ -96,6 +96,18 @@ def _kill_after_each_new_backup(process, backup_dir: pathlib.Path, plan: list[tu
     return sent
 
 
+def _run_chaos(tmp_path, launcher_flags, trainer_flags, plan) -> list[tuple]:
+    """Runs the job under `tfdist.launch`, kills as `plan` says; asserts it still succeeds."""
+    chaos = _launch(tmp_path, "chaos", [*launcher_flags, "--timeout=540"], trainer_flags)
+    try:
+        sent = _kill_after_each_new_backup(chaos, tmp_path / "chaos" / "backup", plan)
+        code = finish(chaos, TIMEOUT)
+    finally:
+        finish(chaos, 1)
+    assert code == 0, f"kills {sent}\n{_describe(chaos)}"
+    return sent
+
+
 @pytest.mark.slow
 def test_two_workers_killed_five_times_end_equal_to_an_uninterrupted_run(tmp_path):
     flags = ["--strategy=multiworker", "--model=mlp", "--num_examples=2048", "--epochs=2",
@@ -106,14 +118,7 @@ def test_two_workers_killed_five_times_end_equal_to_an_uninterrupted_run(tmp_pat
 
     rng = random.Random(SEED)
     plan = [(None, rng.choice([signal.SIGKILL, signal.SIGTERM])) for _ in range(5)]
-    chaos = _launch(tmp_path, "chaos", ["--workers=2", "--restart_on_failure=8",
-                                        "--timeout=540"], flags)
-    try:
-        sent = _kill_after_each_new_backup(chaos, tmp_path / "chaos" / "backup", plan)
-        code = finish(chaos, TIMEOUT)
-    finally:
-        finish(chaos, 1)
-    assert code == 0, f"kills {sent}\n{_describe(chaos)}"
+    sent = _run_chaos(tmp_path, ["--workers=2", "--restart_on_failure=8"], flags, plan)
     assert len(sent) == 5
 
     summary = _summary(tmp_path / "chaos")
@@ -130,14 +135,8 @@ def test_parameter_servers_with_each_role_preempted_apply_exactly_the_planned_st
              "--epochs=2", "--steps_per_epoch=60", "--global_batch_size=32",
              "--backup_every_steps=10", "--seed=5"]
     plan = [("chief", signal.SIGTERM), ("worker", signal.SIGTERM), ("ps", signal.SIGTERM)]
-    chaos = _launch(tmp_path, "chaos", ["--chief", "--workers=2", "--ps=1",
-                                        "--restart_on_failure=6", "--timeout=540"], flags)
-    try:
-        sent = _kill_after_each_new_backup(chaos, tmp_path / "chaos" / "backup", plan)
-        code = finish(chaos, TIMEOUT)
-    finally:
-        finish(chaos, 1)
-    assert code == 0, f"kills {sent}\n{_describe(chaos)}"
+    sent = _run_chaos(tmp_path, ["--chief", "--workers=2", "--ps=1", "--restart_on_failure=6"],
+                      flags, plan)
     assert [role for _, role, _ in sent] == ["chief", "worker", "ps"]
     summary = _summary(tmp_path / "chaos")
     assert summary["steps_completed"] == 2 * 60, sent

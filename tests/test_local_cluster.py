@@ -59,9 +59,10 @@ def test_each_task_sees_its_own_tf_config(local_cluster, tmp_path):
         role, index = name.split(":")
         assert read_tf_config(tmp_path, name) == {
             "cluster": training_cluster, "task": {"type": role, "index": int(index)}}
-    # TensorFlow's convention: the evaluator is a cluster of its own.
+    # Training tasks keep TensorFlow's convention (no evaluator in their cluster);
+    # the evaluator also sees the training tasks, to tell when the chief is gone.
     assert read_tf_config(tmp_path, "evaluator:0") == {
-        "cluster": {"evaluator": [addresses["evaluator:0"]]},
+        "cluster": {**training_cluster, "evaluator": [addresses["evaluator:0"]]},
         "task": {"type": "evaluator", "index": 0}}
     # And tfdist's own resolver reads every one of them.
     worker1 = cluster_lib.resolve_cluster(

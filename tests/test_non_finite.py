@@ -15,21 +15,13 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.backup_files import snapshot
+from tests.fault_injection import CrashAfterBatches
 from tfdist import errors
 from tfdist.callbacks import BackupAndRestore
 
 STEPS, BATCH = 4, 8
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _snapshot(directory) -> dict[str, bytes]:
-    files = {}
-    for root, _, names in os.walk(directory):
-        for name in names:
-            path = os.path.join(root, name)
-            with open(path, "rb") as handle:
-                files[os.path.relpath(path, directory)] = handle.read()
-    return files
 
 
 def _model():
@@ -49,22 +41,11 @@ def _stream(nan_at_batch: int | None = None) -> tf.data.Dataset:
     return tf.data.Dataset.from_tensor_slices((features, labels)).batch(BATCH).repeat()
 
 
-class _Stop(keras.callbacks.Callback):
-    def __init__(self, at: int):
-        super().__init__()
-        self.at, self.seen = at, 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.seen += 1
-        if self.seen == self.at:
-            raise RuntimeError("simulated crash")
-
-
 def _run(backup_dir, stream, *, crash_at=0, before=()):
     model = _model()
     backup = BackupAndRestore(backup_dir, save_freq=2, preemption=None,
                               delete_checkpoint=False)
-    callbacks = [*before, backup, *([_Stop(crash_at)] if crash_at else [])]
+    callbacks = [*before, backup, *([CrashAfterBatches(crash_at)] if crash_at else [])]
     for segment in backup.resume(model, epochs=3, steps_per_epoch=STEPS):
         model.fit(stream.skip(segment.first_step), verbose=0, callbacks=callbacks,
                   **segment.fit_kwargs())
@@ -75,14 +56,14 @@ def test_nan_loss_stops_the_job_and_the_last_finite_backup_stays(tmp_path):
     backup_dir = str(tmp_path / "backup")
     with pytest.raises(RuntimeError, match="simulated crash"):
         _run(backup_dir, _stream(), crash_at=4)
-    finite = _snapshot(backup_dir)
+    finite = snapshot(backup_dir)
     assert sorted(os.listdir(backup_dir)) == ["backup-000000000002", "backup-000000000004"]
 
     # Step 6 (batch index 5) sees a NaN: the loss is NaN, the weights after it too.
     with pytest.raises(errors.NonFiniteError, match="step 6") as error:
         _run(backup_dir, _stream(nan_at_batch=5))
     assert "\n" not in str(error.value) and "step 4" in str(error.value)
-    assert _snapshot(backup_dir) == finite
+    assert snapshot(backup_dir) == finite
 
 
 class _PoisonWeights(keras.callbacks.Callback):

@@ -12,17 +12,13 @@ import sys
 
 import pytest
 
+from tests.backup_files import snapshot
 from tfdist import cli
 from tfdist.testing import local_cluster  # noqa: F401  (pytest fixture)
 
 JOB = [sys.executable, "-m", "tests.resume_checks_job"]
 WORKERS = ("worker:0", "worker:1")
 PROCESS_TIMEOUT = 240
-
-
-def _snapshot(directory: pathlib.Path) -> dict[str, bytes]:
-    return {str(path.relative_to(directory)): path.read_bytes()
-            for path in sorted(directory.rglob("*")) if path.is_file()}
 
 
 def _env(tmp_path: pathlib.Path) -> dict:
@@ -49,7 +45,7 @@ def test_two_workers_refuse_a_changed_global_batch_and_touch_no_backup(local_clu
     codes, cluster = _run(local_cluster, tmp_path, f"--backup_dir={backup_dir}")
     assert codes == {task: 0 for task in WORKERS}, cluster.format_logs()
     (backup_dir / "COMPLETED.json").unlink()  # as if the job had been killed at its end
-    before = _snapshot(backup_dir)
+    before = snapshot(backup_dir)
 
     codes, cluster = _run(local_cluster, tmp_path, f"--backup_dir={backup_dir}",
                           "--global_batch_size=32", "--epochs=2")
@@ -60,7 +56,7 @@ def test_two_workers_refuse_a_changed_global_batch_and_touch_no_backup(local_clu
             f"error: the backup in {backup_dir} was made with global_batch_size=16, this run "
             f"has 32; restart with the same value or use a new backup directory"], \
             cluster.format_logs()
-    assert _snapshot(backup_dir) == before
+    assert snapshot(backup_dir) == before
 
 
 @pytest.mark.slow

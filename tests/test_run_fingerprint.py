@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from tests.backup_files import snapshot
 from tfdist.callbacks import BackupAndRestore
 from tfdist.checkpointing import BackupStore, TrainingBackup
 from tfdist.checkpointing.paths import model_variable_paths
@@ -30,17 +31,6 @@ def _float32_policy():
     keras.config.set_dtype_policy("float32")
     yield
     keras.config.set_dtype_policy("float32")
-
-
-def _snapshot(directory) -> dict[str, bytes]:
-    """Every file under `directory` with its bytes."""
-    files = {}
-    for root, _, names in os.walk(directory):
-        for name in names:
-            path = os.path.join(root, name)
-            with open(path, "rb") as handle:
-                files[os.path.relpath(path, directory)] = handle.read()
-    return files
 
 
 def _x(n=32):
@@ -66,11 +56,11 @@ def _trained_backup_dir(tmp_path, model, *, steps=(4, 8), **kwargs) -> str:
 
 
 def _assert_refused(backup_dir, model, match, **kwargs) -> UsageError:
-    before = _snapshot(backup_dir)
+    before = snapshot(backup_dir)
     with pytest.raises(UsageError, match=match) as error:
         TrainingBackup(BackupStore(backup_dir), model, **kwargs).restore()
     assert "\n" not in str(error.value)
-    assert _snapshot(backup_dir) == before  # no prune, delete, quarantine or marker
+    assert snapshot(backup_dir) == before  # no prune, delete, quarantine or marker
     return error.value
 
 
@@ -95,12 +85,12 @@ def test_mixed_precision_restart_through_the_callback_leaves_every_backup(tmp_pa
     model.fit(x, x.sum(1), epochs=2, batch_size=8, verbose=0, callbacks=[backup])
     listing = sorted(os.listdir(backup_dir))
     os.remove(os.path.join(backup_dir, "COMPLETED.json"))  # an interrupted run
-    before = _snapshot(backup_dir)
+    before = snapshot(backup_dir)
     keras.config.set_dtype_policy("mixed_float16")
     restarted = BackupAndRestore(backup_dir, save_freq=2, preemption=None)
     with pytest.raises(UsageError, match="dtype_policy"):
         restarted.resume(_sequential(), epochs=3, steps_per_epoch=4)
-    assert _snapshot(backup_dir) == before
+    assert snapshot(backup_dir) == before
     assert "backup-000000000008" in listing
 
 

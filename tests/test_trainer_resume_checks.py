@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from tests.backup_files import committed_steps
+from tests.backup_files import committed_steps, snapshot
 from tests.logged_process import finish, log_tail, start_logged
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -26,11 +26,6 @@ def _train(out: pathlib.Path, backup_dir: pathlib.Path, *flags: str) -> tuple[in
                             f"--model_dir={out}", f"--backup_dir={backup_dir}"], out, cwd=REPO)
     code = finish(process, TIMEOUT)
     return code, log_tail(process)
-
-
-def _snapshot(directory: pathlib.Path) -> dict:
-    return {str(path.relative_to(directory)): path.read_bytes()
-            for path in sorted(directory.rglob("*")) if path.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +57,13 @@ def test_a_changed_setting_is_one_line_exit_2_and_no_backup_is_touched(
         interrupted_backup, tmp_path, flags, expected):
     backup_dir = tmp_path / "backup"
     shutil.copytree(interrupted_backup, backup_dir)
-    before = _snapshot(backup_dir)
+    before = snapshot(backup_dir)
     code, log = _train(tmp_path / "model", backup_dir, *flags)
     assert code == 2, log
     error_lines = [line for line in log.splitlines() if line.startswith("error: ")]
     assert len(error_lines) == 1 and expected in error_lines[0], log
     assert "Traceback" not in log
-    assert _snapshot(backup_dir) == before
+    assert snapshot(backup_dir) == before
 
 
 def test_more_epochs_at_a_constant_rate_resume_and_say_so(interrupted_backup, tmp_path):

@@ -21,6 +21,10 @@ CHIEF = "chief"
 WORKER = "worker"
 PS = "ps"
 EVALUATOR = "evaluator"
+# Set to "1" by `tfdist.launch --evaluator` for every task: TF_CONFIG leaves
+# the evaluator out of the training tasks' cluster, so this is how the chief
+# learns that someone will read its evaluation checkpoints.
+HAS_EVALUATOR = "TFDIST_HAS_EVALUATOR"
 ROLES = (CHIEF, WORKER, PS, EVALUATOR)
 
 TF_CONFIG = "TF_CONFIG"
@@ -352,3 +356,8 @@ def check_cluster_for_strategy(cluster: Cluster, strategy: str) -> None:
         raise ClusterConfigError(
             f"strategy {strategy!r} found {cluster.num_ps} ps task(s) in {cluster.source}, "
             f"expected none; use --strategy=parameter_server or remove the ps tasks")
+
+
+def has_evaluator(cluster: Cluster, environ: Mapping[str, str]) -> bool:
+    """Whether the job has an evaluator task: listed in the cluster, or announced by the launcher."""
+    return bool(cluster.addresses.get(EVALUATOR)) or environ.get(HAS_EVALUATOR) == "1"

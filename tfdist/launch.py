@@ -107,11 +107,11 @@ def _run_cluster(leftover_args: Sequence[str], command: Sequence[str]) -> int:
     return shell_exit_code(code)
 
 
-def run(argv: Sequence[str] | None = None) -> None:
+def launch_from_argv(argv: Sequence[str] | None = None) -> None:
     """Entry point: parses the flags before `--` and runs the command after it."""
     launcher_argv, command = split_command(sys.argv if argv is None else argv)
     cli.run(lambda leftover_args: _run_cluster(leftover_args, command), argv=launcher_argv)
 
 
 if __name__ == "__main__":
-    run()
+    launch_from_argv()

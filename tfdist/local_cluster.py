@@ -157,7 +157,9 @@ def tf_configs(layout: ClusterLayout, addresses: Mapping[str, str]) -> dict[str,
     configs = {}
     for name in layout.task_names():
         role, index = name.split(":")
-        members = ({cluster_lib.EVALUATOR: [addresses[name]]}
+        # The evaluator also learns the training tasks (to tell when the chief is
+        # gone); training tasks keep TensorFlow's convention of a cluster without it.
+        members = ({**training, cluster_lib.EVALUATOR: [addresses[name]]}
                    if role == cluster_lib.EVALUATOR else training)
         configs[name] = json.dumps({"cluster": members,
                                     "task": {"type": role, "index": int(index)}})
@@ -628,10 +630,13 @@ class LocalCluster:
 
     def _task_env(self, tf_config: str) -> dict[str, str]:
         env = {key: value for key, value in os.environ.items()
-               if key not in (cluster_lib.TF_CONFIG, cluster_lib.CLUSTER_SPEC)}
+               if key not in (cluster_lib.TF_CONFIG, cluster_lib.CLUSTER_SPEC,
+                              cluster_lib.HAS_EVALUATOR)}
         env["PYTHONUNBUFFERED"] = "1"
         env.update(self._env_overrides)
         env[cluster_lib.TF_CONFIG] = tf_config
+        if self._layout.has_evaluator:
+            env[cluster_lib.HAS_EVALUATOR] = "1"
         return env
 
     def _launch(self, name: str, header: str | None) -> None:

@@ -238,7 +238,7 @@ def _parse_flags(argv):
         cli.exit_usage_error(f"{_shortened(str(error))} (run with --helpfull to list the flags)")
 
 
-def run():
+def submit_from_argv():
     """Entry point: splits off the trainer flags after `--`, then runs `main`."""
     argv = list(sys.argv)
     trainer_args = ()
@@ -259,4 +259,4 @@ def run():
 
 
 if __name__ == "__main__":
-    run()
+    submit_from_argv()

@@ -300,9 +300,10 @@ class BackupAndRestore(keras.callbacks.Callback):
             except NonFiniteError:
                 self.close()
                 raise
-        # The epoch's last step is saved by `on_epoch_end`, with the epoch's logs.
-        ends_epoch = self._steps_per_epoch is not None and done_in_epoch >= self._steps_per_epoch
-        if self.save_freq != "epoch" and not ends_epoch:
+        # The last step of training is saved by `on_epoch_end`, with the final epoch's
+        # logs: a restart after it reports what the finished run reported.
+        last_step = self._total_steps is not None and self._global_step >= self._total_steps
+        if self.save_freq != "epoch" and not last_step:
             previous = self._last_saved_step or 0
             if self._global_step // self.save_freq > previous // self.save_freq:
                 self._save()

@@ -19,8 +19,8 @@ from trainer.tasks import LoadedTask
 
 
 def _training_address(cluster: Cluster) -> str | None:
-    # Vertex tells the evaluator where the chief is; tfdist.launch, like
-    # TensorFlow, gives an evaluator a TF_CONFIG that lists only itself.
+    # Vertex and tfdist.launch tell the evaluator where the chief is; a
+    # TF_CONFIG written by hand may list only the evaluator itself.
     for role in (CHIEF, WORKER):
         hosts = cluster.addresses.get(role, ())
         if hosts:

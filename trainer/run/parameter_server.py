@@ -46,7 +46,8 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
           loaded: LoadedTask, *, strategy: tf.distribute.Strategy,
           environ: Mapping[str, str]) -> dict:
     """Coordinates training from the chief and returns the summary."""
-    run = pipeline.prepare(config, cluster, dirs, loaded, strategy, "parameter_server")
+    run = pipeline.prepare(config, cluster, dirs, loaded, strategy, "parameter_server",
+                           environ)
     num_replicas = int(strategy.num_replicas_in_sync)
     if run.todo.completed:
         return pipeline.already_completed(run.backup, dirs, "parameter_server", num_replicas)

@@ -24,7 +24,7 @@ from tfdist import tasks as tasks_lib
 from tfdist.callbacks import BackupAndRestore, EpochTensorBoard, NonFiniteGuard
 from tfdist.checkpointing import ResumePoint
 from tfdist.checkpointing.state import FitSegment
-from tfdist.cluster import EVALUATOR, Cluster
+from tfdist.cluster import Cluster, has_evaluator
 from tfdist.evaluation import CheckpointExporter
 from tfdist.files import write_json_atomically
 from tfdist.preemption import PreemptionOptions
@@ -244,17 +244,11 @@ def plan(backup: BackupAndRestore | None, model: keras.Model, *, epochs: int,
     return Plan(tuple(segments), backup.resumed_from_step, backup.completed)
 
 
-def wants_evaluation_checkpoints(config: ExperimentConfig, cluster: Cluster,
-                                 dirs: OutputDirs) -> bool:
-    """Whether the chief exports checkpoints: an evaluator exists, or one was asked for."""
-    if not dirs.model_dir:
-        return False
-    return config.evaluation_checkpoints or bool(cluster.addresses.get(EVALUATOR))
-
-
-def evaluation_exporter(config: ExperimentConfig, cluster: Cluster,
-                        dirs: OutputDirs) -> CheckpointExporter | None:
-    if not wants_evaluation_checkpoints(config, cluster, dirs):
+def evaluation_exporter(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs,
+                        environ: Mapping[str, str]) -> CheckpointExporter | None:
+    """The chief's exporter when an evaluator exists or one was asked for; else None."""
+    if not dirs.model_dir or not (config.evaluation_checkpoints
+                                  or has_evaluator(cluster, environ)):
         return None
     return CheckpointExporter(dirs.checkpoints_dir, max_to_keep=EVALUATION_CHECKPOINTS_KEPT)
 
@@ -396,7 +390,8 @@ class Prepared:
 
 
 def prepare(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, loaded: LoadedTask,
-            strategy: tf.distribute.Strategy, strategy_name: str) -> Prepared:
+            strategy: tf.distribute.Strategy, strategy_name: str,
+            environ: Mapping[str, str]) -> Prepared:
     """Inputs, model, restore and callbacks: everything before the first step."""
     seed_everything(config)
     inputs = build_inputs(loaded, config)
@@ -405,7 +400,7 @@ def prepare(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, loaded
     backup = make_backup(config, dirs, strategy, cluster,
                          run_settings(config, loaded, inputs, cluster, strategy_name))
     todo = plan(backup, model, epochs=config.epochs, steps_per_epoch=inputs.steps_per_epoch)
-    exporter = evaluation_exporter(config, cluster, dirs) if cluster.is_chief else None
+    exporter = evaluation_exporter(config, cluster, dirs, environ) if cluster.is_chief else None
     callbacks = training_callbacks(config=config, cluster=cluster, dirs=dirs, backup=backup,
                                    exporter=exporter)
     return Prepared(inputs, model, backup, todo, exporter, tuple(callbacks))

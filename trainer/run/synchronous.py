@@ -19,7 +19,7 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
           loaded: LoadedTask, *, strategy: tf.distribute.Strategy,
           environ: Mapping[str, str], strategy_name: str) -> dict:
     """Trains the task to the end (or from its backup) and returns the summary."""
-    run = pipeline.prepare(config, cluster, dirs, loaded, strategy, strategy_name)
+    run = pipeline.prepare(config, cluster, dirs, loaded, strategy, strategy_name, environ)
     num_replicas = int(strategy.num_replicas_in_sync)
     if run.todo.completed:
         return pipeline.already_completed(run.backup, dirs, strategy_name, num_replicas)
