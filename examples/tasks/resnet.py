@@ -49,19 +49,25 @@ def augmentation() -> keras.Sequential:
     ], name="augmentation")
 
 
+def batch_norm(name: str) -> keras.layers.BatchNormalization:
+    # Momentum 0.9, as in TF Model Garden's ResNets: the moving statistics settle
+    # within tens of steps, which short runs need.
+    return keras.layers.BatchNormalization(momentum=0.9, name=name)
+
+
 def residual_block(x, filters: int, *, stride: int, name: str):
     """Two 3x3 convolutions with batch norm, added to a (projected) shortcut."""
     shortcut = x
     if stride != 1 or x.shape[-1] != filters:
         shortcut = keras.layers.Conv2D(filters, 1, strides=stride, use_bias=False,
                                        name=f"{name}_proj")(x)
-        shortcut = keras.layers.BatchNormalization(name=f"{name}_proj_bn")(shortcut)
+        shortcut = batch_norm(name=f"{name}_proj_bn")(shortcut)
     y = keras.layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False,
                             name=f"{name}_conv1")(x)
-    y = keras.layers.BatchNormalization(name=f"{name}_bn1")(y)
+    y = batch_norm(name=f"{name}_bn1")(y)
     y = keras.layers.Activation("relu", name=f"{name}_relu1")(y)
     y = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False, name=f"{name}_conv2")(y)
-    y = keras.layers.BatchNormalization(name=f"{name}_bn2")(y)
+    y = batch_norm(name=f"{name}_bn2")(y)
     y = keras.layers.Add(name=f"{name}_add")([shortcut, y])
     return keras.layers.Activation("relu", name=f"{name}_out")(y)
 
@@ -71,7 +77,7 @@ def resnet(image_size: int, width: int) -> keras.Model:
     inputs = keras.Input((image_size, image_size, 3), name="image")
     x = augmentation()(inputs)
     x = keras.layers.Conv2D(width, 3, padding="same", use_bias=False, name="stem_conv")(x)
-    x = keras.layers.BatchNormalization(name="stem_bn")(x)
+    x = batch_norm(name="stem_bn")(x)
     x = keras.layers.Activation("relu", name="stem_relu")(x)
     x = residual_block(x, width, stride=1, name="block1")
     x = residual_block(x, 2 * width, stride=2, name="block2")
