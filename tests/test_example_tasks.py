@@ -61,7 +61,8 @@ def _max_difference(left: list, right: list) -> float:
 
 
 def _arrays(dataset) -> list[np.ndarray]:
-    return [np.stack(column) for column in zip(*dataset.as_numpy_iterator())]
+    """A finite dataset of examples as one array per part, in order."""
+    return [np.asarray(part) for part in dataset.batch(1 << 20).get_single_element()]
 
 
 # --------------------------------------------------------------------- in process
