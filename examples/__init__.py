@@ -1,0 +1,1 @@
+"""Examples of using tfdist; `examples.tasks` holds tasks for `python -m trainer.task --task=...`."""
