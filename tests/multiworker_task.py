@@ -54,6 +54,9 @@ def _make_strategy(args, cluster):
             keras_compat.apply(corrections=("symbolic_build", "reduce_per_replica"))
         resolver = strategy_lib.cluster_resolver(cluster, ("chief", "worker"))
         return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+    # make_strategy applies the corrections under `multiworker` only; they also
+    # serve `mirrored` (steps_per_execution with collectives, jit_compile).
+    keras_compat.apply()
     options = strategy_lib.StrategyOptions(num_cpu_devices=args.num_cpu_devices)
     return strategy_lib.make_strategy(args.strategy, cluster, options)
 

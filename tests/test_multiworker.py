@@ -166,6 +166,14 @@ def test_fused_executions_under_two_workers_equal_two_local_cpus(local_cluster, 
     assert {name: logs[-1][name] for name in epoch} == pytest.approx(epoch, rel=1e-6)
 
 
+def test_replica_xla_under_two_workers_equals_two_local_cpus(local_cluster, tmp_path):
+    """`jit_compile=True`: each replica's step compiled by XLA, the all-reduce outside."""
+    one, two = _run_mirrored_and_two_workers(local_cluster, tmp_path, "--steps=8",
+                                             "--steps_per_execution=4", "--jit_compile")
+    assert _max_difference(_weights(one / "weights.npz"), _weights(two / "weights.npz")) < 1e-6
+    assert _json(two / "evaluate.json") == pytest.approx(_json(one / "evaluate.json"), rel=1e-6)
+
+
 def test_mirrored_on_two_logical_cpus_equals_one_device(tmp_path):
     (tmp_path / "two").mkdir()
     _run_single([TASK, "--strategy=default", f"--out={tmp_path}", "--steps=8"], ROOT)

@@ -16,11 +16,14 @@ The one package of tfdist that touches private Keras internals. Upstream Keras
    replicas only (`axis=None`), which is what the single-worker path computes.
 3. `steps_per_execution`: with `steps_per_execution > 1`, `_make_function`
    calls the compiled step inside a `tf.cond` in a `tf.while_loop`. Under
-   MultiWorkerMirroredStrategy the step's collectives get their instance
-   keys as call-time captures, which a `tf.cond` branch never feeds ("You
-   must feed a value for placeholder tensor 'while/cond/Placeholder'"). We
-   run the same steps in one `tf.while_loop` whose body calls the step
-   outside any `tf.cond` (`_multiworker.make_fused_function`).
+   MultiWorkerMirroredStrategy, and under MirroredStrategy on several CPUs
+   (whose default all-reduce is `CollectiveAllReduce`), the step's
+   collectives get their instance keys as call-time captures
+   (`FuncGraph.capture_call_time_value`), which a `tf.cond` branch never
+   feeds ("You must feed a value for placeholder tensor
+   'while/cond/Placeholder'"). We run the same steps in one `tf.while_loop`
+   whose body calls the step outside any `tf.cond`
+   (`_multiworker.make_fused_function`).
 4. `replica_jit`: `model.compile(jit_compile=True)` under MirroredStrategy or
    MultiWorkerMirroredStrategy XLA-compiles a function that holds every
    replica and the all-reduce, which fails ("Trying to access resource
@@ -68,7 +71,8 @@ def _make_function(self, step_function):
     original = _patching.original(tf_trainer.TensorFlowTrainer, "_make_function")
     replica_jit = _patching.enabled("replica_jit") and _replica_jit.applies(self)
     fused = (_patching.enabled("steps_per_execution") and self.steps_per_execution > 1
-             and not self.run_eagerly and _multiworker.is_multi_worker(self.distribute_strategy))
+             and not self.run_eagerly
+             and _multiworker.step_holds_collectives(self.distribute_strategy))
     if not replica_jit and not fused:
         return original(self, step_function)
     if replica_jit:

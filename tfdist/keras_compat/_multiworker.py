@@ -5,6 +5,7 @@ See the package docstring for the upstream failures these correct.
 
 from keras.src.backend.tensorflow import trainer as tf_trainer
 import tensorflow as tf
+from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
 
 from tfdist.keras_compat import _patching
 
@@ -12,6 +13,20 @@ from tfdist.keras_compat import _patching
 def is_multi_worker(strategy) -> bool:
     return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
             and strategy.extended._in_multi_worker_mode())  # pylint: disable=protected-access
+
+
+def step_holds_collectives(strategy) -> bool:
+    """Whether a step's all-reduce is collective ops (instance keys captured at call time).
+
+    True under a multi-worker strategy, and under MirroredStrategy on several
+    devices with its default cross-device ops on CPUs (`CollectiveAllReduce`).
+    """
+    if is_multi_worker(strategy):
+        return True
+    cross_device_ops = getattr(strategy.extended, "_cross_device_ops", None)
+    return (isinstance(strategy, tf.distribute.MirroredStrategy)
+            and strategy.num_replicas_in_sync > 1
+            and isinstance(cross_device_ops, cross_device_ops_lib.CollectiveAllReduce))
 
 
 def _first_local_value(value):
@@ -43,11 +58,11 @@ def reduce_per_replica(values, strategy, reduction):
 
 
 def make_fused_function(model, step_function, keras_function):
-    """`steps_per_execution` steps in one graph execution under a multi-worker strategy.
+    """`steps_per_execution` steps in one graph execution when steps hold collectives.
 
     Keras's own loop calls its compiled single step inside a `tf.cond` in the
-    `tf.while_loop` body. Under MultiWorkerMirroredStrategy that step's
-    collectives take their instance keys as call-time captures
+    `tf.while_loop` body. When the step's all-reduce is collective ops
+    (`step_holds_collectives`), its collectives take their instance keys as call-time captures
     (`FuncGraph.capture_call_time_value`); a nested function called in a
     `tf.cond` branch registers that capture in the branch graph, which
     `cond_v2` never feeds ("You must feed a value for placeholder tensor

@@ -6,8 +6,11 @@ gradient all-reduce, which XLA cannot place on several devices ("Trying to
 access resource .../replica_1/... located in device CPU:1 from device CPU:0"),
 and `jit_compile="auto"` is turned off under any strategy. Here each replica
 runs its forward pass, loss and gradients as one XLA-compiled function on its
-own device; the gradient all-reduce, the optimizer update and the metric
-updates stay outside the compiled function, as in Keras's own `train_step`.
+own device, statelessly (`keras.StatelessScope`): the function returns the
+new values of the state the forward pass updates (batch-norm statistics,
+seed-generator state) instead of assigning them. The gradient all-reduce, the
+optimizer update, those assignments and the metric updates stay outside the
+compiled function, as in Keras's own `train_step`.
 """
 
 import keras
@@ -37,16 +40,61 @@ def _call(model, x, training):
     return model(x)
 
 
-def _make_train_step(model):
-    @tf.function(jit_compile=True, reduce_retracing=True)
-    def forward_backward(x, y, sample_weight):
+class _StatelessForward:
+    """Runs `compute(x, y, sample_weight)` XLA-compiled without touching any variable.
+
+    The compiled function reads the replica's trainable and non-trainable
+    values as inputs and returns the new values of every variable the
+    forward pass assigned (batch-norm statistics, seed-generator state,
+    loss trackers); `__call__` assigns them outside the compiled function,
+    where the strategy synchronizes them across replicas as in Keras's own
+    step.
+    """
+
+    def __init__(self, model, compute):
+        self._model = model
+        self._compute = compute
+        self._assigned: list = []  # the variables whose new values the function returns
+        self._function = tf.function(self._stateless, jit_compile=True, reduce_retracing=True)
+
+    def _stateless(self, trainable_values, non_trainable_values, x, y, sample_weight):
+        model = self._model
+        mapping = (list(zip(model.trainable_variables, trainable_values))
+                   + list(zip(model.non_trainable_variables, non_trainable_values)))
         with tf.GradientTape() as tape:
-            y_pred = _call(model, x, training=True)
-            loss = model._compute_loss(  # pylint: disable=protected-access
-                x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
-            scaled_loss = model.optimizer.scale_loss(loss)
-        gradients = tape.gradient(scaled_loss, model.trainable_weights)
+            tape.watch(trainable_values)
+            with keras.StatelessScope(state_mapping=mapping, collect_losses=True) as scope:
+                loss, scaled_loss, y_pred = self._compute(x, y, sample_weight)
+        gradients = (tape.gradient(scaled_loss, trainable_values)
+                     if scaled_loss is not None else None)
+        initial = {id(variable): value for variable, value in mapping}
+        assigned = []
+        for variable in [*model.non_trainable_variables, *model.metrics_variables]:
+            value = scope.get_current_value(variable)
+            if value is not None and value is not initial.get(id(variable)):
+                assigned.append((variable, value))
+        self._assigned = [variable for variable, _ in assigned]
+        return loss, y_pred, gradients, [value for _, value in assigned]
+
+    def __call__(self, x, y, sample_weight):
+        model = self._model
+        loss, y_pred, gradients, new_values = self._function(
+            [variable.value for variable in model.trainable_variables],
+            [variable.value for variable in model.non_trainable_variables],
+            x, y, sample_weight)
+        for variable, value in zip(self._assigned, new_values):
+            variable.assign(value)
         return loss, y_pred, gradients
+
+
+def _make_train_step(model):
+    def compute(x, y, sample_weight):
+        y_pred = _call(model, x, training=True)
+        loss = model._compute_loss(  # pylint: disable=protected-access
+            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+        return loss, model.optimizer.scale_loss(loss), y_pred
+
+    forward_backward = _StatelessForward(model, compute)
 
     def train_step(data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
@@ -60,16 +108,17 @@ def _make_train_step(model):
 
 
 def _make_test_step(model):
-    @tf.function(jit_compile=True, reduce_retracing=True)
-    def forward(x, y, sample_weight):
+    def compute(x, y, sample_weight):
         y_pred = _call(model, x, training=False)
         loss = model._compute_loss(  # pylint: disable=protected-access
             x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False)
-        return loss, y_pred
+        return loss, None, y_pred
+
+    forward = _StatelessForward(model, compute)
 
     def test_step(data):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        loss, y_pred = forward(x, y, sample_weight)
+        loss, y_pred, _ = forward(x, y, sample_weight)
         model._loss_tracker.update_state(  # pylint: disable=protected-access
             loss_module.unscale_loss_for_distribution(loss), sample_weight=_batch_size(x))
         return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
