@@ -86,3 +86,35 @@ def test_replica_xla_really_compiles_each_replica_step(job):
     compiled = {path.name.split(".")[1] for path in (out / "xla").iterdir()
                 if path.name.startswith("module_")}
     assert any("_stateless" in name for name in compiled), sorted(compiled)[:10]
+
+
+@pytest.fixture
+def applied():
+    from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
+
+    was_applied = keras_compat.is_applied()
+    keras_compat.apply()
+    yield keras_compat
+    if not was_applied:
+        keras_compat.remove()
+
+
+def test_replica_xla_refuses_a_model_that_overrides_train_step(applied):
+    del applied
+    import keras  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tfdist.errors import UsageError  # pylint: disable=g-import-not-at-top
+
+    class OwnStep(keras.Sequential):
+        def train_step(self, data):
+            return super().train_step(data)
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        model = OwnStep([keras.Input((4,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+    data = tf.data.Dataset.from_tensor_slices((np.ones((8, 4), np.float32),
+                                               np.ones((8, 1), np.float32))).batch(4)
+    with pytest.raises(UsageError, match="OwnStep overrides train_step"):
+        model.fit(data, epochs=1, verbose=0)

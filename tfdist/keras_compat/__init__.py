@@ -31,6 +31,15 @@ The one package of tfdist that touches private Keras internals. Upstream Keras
    each replica's forward and backward pass instead and keep the all-reduce,
    the optimizer update and the metric updates outside (`_replica_jit`).
    (`jit_compile="auto"` stays off under strategies, as in Keras.)
+5. Under ParameterServerStrategy (which Keras `fit` does not run; tfdist's
+   `ParameterServerTrainer` does), workers update the same metric variables
+   concurrently, and every Keras variable update is a read then a write, so
+   updates are lost. `make_parameter_server_updates_exact(model)` runs each
+   tracked metric's whole `update_state` under a lock on its ps and makes the
+   optimizer's step counter increment atomically (`_parameter_server`). It
+   changes only the given model's metric and counter objects, and it is not
+   version-gated: read-then-write metric updates are Keras's documented way
+   of writing metrics, not a bug upstream will fix.
 
 `apply()` installs the corrections once, only on Keras versions that need
 them; each one hands every call under any other strategy (and any model that
@@ -45,6 +54,7 @@ import keras
 from keras.src.backend.tensorflow import trainer as tf_trainer
 
 from tfdist.keras_compat import _multiworker
+from tfdist.keras_compat import _parameter_server
 from tfdist.keras_compat import _patching
 from tfdist.keras_compat import _replica_jit
 
@@ -115,6 +125,23 @@ def apply(corrections: tuple[str, ...] = CORRECTIONS) -> bool:
     for correction in corrections:
         _patching.enable(correction)
     return is_applied()
+
+
+def make_parameter_server_updates_exact(model) -> None:
+    """Makes `model`'s metric updates and optimizer step counts exact on parameter servers.
+
+    Call it once, on the coordinator, after the model's metrics and optimizer
+    variables exist (after the first build) and before steps are scheduled.
+    Idempotent. See `_parameter_server` for what it does and what it cannot
+    cover.
+    """
+    _parameter_server.make_updates_exact(model)
+
+
+def parameter_server_state_variables(model) -> list:
+    """The variables `make_parameter_server_updates_exact` protects (counters, metric state)."""
+    return (_parameter_server.counter_variables(model)
+            + _parameter_server.metric_variables(model))
 
 
 def remove() -> None:
