@@ -47,7 +47,8 @@ _OUTPUT = flags.DEFINE_string("output", None, "Also write the results as JSON he
 def _python_loop_function(model):
     """The pre-fusion keras_compat loop: one compiled single step per call."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from keras.src.backend.tensorflow import trainer as tf_trainer  # pylint: disable=g-import-not-at-top
+    from keras.src.backend.tensorflow import (  # pylint: disable=g-import-not-at-top
+        trainer as tf_trainer)
 
     strategy = model.distribute_strategy
 

@@ -53,8 +53,9 @@ def _train(model_name: str, *, jit_compile: bool, steps_per_execution: int,
                       metrics=["accuracy"], jit_compile=jit_compile,
                       steps_per_execution=steps_per_execution)
     batch_logs = []
-    record = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: batch_logs.append(
-        {"batch": batch, **{name: float(value) for name, value in logs.items()}}))
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda batch, logs: batch_logs.append(
+            {"batch": batch, **{name: float(value) for name, value in logs.items()}}))
     model.fit(_dataset(), epochs=1, steps_per_epoch=8, verbose=0, callbacks=[record])
     evaluation = model.evaluate(_dataset(), steps=4, verbose=0, return_dict=True)
     return model.get_weights(), batch_logs, evaluation

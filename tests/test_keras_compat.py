@@ -118,3 +118,38 @@ def test_replica_xla_refuses_a_model_that_overrides_train_step(applied):
                                                np.ones((8, 1), np.float32))).batch(4)
     with pytest.raises(UsageError, match="OwnStep overrides train_step"):
         model.fit(data, epochs=1, verbose=0)
+
+
+def test_parameter_server_lock_spares_only_metrics_that_keras_increments():
+    """Loss, Mean, accuracy keep lock-free atomic increments; `assign` metrics take the lock."""
+    import keras  # pylint: disable=g-import-not-at-top
+
+    from tfdist.keras_compat import _parameter_server  # pylint: disable=g-import-not-at-top
+
+    class DocstringCount(keras.metrics.Metric):
+        def __init__(self):
+            super().__init__(name="docstring_count")
+            self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            self.count.assign(self.count + 1.0)
+
+        def result(self):
+            return self.count
+
+    class OwnAccuracy(keras.metrics.BinaryAccuracy):
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            self.total.assign(self.total + keras.ops.sum(y_pred))
+
+    def compiled(metrics):
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, activation="sigmoid")])
+        model.compile("sgd", "binary_crossentropy", metrics=metrics)
+        model.fit(np.ones((4, 3), np.float32), np.ones((4, 1), np.float32), verbose=0)
+        return {metric.name: _parameter_server.only_increments(metric)
+                for metric in model.metrics}
+
+    assert compiled(["accuracy", keras.metrics.BinaryCrossentropy()]) == {
+        "loss": True, "compile_metrics": True}
+    for locked in (keras.metrics.Precision(), keras.metrics.AUC(), DocstringCount(),
+                   OwnAccuracy()):
+        assert compiled(["accuracy", locked]) == {"loss": True, "compile_metrics": False}, locked

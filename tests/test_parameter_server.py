@@ -207,7 +207,8 @@ def test_every_step_is_counted_exactly_and_the_evaluator_sees_the_last_checkpoin
 
 
 @pytest.mark.slow
-def test_every_metric_update_path_counts_every_example_exactly(local_cluster, tmp_path):  # noqa: F811
+def test_every_metric_update_path_counts_every_example_exactly(
+        local_cluster, tmp_path):  # noqa: F811
     """Precision, Recall, AUC, F1Score, IoU and a docstring-style metric (`v.assign(v + x)`).
 
     Two workers update the same metric variables on the ps at the same time;

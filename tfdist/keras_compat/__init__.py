@@ -88,7 +88,8 @@ def _make_function(self, step_function):
     if replica_jit:
         step_function = _replica_jit.replica_step(self, step_function)
         # Keras reads `jit_compile` only while building; the step compiles itself.
-        jit_compile, self._jit_compile = self._jit_compile, False  # pylint: disable=protected-access
+        jit_compile = self._jit_compile  # pylint: disable=protected-access
+        self._jit_compile = False  # pylint: disable=protected-access
         try:
             keras_function = original(self, step_function)
         finally:

@@ -17,8 +17,9 @@ and the write are separate calls. So:
 - each metric that the model tracks (`model.metrics`: the loss tracker, the
   compiled metrics, metrics set as model attributes) whose state changes by
   anything but Keras's own increments runs its whole `update_state` inside
-  one `tf.CriticalSection` of the model, placed on a ps task: metric updates run one at a time, whatever `update_state` does
-  (`assign`, `assign_add`, `assign_sub`, any mix). The lock is taken once
+  one `tf.CriticalSection` of the model, placed on a ps task: these updates
+  run one at a time, whatever `update_state` does (`assign`, `assign_add`,
+  `assign_sub`, any mix). The lock is taken once
   the update's inputs exist (not while the forward pass runs) and released
   only after the metric's variables have been written (a read of each
   variable on its ps, ordered after the writes by the function's automatic
