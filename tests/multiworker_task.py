@@ -9,6 +9,11 @@ set whose last batch is partial. The chief writes `weights.npz`,
 `--compat=none` leaves Keras unpatched (to show the upstream failure);
 `--compat=build_only` corrects only the first of the two upstream reductions;
 `--compat=no_steps_per_execution` corrects both but not the multi-step loop.
+`--record` makes every task write `<out>/batch_logs-<task>.json` (the logs
+each `on_train_batch_end` saw) and the chief `<out>/history.json` and
+`<out>/train_graph.json` (whether one call of the train function runs its
+steps in one graph: a `While` loop whose body reaches the collective
+all-reduce). `--jit_compile` compiles the model with `jit_compile=True`.
 """
 
 import argparse
@@ -34,6 +39,8 @@ def _parse_args():
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--marker_step", type=int, default=0)
     parser.add_argument("--num_cpu_devices", type=int, default=0)
+    parser.add_argument("--record", action="store_true")
+    parser.add_argument("--jit_compile", action="store_true")
     return parser.parse_args()
 
 
@@ -47,6 +54,9 @@ def _make_strategy(args, cluster):
             keras_compat.apply(corrections=("symbolic_build", "reduce_per_replica"))
         resolver = strategy_lib.cluster_resolver(cluster, ("chief", "worker"))
         return tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+    # make_strategy applies the corrections under `multiworker` only; they also
+    # serve `mirrored` (steps_per_execution with collectives, jit_compile).
+    keras_compat.apply()
     options = strategy_lib.StrategyOptions(num_cpu_devices=args.num_cpu_devices)
     return strategy_lib.make_strategy(args.strategy, cluster, options)
 
@@ -64,6 +74,51 @@ class _Marker:
                     path.write_text("started")
 
         return Marker()
+
+
+class _BatchLogRecorder:
+    """Keras callback factory that keeps every `on_train_batch_end` log."""
+
+    @staticmethod
+    def make(records: list):
+        import keras  # pylint: disable=g-import-not-at-top
+
+        class BatchLogRecorder(keras.callbacks.Callback):
+            def on_train_batch_end(self, batch, logs=None):
+                records.append({"batch": batch, **{name: float(value)
+                                                   for name, value in (logs or {}).items()}})
+
+        return BatchLogRecorder()
+
+
+def _reaches(library: dict, function_name: str, op_type: str, seen: set) -> bool:
+    """Whether the function, or one it calls, holds an op of `op_type`."""
+    if function_name in seen or function_name not in library:
+        return False
+    seen.add(function_name)
+    for node in library[function_name].node_def:
+        if node.op == op_type:
+            return True
+        called = [node.op] + [value.func.name for value in node.attr.values()
+                              if value.HasField("func")]
+        if any(_reaches(library, name, op_type, seen) for name in called):
+            return True
+    return False
+
+
+def _train_graph_report(model, strategy, dataset) -> dict:
+    """Whether `model.train_function` runs several steps in one graph with the all-reduce."""
+    fused = getattr(model.train_function, "fused_function", None)
+    if fused is None:
+        return {"fused": False, "while_reaches_all_reduce": False}
+    iterator = iter(strategy.experimental_distribute_dataset(dataset))
+    graph_def = fused.get_concrete_function(iterator).graph.as_graph_def()
+    library = {function.signature.name: function for function in graph_def.library.function}
+    bodies = [node.attr["body"].func.name for node in graph_def.node
+              if node.op in ("While", "StatelessWhile")]
+    return {"fused": True,
+            "while_reaches_all_reduce": any(
+                _reaches(library, body, "CollectiveReduceV2", set()) for body in bodies)}
 
 
 def main():
@@ -89,13 +144,24 @@ def main():
         model = task.build_model()
         model.compile(optimizer=keras.optimizers.SGD(0.05),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"], steps_per_execution=args.steps_per_execution)
+                      metrics=["accuracy"], steps_per_execution=args.steps_per_execution,
+                      jit_compile=args.jit_compile)
     callbacks = []
     if args.marker_step:
         task = f"{cluster.task_type}-{cluster.task_index}"
         callbacks.append(_Marker.make(out / f"started-{task}", args.marker_step))
-    model.fit(train, epochs=1, steps_per_epoch=args.steps, verbose=0, shuffle=False,
-              callbacks=callbacks)
+    batch_logs = []
+    if args.record:
+        callbacks.append(_BatchLogRecorder.make(batch_logs))
+    history = model.fit(train, epochs=1, steps_per_epoch=args.steps, verbose=0,
+                        shuffle=False, callbacks=callbacks)
+    if args.record:
+        task = f"{cluster.task_type}-{cluster.task_index}" if cluster.task_type else "single"
+        (out / f"batch_logs-{task}.json").write_text(json.dumps(batch_logs))
+        if cluster.is_chief:
+            (out / "history.json").write_text(json.dumps(history.history))
+            (out / "train_graph.json").write_text(
+                json.dumps(_train_graph_report(model, strategy, train)))
     evaluation = model.evaluate(test, verbose=0, return_dict=True)
     predictions = model.predict(test_images, batch_size=64, verbose=0)
     if cluster.is_chief:

@@ -18,6 +18,14 @@ Every task runs this same command; `TF_CONFIG` decides the role:
 - evaluator: `SidecarEvaluator` on the exported checkpoints, metrics under
   `<out>/eval`.
 
+With `--count_metrics` the model ends in a sigmoid, every target is 1, and it
+is compiled with `Precision`, `Recall`, `AUC`, `F1Score`, `IoU` (thresholds
+that count every example) and `ExampleCount`, a metric written as
+`keras.metrics.Metric`'s docstring shows (`v.assign(v + x)`). `summary.json`
+then holds `metric_counts`: how many examples each metric's state had counted
+in the last epoch at its last sync point (the sum of its confusion-matrix
+entries).
+
 Exit codes: 0 done; 3 when a parameter server was lost (message on stderr).
 """
 
@@ -47,6 +55,7 @@ def _parse_args():
     parser.add_argument("--mark_batches", action="store_true")
     parser.add_argument("--min_shard_bytes", type=int, default=0)
     parser.add_argument("--max_shards", type=int, default=1)
+    parser.add_argument("--count_metrics", action="store_true")
     return parser.parse_args()
 
 
@@ -57,10 +66,12 @@ def _arrays(seed: int):
     return features, features @ weights
 
 
-def _dataset(mark_dir: str = ""):
+def _dataset(mark_dir: str = "", ones: bool = False):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     features, targets = _arrays(0)
+    if ones:
+        targets = np.ones_like(targets)
     # No fixed seed: each worker's copy of the pipeline shuffles differently.
     dataset = (tf.data.Dataset.from_tensor_slices((features, targets))
                .shuffle(512).batch(BATCH_SIZE, drop_remainder=True))
@@ -77,13 +88,67 @@ def _dataset(mark_dir: str = ""):
     return dataset.map(mark)
 
 
-def _model():
+def _example_count_metric():
+    import keras  # pylint: disable=g-import-not-at-top
+    from keras import ops  # pylint: disable=g-import-not-at-top
+
+    class ExampleCount(keras.metrics.Metric):
+        """Counts examples the way keras.metrics.Metric's docstring updates state."""
+
+        def __init__(self, name="example_count", **kwargs):
+            super().__init__(name=name, **kwargs)
+            self.count = self.add_variable(shape=(), initializer="zeros", name="count")
+
+        def update_state(self, y_true, y_pred, sample_weight=None):
+            self.count.assign(self.count + ops.cast(ops.shape(y_true)[0], self.dtype))
+
+        def result(self):
+            return self.count
+
+    return ExampleCount()
+
+
+def _counting_metrics():
+    import keras  # pylint: disable=g-import-not-at-top
+
+    # Every target is 1 and every prediction a sigmoid > 0: each metric's
+    # confusion entries below add up to the examples it saw.
+    return [keras.metrics.Precision(thresholds=0.0, name="precision"),
+            keras.metrics.Recall(thresholds=0.0, name="recall"),
+            keras.metrics.AUC(num_thresholds=3, name="auc"),
+            keras.metrics.F1Score(threshold=1e-30, name="f1"),
+            keras.metrics.IoU(num_classes=2, target_class_ids=[1], name="iou"),
+            _example_count_metric()]
+
+
+def _metric_counts(model) -> dict:
+    metrics = {metric.name: metric for metric in model.compiled_metrics_objects}
+
+    def total(metric, *names):
+        return float(sum(np.sum(variable.numpy()[..., 0] if "auc" == metric else variable.numpy())
+                         for variable in metrics[metric].variables
+                         if variable.name in names))
+
+    return {"precision": total("precision", "true_positives", "false_positives"),
+            "recall": total("recall", "true_positives", "false_negatives"),
+            "auc": total("auc", "true_positives", "false_positives", "true_negatives",
+                         "false_negatives"),
+            "f1": total("f1", "true_positives", "false_negatives"),
+            "iou": total("iou", "total_confusion_matrix"),
+            "example_count": total("example_count", "count")}
+
+
+def _model(count_metrics: bool = False):
     import keras  # pylint: disable=g-import-not-at-top
 
     model = keras.Sequential([keras.Input((NUM_FEATURES,)),
                               keras.layers.Dense(16, activation="relu"),
-                              keras.layers.Dense(1)])
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", metrics=["mae"])
+                              keras.layers.Dense(1, activation="sigmoid" if count_metrics
+                                                 else None)])
+    metrics = _counting_metrics() if count_metrics else ["mae"]
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", metrics=metrics)
+    # A plain list is not tracked as more model metrics (they stay compiled metrics only).
+    object.__setattr__(model, "compiled_metrics_objects", metrics)
     return model
 
 
@@ -128,6 +193,22 @@ def _count_recorder():
     return CountRecorder()
 
 
+def _metric_count_recorder():
+    import keras  # pylint: disable=g-import-not-at-top
+
+    class MetricCountRecorder(keras.callbacks.Callback):
+        """`_metric_counts` at each sync point of training."""
+
+        def __init__(self):
+            super().__init__()
+            self.counts = []
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.counts.append(_metric_counts(self.model))
+
+    return MetricCountRecorder()
+
+
 def _chief(args, cluster, out: pathlib.Path) -> int:
     import keras  # pylint: disable=g-import-not-at-top
 
@@ -136,9 +217,10 @@ def _chief(args, cluster, out: pathlib.Path) -> int:
     strategy = parameter_server.make_parameter_server_strategy(
         cluster, min_shard_bytes=args.min_shard_bytes, max_shards=args.max_shards)
     with strategy.scope():
-        model = _model()
+        model = _model(args.count_metrics)
     trainer = parameter_server.ParameterServerTrainer(model)
     counter = _count_recorder()
+    metric_counter = _metric_count_recorder()
     exporter = parameter_server.CheckpointExporter(str(out / "checkpoints"))
     mark_dir = ""
     if args.mark_batches:
@@ -146,10 +228,11 @@ def _chief(args, cluster, out: pathlib.Path) -> int:
         os.makedirs(mark_dir, exist_ok=True)
     try:
         history = trainer.fit(
-            _dataset(mark_dir), epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
-            steps_per_sync=args.steps_per_sync or None, verbose=2,
-            validation_data=_dataset(), validation_steps=3,
-            callbacks=[_hold_callback(out, args.hold_after_first_sync), exporter, counter])
+            _dataset(mark_dir, ones=args.count_metrics), epochs=args.epochs,
+            steps_per_epoch=args.steps_per_epoch, steps_per_sync=args.steps_per_sync or None,
+            verbose=2, validation_data=_dataset(ones=args.count_metrics), validation_steps=3,
+            callbacks=[_hold_callback(out, args.hold_after_first_sync), exporter, counter,
+                       *([metric_counter] if args.count_metrics else [])])
     except parameter_server.ParameterServerLostError as error:
         sys.stderr.write(f"error: {error}\n")
         return 3
@@ -164,6 +247,8 @@ def _chief(args, cluster, out: pathlib.Path) -> int:
             1 for variable in model.variables
             if type(variable.value).__name__ == "ShardedVariable"),
     }
+    if args.count_metrics:
+        summary["metric_counts"] = metric_counter.counts[-1]
     (out / "summary.json").write_text(json.dumps(summary))
     keras.backend.clear_session()
     return 0

@@ -123,6 +123,57 @@ def test_evaluate_and_predict_under_two_workers_equal_one_process(local_cluster,
     np.testing.assert_allclose(two_predict, one_predict, rtol=1e-5, atol=1e-5)
 
 
+def _json(path: pathlib.Path):
+    return json.loads(path.read_text())
+
+
+def _run_mirrored_and_two_workers(local_cluster, tmp_path, *flags) -> tuple[pathlib.Path, ...]:
+    """Runs the task on 2 local CPUs in one process, then on 2 workers; returns both outputs."""
+    one, two = tmp_path / "mirrored", tmp_path / "two_workers"
+    one.mkdir()
+    two.mkdir()
+    _run_single([TASK, "--strategy=mirrored", "--num_cpu_devices=2", f"--out={one}", *flags],
+                ROOT)
+    _run_cluster(local_cluster, [TASK, "--strategy=multiworker", f"--out={two}", *flags])
+    return one, two
+
+
+def test_fused_executions_under_two_workers_equal_two_local_cpus(local_cluster, tmp_path):
+    """`steps_per_execution=4`: 4 steps per graph execution, the same result as mirrored.
+
+    Also the per-batch logs (what the progress bar and batch callbacks see):
+    equal on both workers and in one process, and the last one equals the
+    epoch log, which Keras reads from the metric variables, so a reduction of
+    step outputs that summed replicas instead of averaging them fails here.
+    """
+    one, two = _run_mirrored_and_two_workers(local_cluster, tmp_path, "--steps=8",
+                                             "--steps_per_execution=4", "--record")
+
+    assert _json(two / "train_graph.json") == {"fused": True, "while_reaches_all_reduce": True}
+    assert _max_difference(_weights(one / "weights.npz"), _weights(two / "weights.npz")) < 1e-6
+    assert _json(two / "evaluate.json") == pytest.approx(_json(one / "evaluate.json"), rel=1e-6)
+
+    single = _json(one / "batch_logs-single.json")
+    assert [log["batch"] for log in single] == [3, 7]
+    for task in ("worker-0", "worker-1"):
+        logs = _json(two / f"batch_logs-{task}.json")
+        assert [log["batch"] for log in logs] == [3, 7]
+        for got, expected in zip(logs, single):
+            assert got == pytest.approx(expected, rel=1e-6), task
+    epoch = {name: values[-1] for name, values in _json(two / "history.json").items()}
+    assert set(epoch) == {"loss", "accuracy"}
+    assert {name: single[-1][name] for name in epoch} == pytest.approx(epoch, rel=1e-6)
+    assert {name: logs[-1][name] for name in epoch} == pytest.approx(epoch, rel=1e-6)
+
+
+def test_replica_xla_under_two_workers_equals_two_local_cpus(local_cluster, tmp_path):
+    """`jit_compile=True`: each replica's step compiled by XLA, the all-reduce outside."""
+    one, two = _run_mirrored_and_two_workers(local_cluster, tmp_path, "--steps=8",
+                                             "--steps_per_execution=4", "--jit_compile")
+    assert _max_difference(_weights(one / "weights.npz"), _weights(two / "weights.npz")) < 1e-6
+    assert _json(two / "evaluate.json") == pytest.approx(_json(one / "evaluate.json"), rel=1e-6)
+
+
 def test_mirrored_on_two_logical_cpus_equals_one_device(tmp_path):
     (tmp_path / "two").mkdir()
     _run_single([TASK, "--strategy=default", f"--out={tmp_path}", "--steps=8"], ROOT)

@@ -207,6 +207,27 @@ def test_every_step_is_counted_exactly_and_the_evaluator_sees_the_last_checkpoin
 
 
 @pytest.mark.slow
+def test_every_metric_update_path_counts_every_example_exactly(
+        local_cluster, tmp_path):  # noqa: F811
+    """Precision, Recall, AUC, F1Score, IoU and a docstring-style metric (`v.assign(v + x)`).
+
+    Two workers update the same metric variables on the ps at the same time;
+    each metric must have counted steps x batch examples, no update lost.
+    """
+    out = tmp_path / "out"
+    cluster = _cluster(local_cluster, out, "--count_metrics", "--epochs=1",
+                       "--steps_per_epoch=60")
+    cluster.start()
+    codes = cluster.wait(timeout=JOB_TIMEOUT)
+    assert codes["chief:0"] == 0, cluster.format_logs()
+    summary = _summary(out, cluster)
+    assert summary["steps_completed"] == 60, summary
+    assert summary["examples_counted_at_last_sync"] == 60 * 16, summary
+    assert summary["metric_counts"] == {name: 60 * 16 for name in (
+        "precision", "recall", "auc", "f1", "iou", "example_count")}, summary
+
+
+@pytest.mark.slow
 def test_a_worker_killed_mid_run_loses_no_step(local_cluster, tmp_path):  # noqa: F811
     out = tmp_path / "out"
     cluster = _cluster(local_cluster, out, "--epochs=2", "--steps_per_epoch=40",

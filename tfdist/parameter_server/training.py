@@ -14,8 +14,9 @@ loop runs on the chief (the coordinator) and drives the workers through
   steps and at each epoch end. Those sync points are where batch-level
   callbacks run, metrics are read, and backups are consistent.
 
-Exact accounting: increments of `optimizer.iterations` and of metric state are
-made atomic on the ps (`exact_counters`), and after every sync point
+Exact accounting: increments of `optimizer.iterations` are atomic on the ps
+and each metric's updates run one at a time under a lock on its ps
+(`tfdist.keras_compat.make_parameter_server_updates_exact`), and after every sync point
 `iterations` is checked against the steps the coordinator saw complete.
 Updates are asynchronous: a worker computes its gradients from weights that
 other workers may update before its own update lands (staleness of up to
@@ -29,10 +30,11 @@ import re
 import time
 
 import keras
+import numpy as np
 import tensorflow as tf
 
+from tfdist import keras_compat
 from tfdist.errors import UsageError
-from tfdist.parameter_server.exact_counters import counter_variables, make_increments_atomic
 
 _log = logging.getLogger(__name__)
 
@@ -101,7 +103,10 @@ def _first_batch(dataset_fn):
 
 
 def _to_python(logs: dict) -> dict:
-    return {name: float(value) for name, value in logs.items()}
+    """Scalars as floats; a metric with a vector result (`F1Score`) as a list of floats."""
+    arrays = {name: np.asarray(value) for name, value in logs.items()}
+    return {name: float(array) if array.ndim == 0 else array.astype(float).tolist()
+            for name, array in arrays.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -236,7 +241,7 @@ class ParameterServerTrainer:
                 f"variable_partitioner, min_shard_bytes > 0), which Keras 3's train_step cannot "
                 f"differentiate ('ShardedVariable' object has no attribute 'handle'); build the "
                 f"strategy with min_shard_bytes=0, or train with a custom step on tf.Variables")
-        counters = counter_variables(model)
+        counters = keras_compat.parameter_server_state_variables(model)
         local = [variable.path for variable in counters
                  if "/job:ps" not in (getattr(variable.value, "device", "") or "/job:ps")]
         if local:
@@ -244,7 +249,7 @@ class ParameterServerTrainer:
                 f"variables {local[:3]} are not on the parameter servers, expected every "
                 f"variable of the model, its optimizer and metrics to be created in the "
                 f"strategy's scope; call model.compile(...) inside strategy.scope()")
-        make_increments_atomic(counters)
+        keras_compat.make_parameter_server_updates_exact(model)
         self._built = True
 
     def _make_train_function(self):

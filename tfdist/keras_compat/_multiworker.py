@@ -1,0 +1,124 @@
+"""Corrections that make Keras 3 `fit`/`evaluate` run under MultiWorkerMirroredStrategy.
+
+See the package docstring for the upstream failures these correct.
+"""
+
+from keras.src.backend.tensorflow import trainer as tf_trainer
+import tensorflow as tf
+from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
+
+from tfdist.keras_compat import _patching
+
+
+def is_multi_worker(strategy) -> bool:
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and strategy.extended._in_multi_worker_mode())  # pylint: disable=protected-access
+
+
+def step_holds_collectives(strategy) -> bool:
+    """Whether a step's all-reduce is collective ops (instance keys captured at call time).
+
+    True under a multi-worker strategy, and under MirroredStrategy on several
+    devices with its default cross-device ops on CPUs (`CollectiveAllReduce`).
+    """
+    if is_multi_worker(strategy):
+        return True
+    cross_device_ops = getattr(strategy.extended, "_cross_device_ops", None)
+    return (isinstance(strategy, tf.distribute.MirroredStrategy)
+            and strategy.num_replicas_in_sync > 1
+            and isinstance(cross_device_ops, cross_device_ops_lib.CollectiveAllReduce))
+
+
+def _first_local_value(value):
+    if isinstance(value, tf.distribute.DistributedValues):
+        return value.values[0]
+    return value
+
+
+def maybe_symbolic_build(self, iterator=None, data_batch=None):
+    """Builds from the first local replica's batch: only its shapes and dtypes matter."""
+    original = _patching.original(tf_trainer.TensorFlowTrainer, "_maybe_symbolic_build")
+    strategy = self._distribute_strategy  # pylint: disable=protected-access
+    if iterator is None or strategy is None or not is_multi_worker(strategy):
+        return original(self, iterator=iterator, data_batch=data_batch)
+    for _, _, batches in iterator:
+        data_batch = tf.nest.map_structure(_first_local_value, next(batches))
+        break
+    with strategy.scope():
+        self._symbolic_build(data_batch=data_batch)  # pylint: disable=protected-access
+
+
+def reduce_per_replica(values, strategy, reduction):
+    """Averages step outputs across replicas only (`axis=None`), as one worker does."""
+    original = _patching.original(tf_trainer, "reduce_per_replica")
+    if reduction not in ("auto", "mean") or not is_multi_worker(strategy):
+        return original(values, strategy, reduction)
+    return tf.nest.map_structure(lambda value: strategy.reduce("MEAN", value, axis=None),
+                                 values)
+
+
+def make_fused_function(model, step_function, keras_function):
+    """`steps_per_execution` steps in one graph execution when steps hold collectives.
+
+    Keras's own loop calls its compiled single step inside a `tf.cond` in the
+    `tf.while_loop` body. When the step's all-reduce is collective ops
+    (`step_holds_collectives`), its collectives take their instance keys as call-time captures
+    (`FuncGraph.capture_call_time_value`); a nested function called in a
+    `tf.cond` branch registers that capture in the branch graph, which
+    `cond_v2` never feeds ("You must feed a value for placeholder tensor
+    'while/cond/Placeholder'"). A `tf.while_loop` body passes such captures
+    on, so this loop calls the step directly in the body and checks for more
+    data in the loop condition instead of a `tf.cond` around the step.
+
+    Args:
+        model: The Keras model.
+        step_function: `model.train_step`, `model.test_step` or a replacement.
+        keras_function: Keras's own function, used for inputs that are not
+            TensorFlow iterators (`train_on_batch` passes a generator).
+
+    Returns:
+        `function(iterator) -> logs of the last step run`.
+    """
+    strategy = model.distribute_strategy
+    steps = model.steps_per_execution
+
+    def one_step_on_data(data):
+        outputs = strategy.run(step_function, args=(data,))
+        return tf_trainer.reduce_per_replica(outputs, strategy, reduction="auto")
+
+    one_step_on_data = model._autoconvert_optionals(  # pylint: disable=protected-access
+        tf.function(one_step_on_data, reduce_retracing=True))
+
+    def multi_step_on_iterator(iterator):
+        # The first batch is read like a single step: at the end of the data
+        # it raises OutOfRangeError, which the epoch iterator turns into the
+        # end of the epoch.
+        outputs = one_step_on_data(iterator.get_next())
+
+        def has_next_step(executed, outputs, next_inputs):
+            del outputs
+            return tf.logical_and(executed < steps, next_inputs.has_value())
+
+        def next_step(executed, outputs, next_inputs):
+            del outputs
+            outputs = one_step_on_data(next_inputs.get_value())
+            executed += 1
+            # Read another batch only if it will be used in this execution.
+            next_inputs = tf.cond(executed < steps, iterator.get_next_as_optional,
+                                  lambda: next_inputs)
+            return executed, outputs, next_inputs
+
+        _, outputs, _ = tf.while_loop(
+            has_next_step, next_step,
+            loop_vars=(tf.constant(1), outputs, iterator.get_next_as_optional()))
+        return outputs
+
+    fused = tf.function(multi_step_on_iterator, reduce_retracing=True)
+
+    def function(iterator):
+        if isinstance(iterator, (tf.data.Iterator, tf.distribute.DistributedIterator)):
+            return fused(iterator)
+        return keras_function(iterator)
+
+    function.fused_function = fused
+    return function
