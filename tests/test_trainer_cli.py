@@ -343,3 +343,28 @@ def test_deterministic_parameter_server_training_is_refused_before_any_peer():
                       env={"TF_CONFIG": json.dumps(tf_config)})
     assert_usage_error(result, "--deterministic was given with parameter-server training",
                        only_line=False)
+
+
+def test_xla_under_mirrored_matches_the_run_without_it(tmp_path):
+    weights = {}
+    for setting in ("true", "false"):
+        out = tmp_path / setting
+        result = run_task("--strategy=mirrored", "--num_cpu_devices=2", "--epochs=1",
+                          "--steps_per_epoch=10", "--num_examples=512", "--deterministic",
+                          f"--jit_compile={setting}", f"--model_dir={out}")
+        assert result.returncode == 0, describe(result)
+        assert f"XLA {'on' if setting == 'true' else 'off'}: --jit_compile={setting}" in (
+            result.stderr)
+        weights[setting] = keras.saving.load_model(out / "model.keras", safe_mode=True,
+                                                   compile=False).get_weights()
+    for with_xla, without in zip(weights["true"], weights["false"], strict=True):
+        np.testing.assert_allclose(with_xla, without, rtol=0, atol=1e-5)
+
+
+def test_xla_under_parameter_servers_is_refused_before_any_peer():
+    tf_config = {"cluster": {"chief": ["127.0.0.1:7"], "worker": ["127.0.0.1:8"],
+                             "ps": ["127.0.0.1:9"]}, "task": {"type": "chief", "index": 0}}
+    result = run_task("--strategy=parameter_server", "--jit_compile=true", *SHORT,
+                      env={"TF_CONFIG": json.dumps(tf_config)})
+    assert_usage_error(result, "--jit_compile=true was given with parameter-server training",
+                       only_line=False)

@@ -143,7 +143,9 @@ def _mirrored(cluster: Cluster, options: StrategyOptions) -> tf.distribute.Strat
             "nccl": tf.distribute.NcclAllReduce(),
             "ring": tf.distribute.HierarchicalCopyAllReduce(),
         }[options.all_reduce]
+        keras_compat.apply()  # fused executions over collectives, XLA per replica
         return tf.distribute.MirroredStrategy(cross_device_ops=cross_device_ops)
+    keras_compat.apply()  # XLA per replica (compile(jit_compile=True)) under mirrored too
     devices = split_cpu(options.num_cpu_devices) if options.num_cpu_devices else ["/cpu:0"]
     if options.all_reduce == "nccl":
         logging.warning("--all_reduce=nccl needs GPUs; reducing on the CPU instead.")

@@ -17,6 +17,7 @@ OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
 LR_SCALING_RULES = ("none", "linear", "sqrt")
 LR_DECAYS = ("constant", "cosine", "polynomial", "step")
 ALL_REDUCE = ("auto", "ring", "nccl")
+JIT_COMPILE = ("auto", "true", "false")
 MIXED_PRECISION = ("none", "mixed_float16", "mixed_bfloat16")
 
 
@@ -46,6 +47,7 @@ class ExperimentConfig:
     validation_steps: int = 0
     global_batch_size: int = 64
     steps_per_execution: int = 1
+    jit_compile: str = "auto"
     # Optimization.
     optimizer: str = "sgd"
     learning_rate: float = 0.05
@@ -83,6 +85,7 @@ class ExperimentConfig:
         _one_of("lr_decay", self.lr_decay, LR_DECAYS)
         _one_of("all_reduce", self.all_reduce, ALL_REDUCE)
         _one_of("mixed_precision", self.mixed_precision, MIXED_PRECISION)
+        _one_of("jit_compile", self.jit_compile, JIT_COMPILE)
         for name in ("epochs", "global_batch_size", "num_examples", "steps_per_execution"):
             _positive(name, getattr(self, name))
         _positive("learning_rate", self.learning_rate)

@@ -34,6 +34,10 @@ _HELP = {
     "steps_per_epoch": "Steps per epoch; default: the training split over the global batch.",
     "validation_steps": "Validation batches after each epoch; 0 skips validation.",
     "global_batch_size": "Examples per step summed over all replicas.",
+    "jit_compile": "XLA for the training step: auto, true or false. Under mirrored and "
+                   "multiworker XLA compiles each replica's forward and backward pass (the "
+                   "all-reduce and update stay outside); auto is off on CPUs, where it was "
+                   "measured slower, and on parameter servers, on for TPUs.",
     "steps_per_execution": "Steps run per call into the compiled training function.",
     "optimizer": f"Optimizer: {', '.join(config_lib.OPTIMIZERS)}.",
     "learning_rate": "Base learning rate; with --lr_scaling, the rate for "

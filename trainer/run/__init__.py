@@ -54,11 +54,7 @@ def run(config: ExperimentConfig, cluster: Cluster,
     tf.get_logger().setLevel("WARNING")
     options = strategy_options(config)
     strategy_name = strategy_lib.resolve_strategy_name(config.strategy, cluster, options)
-    if strategy_name == "parameter_server" and config.deterministic:
-        raise UsageError(
-            "--deterministic was given with parameter-server training, whose workers update "
-            "the variables asynchronously in an order no flag can fix; drop --deterministic "
-            "(or use a synchronous strategy for reproducible runs)")
+    pipeline.check_settings_for_strategy(config, strategy_name)
     loaded = tasks.load(config)
     tasks_lib.preflight(loaded.task, loaded.spec)
     if config.mixed_precision != "none":

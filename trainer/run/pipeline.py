@@ -25,6 +25,7 @@ from tfdist.callbacks import BackupAndRestore, EpochTensorBoard, NonFiniteGuard
 from tfdist.checkpointing import ResumePoint
 from tfdist.checkpointing.state import FitSegment
 from tfdist.cluster import Cluster, has_evaluator
+from tfdist.errors import UsageError
 from tfdist.evaluation import CheckpointExporter
 from tfdist.files import write_json_atomically
 from tfdist.preemption import PreemptionOptions
@@ -136,8 +137,44 @@ def build_inputs(loaded: LoadedTask, config: ExperimentConfig) -> Inputs:
                   global_batch_size=config.global_batch_size, seed=config.seed)
 
 
+def check_settings_for_strategy(config: ExperimentConfig, strategy_name: str) -> None:
+    """Refuses settings the chosen strategy cannot honour; call before any peer is contacted.
+
+    Raises:
+        UsageError: `--deterministic` or `--jit_compile=true` under parameter servers.
+    """
+    if strategy_name != "parameter_server":
+        return
+    if config.deterministic:
+        raise UsageError(
+            "--deterministic was given with parameter-server training, whose workers update "
+            "the variables asynchronously in an order no flag can fix; drop --deterministic "
+            "(or use a synchronous strategy for reproducible runs)")
+    if config.jit_compile == "true":
+        raise UsageError("--jit_compile=true was given with parameter-server training, whose "
+                         "coordinator schedules uncompiled steps; use --jit_compile=auto or "
+                         "false")
+
+
+def resolve_jit_compile(config: ExperimentConfig, strategy_name: str) -> tuple[bool, str]:
+    """Whether to compile the training step with XLA, and why.
+
+    Measured here (docs/benchmarks.md): on CPU, XLA made the cnn 2-3x slower
+    and the mlp no faster under a strategy, so `auto` never picks it on CPU.
+    """
+    if strategy_name == "parameter_server":
+        return False, "parameter-server steps are not compiled with XLA"
+    if config.jit_compile != "auto":
+        return config.jit_compile == "true", f"--jit_compile={config.jit_compile}"
+    if strategy_name == "tpu":
+        return True, "TPUs always run XLA"
+    if tf.config.list_physical_devices("GPU"):
+        return True, "GPUs run the fused XLA step faster"
+    return False, "on CPUs XLA was measured slower (cnn 0.3-0.4x) or no faster (mlp)"
+
+
 def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
-                for_training: bool = True) -> keras.Model:
+                for_training: bool = True, jit_compile: bool = False) -> keras.Model:
     """The task's model, built and compiled; call inside the strategy's scope.
 
     The model is called once on one example, so that a subclassed model has
@@ -158,7 +195,8 @@ def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
         model.compile(**compile_args)
     else:
         model.compile(optimizer=build_optimizer(config, steps_per_epoch=steps_per_epoch),
-                      steps_per_execution=config.steps_per_execution, **compile_args)
+                      steps_per_execution=config.steps_per_execution,
+                      jit_compile=jit_compile, **compile_args)
     return model
 
 
@@ -395,8 +433,10 @@ def prepare(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, loaded
     """Inputs, model, restore and callbacks: everything before the first step."""
     seed_everything(config)
     inputs = build_inputs(loaded, config)
+    jit_compile, why = resolve_jit_compile(config, strategy_name)
+    logging.info("XLA %s: %s.", "on" if jit_compile else "off", why)
     with strategy.scope():
-        model = build_model(loaded, config, inputs)
+        model = build_model(loaded, config, inputs, jit_compile=jit_compile)
     backup = make_backup(config, dirs, strategy, cluster,
                          run_settings(config, loaded, inputs, cluster, strategy_name))
     todo = plan(backup, model, epochs=config.epochs, steps_per_epoch=inputs.steps_per_epoch)
