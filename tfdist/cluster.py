@@ -16,6 +16,7 @@ import types
 from typing import Mapping
 
 from tfdist.errors import ClusterConfigError
+from tfdist.preconditions import check_whole_number
 
 CHIEF = "chief"
 WORKER = "worker"
@@ -200,15 +201,8 @@ def _require_mapping(parent: dict, key: str, variable: str) -> dict:
 def _check_index(value, field: str) -> int:
     if isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ClusterConfigError(
-            f"{field} is {value!r}, expected a whole number >= 0; set it to the task's "
-            f"position in its role's address list")
-    if value < 0:
-        raise ClusterConfigError(
-            f"{field} is {value}, expected a whole number >= 0; set it to the task's "
-            f"position in its role's address list")
-    return value
+    return check_whole_number(field, value, minimum=0, error=ClusterConfigError,
+                              hint="set it to the task's position in its role's address list")
 
 
 def _check_address(address, field: str) -> str:

@@ -35,6 +35,7 @@ from tfdist.checkpointing.fingerprint import check_changeable, check_run_setting
 from tfdist.checkpointing.state import FitSegment
 from tfdist.cluster import Cluster, resolve_cluster
 from tfdist.errors import NonFiniteError, UsageError
+from tfdist.preconditions import require
 from tfdist.preemption import PreemptionOptions, PreemptionWatcher
 
 _log = logging.getLogger(__name__)
@@ -48,8 +49,7 @@ def check_save_freq(save_freq) -> int | str:
     """
     if save_freq == "epoch" and isinstance(save_freq, str):
         return save_freq
-    if isinstance(save_freq, bool) or not isinstance(save_freq, int) or save_freq <= 0:
-        raise UsageError(
+    require(isinstance(save_freq, int) and not isinstance(save_freq, bool) and save_freq > 0,
             f"save_freq is {save_freq!r}, expected 'epoch' or a whole number of steps > 0; "
             f"use save_freq='epoch' to back up once per epoch")
     return save_freq

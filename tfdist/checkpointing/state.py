@@ -30,14 +30,13 @@ from tfdist.checkpointing.finite import FiniteCheck
 from tfdist.checkpointing.store import BackupInfo, BackupStore
 from tfdist.checkpointing.sync import WorkerSync
 from tfdist.errors import BackupMismatchError, NonFiniteError, UsageError
+from tfdist.preconditions import check_whole_number
 
 _log = logging.getLogger(__name__)
 
 
 def _check_positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UsageError(f"{name} is {value!r}, expected a whole number > 0")
-    return value
+    return check_whole_number(name, value, minimum=1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -47,6 +47,7 @@ from typing import Callable, Mapping
 import tensorflow as tf
 
 from tfdist.errors import UsageError
+from tfdist.preconditions import check_whole_number
 
 FORMAT = "tfdist-backup/1"
 CHECKPOINT_NAME = "ckpt"
@@ -132,9 +133,7 @@ def _write_bytes(path: str, data: bytes) -> None:
 
 
 def _check_step(step) -> int:
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-        raise UsageError(f"backup step is {step!r}, expected a whole number >= 0")
-    return step
+    return check_whole_number("backup step", step, minimum=0)
 
 
 class BackupStore:
@@ -164,10 +163,8 @@ class BackupStore:
             raise UsageError(
                 f"backup_dir is {backup_dir!r}, expected a directory path such as "
                 f"/tmp/backups or gs://bucket/backups; pass where backups should go")
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 2:
-            raise UsageError(
-                f"keep is {keep!r}, expected a whole number >= 2 so that a torn newest "
-                f"backup can fall back to the previous one")
+        check_whole_number("keep", keep, minimum=2,
+                           hint="a torn newest backup falls back to the previous one")
         if commit not in ("auto", "rename", "marker"):
             raise UsageError(f"commit is {commit!r}, expected one of: auto, rename, marker")
         if commit == "rename" and not has_atomic_rename(backup_dir):

@@ -35,6 +35,7 @@ import tensorflow as tf
 
 from tfdist import keras_compat
 from tfdist.errors import UsageError
+from tfdist.preconditions import check_whole_number, require
 
 _log = logging.getLogger(__name__)
 
@@ -74,9 +75,7 @@ def describe_ps_failure(error: Exception) -> str:
 
 
 def _check_positive(name: str, value, hint: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise UsageError(f"{name} is {value!r}, expected a whole number > 0; {hint}")
-    return value
+    return check_whole_number(name, value, minimum=1, hint=hint)
 
 
 def _dataset_fn(data, argument: str):
@@ -139,10 +138,10 @@ class FitPlan:
                 "batch size)")
         _check_positive("steps_per_epoch", self.steps_per_epoch, "pass the steps in one epoch")
         _check_positive("epochs", self.epochs, "pass the number of epochs to train")
-        if isinstance(self.initial_epoch, bool) or not isinstance(self.initial_epoch, int) or (
-                not 0 <= self.initial_epoch <= self.epochs):
-            raise UsageError(f"initial_epoch is {self.initial_epoch!r}, expected a whole number "
-                             f"from 0 to epochs ({self.epochs})")
+        check_whole_number("initial_epoch", self.initial_epoch, minimum=0)
+        require(self.initial_epoch <= self.epochs,
+                f"initial_epoch is {self.initial_epoch!r}, expected a whole number from 0 to "
+                f"epochs ({self.epochs})")
         if self.steps_per_sync is None:
             object.__setattr__(self, "steps_per_sync", self.steps_per_epoch)
         _check_positive("steps_per_sync", self.steps_per_sync,
