@@ -17,6 +17,7 @@ LR_SCALING_RULES = ("none", "linear", "sqrt")
 LR_DECAYS = ("constant", "cosine", "polynomial", "step")
 ALL_REDUCE = ("auto", "ring", "nccl")
 MIXED_PRECISION = ("none", "mixed_float16", "mixed_bfloat16")
+AUTO = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +45,8 @@ class ExperimentConfig:
     steps_per_epoch: int = 0
     validation_steps: int = 0
     global_batch_size: int = 64
-    steps_per_execution: int = 1
+    # "auto" (tfdist.execution_tuner measures at the start) or a number of steps.
+    steps_per_execution: int | str = AUTO
     # Optimization.
     optimizer: str = "sgd"
     learning_rate: float = 0.05
@@ -80,8 +82,12 @@ class ExperimentConfig:
         _one_of("lr_decay", self.lr_decay, LR_DECAYS)
         _one_of("all_reduce", self.all_reduce, ALL_REDUCE)
         _one_of("mixed_precision", self.mixed_precision, MIXED_PRECISION)
-        for name in ("epochs", "global_batch_size", "num_examples", "steps_per_execution"):
+        for name in ("epochs", "global_batch_size", "num_examples"):
             _positive(name, getattr(self, name))
+        spe = self.steps_per_execution
+        if spe != AUTO and (isinstance(spe, bool) or not isinstance(spe, int) or spe <= 0):
+            raise UsageError(f"--steps_per_execution is {spe!r}, expected 'auto' or a positive "
+                             f"whole number of steps, e.g. --steps_per_execution=16")
         _positive("learning_rate", self.learning_rate)
         for name in ("steps_per_epoch", "validation_steps", "reference_batch_size",
                      "warmup_steps", "num_cpu_devices"):
@@ -101,7 +107,7 @@ class ExperimentConfig:
             raise UsageError(
                 f"--warmup_epochs ({self.warmup_epochs}) and --warmup_steps "
                 f"({self.warmup_steps}) are both set, expected one; keep one of them")
-        if self.steps_per_epoch:
+        if self.steps_per_epoch and self.steps_per_execution != AUTO:
             check_steps_per_execution(self.steps_per_execution, self.steps_per_epoch)
         if self.strategy != "mirrored" and self.num_cpu_devices:
             raise UsageError(
@@ -160,7 +166,21 @@ def _not_negative(name: str, value) -> None:
 FIELDS = {field.name: field for field in dataclasses.fields(ExperimentConfig)}
 
 
+def coerce_steps_per_execution(value: Any, source: str = "flag") -> int | str:
+    """`"auto"`, or a positive whole number given as a number or a string of digits."""
+    if value == AUTO:
+        return AUTO
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UsageError(f"{source}: steps_per_execution is {value!r}, expected 'auto' or a "
+                         f"positive whole number of steps, e.g. --steps_per_execution=16")
+    return value
+
+
 def _coerce(name: str, value: Any, source: str) -> Any:
+    if name == "steps_per_execution":
+        return coerce_steps_per_execution(value, source)
     default = FIELDS[name].default
     if isinstance(default, tuple):
         if isinstance(value, str):
