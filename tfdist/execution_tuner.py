@@ -197,10 +197,6 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
         functions[value] = model.train_function
         measured = statistics.median(clock.durations) / value
         step_seconds[value] = _broadcast_first_replica(strategy, measured)
-        previous = [step_seconds[c] for c in step_seconds if c < value]
-        if previous and step_seconds[value] > (1 - tolerance / 2) * min(previous):
-            stopped = f"{value} gained less than {100 * tolerance / 2:g}% over smaller values"
-            break
 
     for variable, value in zip(state, saved):
         variable.assign(value)
