@@ -154,8 +154,7 @@ MIXED_VARIANTS = {
 
 def _rotated(names: list, shift: int) -> list:
     shift %= len(names)
-    order = names[shift:] + names[:shift]
-    return order if shift % 2 == 0 else order[::-1]
+    return names[shift:] + names[:shift]
 
 
 def child(section: str, model: str, round_index: int, quick: bool) -> dict:
