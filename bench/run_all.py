@@ -140,10 +140,6 @@ SPEED_VARIANTS = {
     "trainer, callbacks off": ("trainer", {}),
     "trainer, callbacks on": ("trainer", {"model_dir": True, "backup_dir": True,
                                           "backup_every_steps": 500}),
-    "trainer, spe 1, callbacks off": ("trainer", {"steps_per_execution": 1}),
-    "trainer, spe 1, callbacks on": ("trainer", {"steps_per_execution": 1, "model_dir": True,
-                                                 "backup_dir": True,
-                                                 "backup_every_steps": 500}),
 }
 MIXED_VARIANTS = {
     "float32": {"mixed_precision": "none"},
@@ -253,10 +249,13 @@ def speed_section(rounds: int, quick: bool) -> dict:
                                "median_probe_seconds": _median(rows, "probe_seconds"),
                                "runs": [row["examples_per_second"] for row in rows]}
                         for name, rows in variants.items()}
-        for prefix in ("trainer", "trainer, spe 1"):
-            on = table[model][f"{prefix}, callbacks on"]["median_examples_per_second"]
-            off = table[model][f"{prefix}, callbacks off"]["median_examples_per_second"]
-            table[model][f"{prefix}: callbacks overhead"] = {"overhead": 1 - on / off}
+        on = table[model]["trainer, callbacks on"]["median_examples_per_second"]
+        off = table[model]["trainer, callbacks off"]["median_examples_per_second"]
+        pairs = [row_on["examples_per_second"] / row_off["examples_per_second"]
+                 for row_on, row_off in zip(variants["trainer, callbacks on"],
+                                            variants["trainer, callbacks off"])]
+        table[model]["callbacks overhead"] = {"overhead": 1 - on / off,
+                                              "median_pair_overhead": 1 - statistics.median(pairs)}
     return {"table": table, "rounds": rounds, "epochs": SPEED_EPOCHS,
             "steps_per_epoch": SPEED_STEPS, "global_batch_size": BATCH,
             "load_average_before": load_before, "load_average_after": load_average()}
@@ -305,13 +304,12 @@ def allreduce_section(rounds: int, quick: bool) -> dict:
             "load_average_after": load_average()}
 
 
+# The "Trainer overhead" table (bench_overhead.py) is the `speed` section's first rows now.
 OLDER = (
     ("parameter server", ["bench/bench_parameter_server.py", "--rounds=1",
                           "--steps_per_epoch=60"]),
     ("optimizers (speed)", ["bench/bench_optimizers.py", "--part=speed", "--rounds=3"]),
-    ("backups", ["bench/bench_backup.py", "--rounds=2"]),
-    ("trainer overhead (plain fit at spe 1 vs trainer)", ["bench/bench_overhead.py",
-                                                          "--pairs=2"]),
+    ("backups", ["bench/bench_backup.py", "--rounds=1"]),
 )
 
 
@@ -351,17 +349,18 @@ def markdown(results: dict) -> str:
                   "|---|---|---:|---:|---|---:|"]
         for model, rows in speed["table"].items():
             for name, row in rows.items():
-                if "overhead" in row:
+                if name == "callbacks overhead":
                     continue
                 lines.append(f"| {model} | {name} | {_fmt(row['median_examples_per_second'])} | "
                              f"{row['ratio_to_keras']:.2f}x | "
                              f"{row['chosen_steps_per_execution'] or ''} | "
                              f"{_fmt(row['median_probe_seconds'], 1)} |")
-        lines += ["", "| model | callbacks overhead (on vs off), spe auto | same, spe 1 |",
-                  "|---|---:|---:|"]
+        lines += ["", "| model | callbacks overhead (1 - on/off, medians) | median of "
+                  "same-round pairs |", "|---|---:|---:|"]
         for model, rows in speed["table"].items():
-            lines.append(f"| {model} | {100 * rows['trainer: callbacks overhead']['overhead']:.1f}%"
-                         f" | {100 * rows['trainer, spe 1: callbacks overhead']['overhead']:.1f}% |")
+            row = rows["callbacks overhead"]
+            lines.append(f"| {model} | {100 * row['overhead']:.1f}% | "
+                         f"{100 * row['median_pair_overhead']:.1f}% |")
         lines.append("")
     if "mixed" in results:
         mixed = results["mixed"]
@@ -433,7 +432,7 @@ def figures(results: dict, out_dir: pathlib.Path) -> list[str]:
     written = []
     if "speed" in results:
         table = results["speed"]["table"]
-        names = [n for n in next(iter(table.values())) if "overhead" not in n]
+        names = [n for n in next(iter(table.values())) if n != "callbacks overhead"]
         figure, axes = plt.subplots(1, len(table), figsize=(6 * len(table), 4.5))
         for axis, (model, rows) in zip(axes, table.items()):
             values = [rows[n]["median_examples_per_second"] for n in names]
@@ -495,9 +494,9 @@ def main() -> None:
     results = {"quick": args.quick, "started": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                "load_average_before": load_average()}
     runners = {"speed": lambda: speed_section(rounds, args.quick),
-               "mixed": lambda: mixed_section(rounds, args.quick),
-               "input": lambda: input_section(rounds, args.quick),
-               "allreduce": lambda: allreduce_section(rounds, args.quick),
+               "mixed": lambda: mixed_section(min(rounds, 2), args.quick),
+               "input": lambda: input_section(min(rounds, 2), args.quick),
+               "allreduce": lambda: allreduce_section(min(rounds, 2), args.quick),
                "older": older_section}
     for section in sections:
         section_started = time.perf_counter()

@@ -13,6 +13,7 @@ import tensorflow as tf
 from tfdist import data as data_lib
 from tfdist import execution_tuner
 from tests.logged_process import finish, log_tail, start_logged
+from tfdist.testing import local_cluster  # noqa: F401  (pytest fixture)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TIMEOUT = 600
@@ -156,3 +157,25 @@ def test_the_trainer_defaults_to_auto_and_matches_the_explicit_choice(tmp_path):
         assert summaries[name]["steps_completed"] == 2 * 64
         for want, got in zip(_weights(auto.out), _weights(process.out), strict=True):
             np.testing.assert_array_equal(got, want, err_msg=name)
+
+
+@pytest.mark.slow
+def test_two_workers_choose_the_same_value_and_train_like_one_process(local_cluster, tmp_path):
+    common = ["-m", "trainer.task", "--model=mlp", "--dataset=synthetic", "--num_examples=2048",
+              "--global_batch_size=32", "--epochs=2", "--seed=2"]
+    cluster = local_cluster(num_workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+                            command=[sys.executable, *common, "--strategy=multiworker",
+                                     f"--model_dir={tmp_path / 'two'}"])
+    cluster.start()
+    codes = cluster.wait(timeout=TIMEOUT)
+    assert set(codes.values()) == {0}, cluster.format_logs()
+    chosen = {task: _CHOSE.findall(cluster.log(task)) for task in cluster.tasks}
+    assert all(len(found) == 1 for found in chosen.values()), cluster.format_logs()
+    assert len({found[0] for found in chosen.values()}) == 1, chosen
+
+    one = _trainer(tmp_path, "one", "--strategy=default",
+                   f"--steps_per_execution={chosen['worker:0'][0]}")
+    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert (summary["num_workers"], summary["steps_completed"]) == (2, 2 * 64)
+    for want, got in zip(_weights(one.out), _weights(tmp_path / "two"), strict=True):
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
