@@ -165,16 +165,18 @@ def test_two_workers_choose_the_same_value_and_train_like_one_process(local_clus
               "--global_batch_size=32", "--epochs=2", "--seed=2"]
     cluster = local_cluster(num_workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
                             command=[sys.executable, *common, "--strategy=multiworker",
-                                     f"--model_dir={tmp_path / 'two'}"])
+                                     f"--model_dir={tmp_path / 'two'}",
+                                     f"--backup_dir={tmp_path / 'backup'}"])
     cluster.start()
     codes = cluster.wait(timeout=TIMEOUT)
     assert set(codes.values()) == {0}, cluster.format_logs()
-    chosen = {task: _CHOSE.findall(cluster.log(task)) for task in cluster.tasks}
-    assert all(len(found) == 1 for found in chosen.values()), cluster.format_logs()
-    assert len({found[0] for found in chosen.values()}) == 1, chosen
+    # Non-chief workers log warnings only. A worker that chose another value would run
+    # another number of per-execution preemption all-gathers, and the job would hang.
+    chosen = _CHOSE.findall(cluster.log("worker:0"))
+    assert len(chosen) == 1, cluster.format_logs()
+    assert set(_CHOSE.findall(cluster.log("worker:1"))) <= set(chosen)
 
-    one = _trainer(tmp_path, "one", "--strategy=default",
-                   f"--steps_per_execution={chosen['worker:0'][0]}")
+    one = _trainer(tmp_path, "one", "--strategy=default", f"--steps_per_execution={chosen[0]}")
     summary = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert (summary["num_workers"], summary["steps_completed"]) == (2, 2 * 64)
     for want, got in zip(_weights(one.out), _weights(tmp_path / "two"), strict=True):
