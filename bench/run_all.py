@@ -131,15 +131,19 @@ def _plain_keras(model_name: str, *, epochs: int = SPEED_EPOCHS,
     return {"examples_per_second": meter.examples_per_second}
 
 
+_CALLBACKS_ON = {"model_dir": True, "backup_dir": True, "backup_every_steps": 500}
+# Callbacks on vs off at one fixed spe each (auto could choose differently for the two:
+# backups every 500 steps restrict it to divisors of gcd(320, 500) = 20).
 SPEED_VARIANTS = {
     # name: (callable, kwargs)
     "keras fit (Keras defaults)": ("plain", {}),
     "trainer defaults": ("trainer", {"model_dir": True}),
     "trainer, spe 1": ("trainer", {"model_dir": True, "steps_per_execution": 1}),
     "trainer, mirrored": ("trainer", {"model_dir": True, "strategy": "mirrored"}),
-    "trainer, callbacks off": ("trainer", {}),
-    "trainer, callbacks on": ("trainer", {"model_dir": True, "backup_dir": True,
-                                          "backup_every_steps": 500}),
+    "callbacks off, spe 20": ("trainer", {"steps_per_execution": 20}),
+    "callbacks on, spe 20": ("trainer", {"steps_per_execution": 20, **_CALLBACKS_ON}),
+    "callbacks off, spe 1": ("trainer", {"steps_per_execution": 1}),
+    "callbacks on, spe 1": ("trainer", {"steps_per_execution": 1, **_CALLBACKS_ON}),
 }
 MIXED_VARIANTS = {
     "float32": {"mixed_precision": "none"},
@@ -249,13 +253,14 @@ def speed_section(rounds: int, quick: bool) -> dict:
                                "median_probe_seconds": _median(rows, "probe_seconds"),
                                "runs": [row["examples_per_second"] for row in rows]}
                         for name, rows in variants.items()}
-        on = table[model]["trainer, callbacks on"]["median_examples_per_second"]
-        off = table[model]["trainer, callbacks off"]["median_examples_per_second"]
-        pairs = [row_on["examples_per_second"] / row_off["examples_per_second"]
-                 for row_on, row_off in zip(variants["trainer, callbacks on"],
-                                            variants["trainer, callbacks off"])]
-        table[model]["callbacks overhead"] = {"overhead": 1 - on / off,
-                                              "median_pair_overhead": 1 - statistics.median(pairs)}
+        for spe in (20, 1):
+            on_rows, off_rows = (variants[f"callbacks {state}, spe {spe}"] for state in ("on", "off"))
+            pairs = [on["examples_per_second"] / off["examples_per_second"]
+                     for on, off in zip(on_rows, off_rows)]
+            table[model][f"callbacks overhead, spe {spe}"] = {
+                "overhead": 1 - (_median(on_rows, "examples_per_second")
+                                 / _median(off_rows, "examples_per_second")),
+                "median_pair_overhead": 1 - statistics.median(pairs)}
     return {"table": table, "rounds": rounds, "epochs": SPEED_EPOCHS,
             "steps_per_epoch": SPEED_STEPS, "global_batch_size": BATCH,
             "load_average_before": load_before, "load_average_after": load_average()}
@@ -349,18 +354,19 @@ def markdown(results: dict) -> str:
                   "|---|---|---:|---:|---|---:|"]
         for model, rows in speed["table"].items():
             for name, row in rows.items():
-                if name == "callbacks overhead":
+                if "overhead" in name:
                     continue
                 lines.append(f"| {model} | {name} | {_fmt(row['median_examples_per_second'])} | "
                              f"{row['ratio_to_keras']:.2f}x | "
                              f"{row['chosen_steps_per_execution'] or ''} | "
                              f"{_fmt(row['median_probe_seconds'], 1)} |")
-        lines += ["", "| model | callbacks overhead (1 - on/off, medians) | median of "
-                  "same-round pairs |", "|---|---:|---:|"]
+        lines += ["", "| model | spe | callbacks overhead (1 - on/off, medians) | median of "
+                  "same-round pairs |", "|---|---:|---:|---:|"]
         for model, rows in speed["table"].items():
-            row = rows["callbacks overhead"]
-            lines.append(f"| {model} | {100 * row['overhead']:.1f}% | "
-                         f"{100 * row['median_pair_overhead']:.1f}% |")
+            for spe in (20, 1):
+                row = rows[f"callbacks overhead, spe {spe}"]
+                lines.append(f"| {model} | {spe} | {100 * row['overhead']:.1f}% | "
+                             f"{100 * row['median_pair_overhead']:.1f}% |")
         lines.append("")
     if "mixed" in results:
         mixed = results["mixed"]
@@ -432,7 +438,7 @@ def figures(results: dict, out_dir: pathlib.Path) -> list[str]:
     written = []
     if "speed" in results:
         table = results["speed"]["table"]
-        names = [n for n in next(iter(table.values())) if n != "callbacks overhead"]
+        names = [n for n in next(iter(table.values())) if "overhead" not in n]
         figure, axes = plt.subplots(1, len(table), figsize=(6 * len(table), 4.5))
         for axis, (model, rows) in zip(axes, table.items()):
             values = [rows[n]["median_examples_per_second"] for n in names]
