@@ -38,6 +38,9 @@ def with_shard_policy(dataset: tf.data.Dataset,
 # Examples held in the shuffle buffer at most: an epoch is still a permutation
 # (every example exactly once), drawn through a window of this size.
 MAX_SHUFFLE_BUFFER = 16384
+# One pass of examples up to this size is kept in memory after its first read, so
+# later passes (and a resume's skipped batches) cost no decoding or file reads.
+MAX_CACHED_BYTES = 256 * 2**20
 
 
 def count_examples(examples: tf.data.Dataset) -> int:
@@ -85,16 +88,32 @@ def training_batches(examples: tf.data.Dataset, *, global_batch_size: int, seed:
     buffer = max(1, min(num_examples, shuffle_buffer))
 
     _check_dense(examples)
+    if _pass_bytes(examples, num_examples) <= MAX_CACHED_BYTES:
+        examples = examples.cache()
 
-    def one_pass(pass_index):
-        return (_seeded_shuffle(examples, buffer, seed, pass_index)
-                .batch(global_batch_size, drop_remainder=True))
+    def one_pass(pass_index, skipped_examples=0):
+        # Skipping examples before batching copies nothing into the skipped batches.
+        shuffled = _seeded_shuffle(examples, buffer, seed, pass_index)
+        if skipped_examples:
+            shuffled = shuffled.skip(skipped_examples)
+        return shuffled.batch(global_batch_size, drop_remainder=True,
+                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
-    stream = (tf.data.Dataset.range(first_pass, tf.int64.max)
-              .flat_map(one_pass)
-              .skip(offset)
+    rest = tf.data.Dataset.range(first_pass + 1, tf.int64.max).flat_map(one_pass)
+    stream = (one_pass(tf.constant(first_pass, tf.int64), offset * global_batch_size)
+              .concatenate(rest)
               .prefetch(tf.data.AUTOTUNE))
     return with_shard_policy(stream)
+
+
+def _pass_bytes(examples: tf.data.Dataset, num_examples: int) -> float:
+    """Bytes of one pass of dense examples; infinite when a shape is not fully known."""
+    total = 0
+    for spec in tf.nest.flatten(examples.element_spec):
+        if not spec.shape.is_fully_defined():
+            return float("inf")
+        total += spec.shape.num_elements() * spec.dtype.size
+    return float(total * num_examples)
 
 
 def _check_dense(examples: tf.data.Dataset) -> None:

@@ -10,6 +10,7 @@ import os
 from typing import Any, Mapping
 
 from tfdist.errors import UsageError
+from tfdist.preconditions import require
 from tfdist.export import check_export_format
 from tfdist.strategy_choice import STRATEGIES
 
@@ -19,6 +20,7 @@ LR_DECAYS = ("constant", "cosine", "polynomial", "step")
 ALL_REDUCE = ("auto", "ring", "nccl")
 JIT_COMPILE = ("auto", "true", "false")
 MIXED_PRECISION = ("none", "mixed_float16", "mixed_bfloat16")
+AUTO = "auto"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,7 +48,8 @@ class ExperimentConfig:
     steps_per_epoch: int = 0
     validation_steps: int = 0
     global_batch_size: int = 64
-    steps_per_execution: int = 1
+    # "auto" (tfdist.execution_tuner measures at the start) or a number of steps.
+    steps_per_execution: int | str = AUTO
     jit_compile: str = "auto"
     # Optimization.
     optimizer: str = "sgd"
@@ -86,8 +89,12 @@ class ExperimentConfig:
         _one_of("all_reduce", self.all_reduce, ALL_REDUCE)
         _one_of("mixed_precision", self.mixed_precision, MIXED_PRECISION)
         _one_of("jit_compile", self.jit_compile, JIT_COMPILE)
-        for name in ("epochs", "global_batch_size", "num_examples", "steps_per_execution"):
+        for name in ("epochs", "global_batch_size", "num_examples"):
             _positive(name, getattr(self, name))
+        spe = self.steps_per_execution
+        require(spe == AUTO or (isinstance(spe, int) and not isinstance(spe, bool) and spe > 0),
+                f"--steps_per_execution is {spe!r}, expected 'auto' or a positive whole number "
+                f"of steps, e.g. --steps_per_execution=16")
         _positive("learning_rate", self.learning_rate)
         for name in ("steps_per_epoch", "validation_steps", "reference_batch_size",
                      "warmup_steps", "num_cpu_devices"):
@@ -114,7 +121,7 @@ class ExperimentConfig:
                 f"--hparam_metric={self.hparam_metric} is a validation metric but "
                 f"--validation_steps is 0, so no epoch validates and nothing would be "
                 f"reported; set --validation_steps (e.g. 10) or report a training metric")
-        if self.steps_per_epoch:
+        if self.steps_per_epoch and self.steps_per_execution != AUTO:
             check_steps_per_execution(self.steps_per_execution, self.steps_per_epoch)
         if self.strategy != "mirrored" and self.num_cpu_devices:
             raise UsageError(
@@ -173,7 +180,21 @@ def _not_negative(name: str, value) -> None:
 FIELDS = {field.name: field for field in dataclasses.fields(ExperimentConfig)}
 
 
+def coerce_steps_per_execution(value: Any, source: str = "flag") -> int | str:
+    """`"auto"`, or a positive whole number given as a number or a string of digits."""
+    if value == AUTO:
+        return AUTO
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UsageError(f"{source}: steps_per_execution is {value!r}, expected 'auto' or a "
+                         f"positive whole number of steps, e.g. --steps_per_execution=16")
+    return value
+
+
 def _coerce(name: str, value: Any, source: str) -> Any:
+    if name == "steps_per_execution":
+        return coerce_steps_per_execution(value, source)
     default = FIELDS[name].default
     if isinstance(default, tuple):
         if isinstance(value, str):

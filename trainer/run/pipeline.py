@@ -20,6 +20,7 @@ import tensorflow as tf
 from tfdist import data as data_lib
 from tfdist import export as export_lib
 from tfdist import hypertune
+from tfdist import execution_tuner
 from tfdist import tasks as tasks_lib
 from tfdist.callbacks import BackupAndRestore, EpochTensorBoard, NonFiniteGuard
 from tfdist.checkpointing import ResumePoint
@@ -29,7 +30,7 @@ from tfdist.errors import UsageError
 from tfdist.evaluation import CheckpointExporter
 from tfdist.files import write_json_atomically
 from tfdist.preemption import PreemptionOptions
-from trainer.config import ExperimentConfig, check_steps_per_execution
+from trainer.config import AUTO, ExperimentConfig, check_steps_per_execution
 from trainer.optimization import build_optimizer
 from trainer.run.throughput import ThroughputMeter
 from trainer.tasks import LoadedTask
@@ -131,7 +132,8 @@ def build_inputs(loaded: LoadedTask, config: ExperimentConfig) -> Inputs:
     num_examples = data_lib.count_examples(train)
     per_pass = data_lib.batches_per_pass(num_examples, config.global_batch_size)
     steps_per_epoch = config.steps_per_epoch or per_pass
-    check_steps_per_execution(config.steps_per_execution, steps_per_epoch)
+    if config.steps_per_execution != AUTO:
+        check_steps_per_execution(config.steps_per_execution, steps_per_epoch)
     return Inputs(train_examples=train, eval_examples=evaluation,
                   num_train_examples=num_examples, steps_per_epoch=steps_per_epoch,
                   global_batch_size=config.global_batch_size, seed=config.seed)
@@ -195,9 +197,32 @@ def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
         model.compile(**compile_args)
     else:
         model.compile(optimizer=build_optimizer(config, steps_per_epoch=steps_per_epoch),
-                      steps_per_execution=config.steps_per_execution,
+                      steps_per_execution=explicit_steps_per_execution(config),
                       jit_compile=jit_compile, **compile_args)
     return model
+
+
+def explicit_steps_per_execution(config: ExperimentConfig) -> int:
+    """The number to compile with: the configured one, or 1 until `tune` chooses."""
+    return 1 if config.steps_per_execution == AUTO else config.steps_per_execution
+
+
+def tune_steps_per_execution(config: ExperimentConfig, model: keras.Model, inputs: Inputs,
+                             todo: "Plan") -> int:
+    """Sets `model.steps_per_execution` when it is `auto` (see `tfdist.execution_tuner`).
+
+    Parameter-server training schedules single steps (auto means 1 there).
+    """
+    parameter_server = isinstance(model.distribute_strategy,
+                                  tf.distribute.experimental.ParameterServerStrategy)
+    if (config.steps_per_execution != AUTO or todo.completed or not todo.segments
+            or parameter_server):
+        return int(model.steps_per_execution)
+    first_step = todo.segments[0].first_step
+    return execution_tuner.tune_steps_per_execution(
+        model, inputs.train_stream(first_step), steps_per_epoch=inputs.steps_per_epoch,
+        backup_every_steps=config.backup_every_steps, first_step=first_step,
+    ).steps_per_execution
 
 
 # What decides the steps a run computes, recorded in every backup. The model's
@@ -293,10 +318,11 @@ def evaluation_exporter(config: ExperimentConfig, cluster: Cluster, dirs: Output
 
 def training_callbacks(*, config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs,
                        backup: BackupAndRestore | None,
-                       exporter: CheckpointExporter | None) -> list:
+                       exporter: CheckpointExporter | None,
+                       steps_per_execution: int = 1) -> list:
     """The meter, the chief's TensorBoard and exporter, and the backup (last)."""
     callbacks = [ThroughputMeter(global_batch_size=config.global_batch_size,
-                                 steps_per_execution=config.steps_per_execution)]
+                                 steps_per_execution=steps_per_execution)]
     if backup is None:
         callbacks.append(NonFiniteGuard())  # the backup checks the same itself
     if config.hparam_metric:
@@ -440,9 +466,10 @@ def prepare(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, loaded
     backup = make_backup(config, dirs, strategy, cluster,
                          run_settings(config, loaded, inputs, cluster, strategy_name))
     todo = plan(backup, model, epochs=config.epochs, steps_per_epoch=inputs.steps_per_epoch)
+    steps_per_execution = tune_steps_per_execution(config, model, inputs, todo)
     exporter = evaluation_exporter(config, cluster, dirs, environ) if cluster.is_chief else None
     callbacks = training_callbacks(config=config, cluster=cluster, dirs=dirs, backup=backup,
-                                   exporter=exporter)
+                                   exporter=exporter, steps_per_execution=steps_per_execution)
     return Prepared(inputs, model, backup, todo, exporter, tuple(callbacks))
 
 

@@ -1,0 +1,221 @@
+"""`steps_per_execution="auto"`: measure a few values at the start, keep the fastest.
+
+Keras 3 dropped tf_keras's `StepsPerExecutionTuner` (a thread that rescaled a
+`steps_per_execution` variable by x1.5 or x0.5 every few seconds while
+training ran). In Keras 3 the number is fixed for a `fit` call and baked into
+the traced train function, so this module tunes *before* training instead:
+"probe with rollback".
+
+1. Snapshot every model variable (Keras seed-generator state included) and
+   every optimizer variable (loss scale included).
+2. For each candidate (by default the largest valid divisors up to 1, 4, 16,
+   64), run a few executions through the model's own `fit` on a separate
+   stream of the same batches, and time them (the first, which traces, is
+   left out).
+3. Restore every variable exactly, set `model.steps_per_execution` to the
+   largest candidate within `tolerance` of the fastest, and keep its traced
+   train function (so `fit` does not trace again).
+
+Exactness: a candidate is valid only when it divides the steps of an epoch,
+the backup interval, and the steps already done in a resumed epoch, so no
+execution ever crosses an epoch end, a backup step or the end of training, and
+a restart can choose another value. An execution is kept under
+`max_execution_seconds` so that a preemption notice, checked after every
+execution, is noticed quickly.
+
+Multi-worker: every worker runs the same probes in lockstep (they contain
+collectives); after each candidate the first replica's measurement is
+broadcast, so every worker makes the same decisions and the same choice.
+"""
+
+import dataclasses
+import math
+import statistics
+import time
+from typing import Sequence
+
+from absl import logging
+import keras
+import tensorflow as tf
+
+# Targets of the search; each is replaced by the largest valid divisor not above it.
+DEFAULT_TARGETS = (1, 4, 16, 64)
+# A preemption notice waits at most about this long for the running execution.
+MAX_EXECUTION_SECONDS = 1.0
+# Keep the largest value whose step time is within this fraction of the best.
+TOLERANCE = 0.05
+# Steps timed at each candidate at least (more executions for small values).
+MIN_TIMED_STEPS = 32
+MIN_TIMED_EXECUTIONS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class TuningResult:
+    """What `tune_steps_per_execution` chose and why.
+
+    Attributes:
+        steps_per_execution: The value set on the model.
+        step_seconds: Median seconds per step measured at each probed value.
+        candidates: Values that were allowed (divisors of `granularity`).
+        granularity: Every candidate divides this number of steps.
+        probe_seconds: Wall time the probes took (tracing included).
+        reason: One sentence for the log.
+    """
+
+    steps_per_execution: int
+    step_seconds: dict
+    candidates: tuple
+    granularity: int
+    probe_seconds: float
+    reason: str
+
+
+def step_granularity(*, steps_per_epoch: int, backup_every_steps: int = 0,
+                     first_step: int = 0) -> int:
+    """The number of steps every execution size must divide.
+
+    Args:
+        steps_per_epoch: Steps of one epoch (executions must not cross its end).
+        backup_every_steps: The backup interval, 0 for none (backups land on it).
+        first_step: Steps already applied before this run (a resume may start
+            inside an epoch; the rest of that epoch must tile too).
+    """
+    if steps_per_epoch <= 0:
+        raise ValueError(f"steps_per_epoch must be positive, got {steps_per_epoch}")
+    return math.gcd(steps_per_epoch, max(backup_every_steps, 0), first_step % steps_per_epoch)
+
+
+def candidate_values(granularity: int, targets: Sequence[int] = DEFAULT_TARGETS) -> tuple:
+    """For each target, the largest divisor of `granularity` not above it; sorted, unique.
+
+    E.g. granularity 300 and targets (1, 4, 16, 64) give (1, 4, 15, 60).
+    """
+    divisors = [d for d in range(1, granularity + 1) if granularity % d == 0]
+    return tuple(sorted({max(d for d in divisors if d <= max(target, 1)) for target in targets}))
+
+
+class _ExecutionClock(keras.callbacks.Callback):
+    """Wall time between consecutive execution ends (the first execution is left out)."""
+
+    def __init__(self):
+        super().__init__()
+        self.durations = []
+        self._last = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        now = time.perf_counter()
+        if self._last is not None:
+            self.durations.append(now - self._last)
+        self._last = now
+
+
+def _snapshot(variables) -> list:
+    return [tf.identity(variable.value if hasattr(variable, "value") else variable)
+            for variable in variables]
+
+
+def _state_variables(model: keras.Model) -> list:
+    variables = list(model.variables)
+    if model.optimizer is not None:
+        variables += list(model.optimizer.variables)
+    # The same variable can be reached twice (e.g. shared layers).
+    unique, seen = [], set()
+    for variable in variables:
+        if id(variable) not in seen:
+            seen.add(id(variable))
+            unique.append(variable)
+    return unique
+
+
+def _broadcast_first_replica(strategy: tf.distribute.Strategy, value: float) -> float:
+    """The value measured by the first replica of the first worker, on every worker."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return value
+    local = tf.constant(value, tf.float32)
+
+    def contribute():
+        context = tf.distribute.get_replica_context()
+        mine = tf.where(tf.equal(context.replica_id_in_sync_group, 0), local, 0.0)
+        return context.all_reduce(tf.distribute.ReduceOp.SUM, mine)
+
+    agreed = tf.function(lambda: strategy.run(contribute))()
+    return float(strategy.experimental_local_results(agreed)[0].numpy())
+
+
+def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
+                             steps_per_epoch: int, backup_every_steps: int = 0,
+                             first_step: int = 0, targets: Sequence[int] = DEFAULT_TARGETS,
+                             max_execution_seconds: float = MAX_EXECUTION_SECONDS,
+                             tolerance: float = TOLERANCE) -> TuningResult:
+    """Measures candidate steps per execution and sets the best on `model`.
+
+    The model must be compiled (with any `steps_per_execution`), its weights
+    restored if resuming. On return every model and optimizer variable holds
+    exactly the value it had on entry, `model.steps_per_execution` is the
+    choice and `model.train_function` is the one traced for it.
+
+    Args:
+        model: A compiled Keras model (with an optimizer).
+        dataset: Batches of the training stream; the probes read it from its
+            start with their own iterator (pass the stream the run will train on).
+        steps_per_epoch, backup_every_steps, first_step: See `step_granularity`.
+        targets: Values to try, before rounding down to valid divisors.
+        max_execution_seconds: No execution may take longer (measured per step
+            at the previous candidate); bounds the wait for a preemption check.
+        tolerance: Choose the largest value whose step time is within this
+            fraction of the fastest measured (no execution exceeds the bound).
+
+    Returns:
+        What was chosen and why (also logged as one line).
+    """
+    started = time.perf_counter()
+    granularity = step_granularity(steps_per_epoch=steps_per_epoch,
+                                   backup_every_steps=backup_every_steps,
+                                   first_step=first_step)
+    candidates = candidate_values(granularity, targets)
+    strategy = model.distribute_strategy
+    if model.optimizer is not None and not model.optimizer.built:
+        with strategy.scope():
+            model.optimizer.build(model.trainable_variables)
+    state = _state_variables(model)
+    saved = _snapshot(state)
+
+    step_seconds, functions, stopped = {}, {}, ""
+    for value in candidates:
+        if step_seconds:
+            slowest = max(step_seconds.values())
+            if value * slowest > max_execution_seconds:
+                stopped = (f"{value} would exceed the {max_execution_seconds:g} s bound per "
+                           f"execution")
+                break
+        model.steps_per_execution = value
+        model.make_train_function(force=True)
+        clock = _ExecutionClock()
+        executions = 1 + max(MIN_TIMED_EXECUTIONS, math.ceil(MIN_TIMED_STEPS / value))
+        model.fit(dataset, epochs=1, steps_per_epoch=executions * value, callbacks=[clock],
+                  verbose=0, shuffle=False)
+        functions[value] = model.train_function
+        measured = statistics.median(clock.durations) / value
+        step_seconds[value] = _broadcast_first_replica(strategy, measured)
+
+    for variable, value in zip(state, saved):
+        variable.assign(value)
+    best = min(step_seconds.values())
+    # Per-execution overhead only shrinks with more steps per execution, so among values
+    # measured within noise of the fastest, the largest is the better bet.
+    chosen = max(c for c, seconds in step_seconds.items() if seconds <= (1 + tolerance) * best)
+    model.steps_per_execution = chosen
+    model.train_function = functions[chosen]
+    probe_seconds = time.perf_counter() - started
+    measured_text = ", ".join(f"{c}: {1e3 * s:.2f}" for c, s in step_seconds.items())
+    reason = (f"steps_per_execution=auto chose {chosen}: ms/step measured {{{measured_text}}}; "
+              f"the largest within {100 * tolerance:g}% of the fastest; candidates "
+              f"{list(candidates)} divide {granularity} (epoch {steps_per_epoch}"
+              + (f", backup every {backup_every_steps}" if backup_every_steps else "")
+              + (f", resumed at step {first_step}" if first_step else "")
+              + f"); {'stopped: ' + stopped + '; ' if stopped else ''}an execution takes "
+              f"~{1e3 * chosen * step_seconds[chosen]:.0f} ms; probing took {probe_seconds:.1f} s")
+    logging.info("%s", reason)
+    return TuningResult(steps_per_execution=chosen, step_seconds=dict(step_seconds),
+                        candidates=candidates, granularity=granularity,
+                        probe_seconds=probe_seconds, reason=reason)
