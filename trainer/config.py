@@ -19,6 +19,7 @@ LR_SCALING_RULES = ("none", "linear", "sqrt")
 LR_DECAYS = ("constant", "cosine", "polynomial", "step")
 ALL_REDUCE = ("auto", "ring", "nccl")
 JIT_COMPILE = ("auto", "true", "false")
+ALL_REDUCE_DTYPES = ("float32", "bfloat16")
 MIXED_PRECISION = ("none", "mixed_float16", "mixed_bfloat16")
 AUTO = "auto"
 
@@ -51,6 +52,7 @@ class ExperimentConfig:
     # "auto" (tfdist.execution_tuner measures at the start) or a number of steps.
     steps_per_execution: int | str = AUTO
     jit_compile: str = "auto"
+    all_reduce_dtype: str = "float32"
     # Optimization.
     optimizer: str = "sgd"
     learning_rate: float = 0.05
@@ -89,6 +91,7 @@ class ExperimentConfig:
         _one_of("all_reduce", self.all_reduce, ALL_REDUCE)
         _one_of("mixed_precision", self.mixed_precision, MIXED_PRECISION)
         _one_of("jit_compile", self.jit_compile, JIT_COMPILE)
+        _one_of("all_reduce_dtype", self.all_reduce_dtype, ALL_REDUCE_DTYPES)
         for name in ("epochs", "global_batch_size", "num_examples"):
             _positive(name, getattr(self, name))
         spe = self.steps_per_execution

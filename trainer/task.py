@@ -34,6 +34,8 @@ _HELP = {
     "steps_per_epoch": "Steps per epoch; default: the training split over the global batch.",
     "validation_steps": "Validation batches after each epoch; 0 skips validation.",
     "global_batch_size": "Examples per step summed over all replicas.",
+    "all_reduce_dtype": "Dtype of the gradient all-reduce across replicas: float32, or bfloat16 "
+                        "(half the bytes; each gradient sum rounded to 8 significant bits).",
     "jit_compile": "XLA for the training step: auto, true or false. Under mirrored and "
                    "multiworker XLA compiles each replica's forward and backward pass (the "
                    "all-reduce and update stay outside); auto is off on CPUs, where it was "

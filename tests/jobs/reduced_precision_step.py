@@ -8,7 +8,6 @@ bfloat16 one (8 significant bits) rounds it away.
 """
 
 import argparse
-import importlib.util
 import json
 import os
 import pathlib
@@ -22,16 +21,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def reduced_precision_module():
-    """`tfdist.keras_compat._reduced_precision`, also before keras_compat became a package."""
-    try:
-        from tfdist.keras_compat import _reduced_precision  # pylint: disable=g-import-not-at-top
-        return _reduced_precision
-    except ImportError:
-        path = ROOT / "tfdist" / "keras_compat" / "_reduced_precision.py"
-        spec = importlib.util.spec_from_file_location("_reduced_precision", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
+    """The module that sets the gradient all-reduce dtype."""
+    from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
+    return keras_compat
 
 
 def main() -> None:

@@ -57,6 +57,10 @@ from tfdist.keras_compat import _multiworker
 from tfdist.keras_compat import _parameter_server
 from tfdist.keras_compat import _patching
 from tfdist.keras_compat import _replica_jit
+# Re-exported: the public names of the reduced-precision gradient all-reduce.
+from tfdist.keras_compat._reduced_precision import REDUCED_DTYPES  # noqa: F401
+from tfdist.keras_compat._reduced_precision import gradient_all_reduce_dtype  # noqa: F401
+from tfdist.keras_compat._reduced_precision import set_gradient_all_reduce_dtype  # noqa: F401
 
 # First Keras release assumed fixed; raise it while the upstream test still fails.
 FIRST_FIXED_KERAS = (3, 16)

@@ -21,6 +21,7 @@ from tfdist import data as data_lib
 from tfdist import export as export_lib
 from tfdist import hypertune
 from tfdist import execution_tuner
+from tfdist import keras_compat
 from tfdist import tasks as tasks_lib
 from tfdist.callbacks import BackupAndRestore, EpochTensorBoard, NonFiniteGuard
 from tfdist.checkpointing import ResumePoint
@@ -199,6 +200,8 @@ def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
         model.compile(optimizer=build_optimizer(config, steps_per_epoch=steps_per_epoch),
                       steps_per_execution=explicit_steps_per_execution(config),
                       jit_compile=jit_compile, **compile_args)
+        if config.all_reduce_dtype != "float32":
+            keras_compat.set_gradient_all_reduce_dtype(model.optimizer, config.all_reduce_dtype)
     return model
 
 
@@ -249,6 +252,7 @@ def run_settings(config: ExperimentConfig, loaded: LoadedTask, inputs: Inputs,
         "epochs": config.epochs,
         "strategy": strategy_name,
         "num_workers": cluster.num_workers,
+        "all_reduce_dtype": config.all_reduce_dtype,
     }
     for name in _SCHEDULE_FIELDS:
         value = getattr(config, name)
