@@ -280,7 +280,7 @@ def test_trainer_task_runs_every_role_from_one_command(local_cluster, tmp_path):
         num_workers=2, num_ps=1, has_chief=True, env=ENV, grace_period=5.0,
         command=[sys.executable, "-m", "trainer.task", "--strategy=parameter_server",
                  f"--model_dir={model_dir}", "--epochs=2", "--steps_per_epoch=15",
-                 "--num_examples=1024"])
+                 "--num_examples=1024", "--evaluation_checkpoints"])
     cluster.start()
     codes = cluster.wait(timeout=JOB_TIMEOUT)
     assert codes["chief:0"] == 0, cluster.format_logs()
