@@ -34,7 +34,8 @@ _HELP = {
     "steps_per_epoch": "Steps per epoch; default: the training split over the global batch.",
     "validation_steps": "Validation batches after each epoch; 0 skips validation.",
     "global_batch_size": "Examples per step summed over all replicas.",
-    "steps_per_execution": "Steps run per call into the compiled training function.",
+    "steps_per_execution": "'auto' (measured at the start of training) or the steps run per "
+                           "call into the compiled training function.",
     "optimizer": f"Optimizer: {', '.join(config_lib.OPTIMIZERS)}.",
     "learning_rate": "Base learning rate; with --lr_scaling, the rate for "
                      "--reference_batch_size (the scaled peak is logged).",
