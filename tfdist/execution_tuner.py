@@ -219,6 +219,7 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
               f"{list(candidates)} divide {granularity} (epoch {steps_per_epoch}"
               + (f", backup every {backup_every_steps}" if backup_every_steps else "")
               + (f", resumed at step {first_step}" if first_step else "")
+              + (f", also {list(other_step_counts)}" if other_step_counts else "")
               + f"); {'stopped: ' + stopped + '; ' if stopped else ''}an execution takes "
               f"~{1e3 * chosen * step_seconds[chosen]:.0f} ms; probing took {probe_seconds:.1f} s")
     logging.info("%s", reason)
