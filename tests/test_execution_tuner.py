@@ -27,6 +27,8 @@ def test_granularity_is_the_gcd_of_epoch_backup_and_resumed_offset():
     assert execution_tuner.step_granularity(steps_per_epoch=300, backup_every_steps=500,
                                             first_step=340) == 20
     assert execution_tuner.step_granularity(steps_per_epoch=128, first_step=3 * 128) == 128
+    # fit(validation_steps=6) runs whole executions too.
+    assert execution_tuner.step_granularity(steps_per_epoch=128, other_step_counts=[6]) == 2
 
 
 def test_candidates_are_the_largest_divisors_under_each_target():

@@ -71,7 +71,7 @@ class TuningResult:
 
 
 def step_granularity(*, steps_per_epoch: int, backup_every_steps: int = 0,
-                     first_step: int = 0) -> int:
+                     first_step: int = 0, other_step_counts: Sequence[int] = ()) -> int:
     """The number of steps every execution size must divide.
 
     Args:
@@ -79,10 +79,13 @@ def step_granularity(*, steps_per_epoch: int, backup_every_steps: int = 0,
         backup_every_steps: The backup interval, 0 for none (backups land on it).
         first_step: Steps already applied before this run (a resume may start
             inside an epoch; the rest of that epoch must tile too).
+        other_step_counts: Other step counts run with the same value, e.g.
+            `fit(validation_steps=...)` (Keras runs whole executions there too).
     """
     if steps_per_epoch <= 0:
         raise ValueError(f"steps_per_epoch must be positive, got {steps_per_epoch}")
-    return math.gcd(steps_per_epoch, max(backup_every_steps, 0), first_step % steps_per_epoch)
+    return math.gcd(steps_per_epoch, max(backup_every_steps, 0), first_step % steps_per_epoch,
+                    *(max(count, 0) for count in other_step_counts))
 
 
 def candidate_values(granularity: int, targets: Sequence[int] = DEFAULT_TARGETS) -> tuple:
@@ -144,7 +147,8 @@ def _broadcast_first_replica(strategy: tf.distribute.Strategy, value: float) -> 
 
 def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
                              steps_per_epoch: int, backup_every_steps: int = 0,
-                             first_step: int = 0, targets: Sequence[int] = DEFAULT_TARGETS,
+                             first_step: int = 0, other_step_counts: Sequence[int] = (),
+                             targets: Sequence[int] = DEFAULT_TARGETS,
                              max_execution_seconds: float = MAX_EXECUTION_SECONDS,
                              tolerance: float = TOLERANCE) -> TuningResult:
     """Measures candidate steps per execution and sets the best on `model`.
@@ -158,7 +162,8 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
         model: A compiled Keras model (with an optimizer).
         dataset: Batches of the training stream; the probes read it from its
             start with their own iterator (pass the stream the run will train on).
-        steps_per_epoch, backup_every_steps, first_step: See `step_granularity`.
+        steps_per_epoch, backup_every_steps, first_step, other_step_counts: See
+            `step_granularity`.
         targets: Values to try, before rounding down to valid divisors.
         max_execution_seconds: No execution may take longer (measured per step
             at the previous candidate); bounds the wait for a preemption check.
@@ -171,7 +176,8 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
     started = time.perf_counter()
     granularity = step_granularity(steps_per_epoch=steps_per_epoch,
                                    backup_every_steps=backup_every_steps,
-                                   first_step=first_step)
+                                   first_step=first_step,
+                                   other_step_counts=other_step_counts)
     candidates = candidate_values(granularity, targets)
     strategy = model.distribute_strategy
     if model.optimizer is not None and not model.optimizer.built:
@@ -213,6 +219,7 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
               f"{list(candidates)} divide {granularity} (epoch {steps_per_epoch}"
               + (f", backup every {backup_every_steps}" if backup_every_steps else "")
               + (f", resumed at step {first_step}" if first_step else "")
+              + (f", also {list(other_step_counts)}" if other_step_counts else "")
               + f"); {'stopped: ' + stopped + '; ' if stopped else ''}an execution takes "
               f"~{1e3 * chosen * step_seconds[chosen]:.0f} ms; probing took {probe_seconds:.1f} s")
     logging.info("%s", reason)

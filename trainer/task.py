@@ -40,7 +40,8 @@ _HELP = {
                    "multiworker XLA compiles each replica's forward and backward pass (the "
                    "all-reduce and update stay outside); auto is off on CPUs, where it was "
                    "measured slower, and on parameter servers, on for TPUs.",
-    "steps_per_execution": "Steps run per call into the compiled training function.",
+    "steps_per_execution": "'auto' (measured at the start of training) or the steps run per "
+                           "call into the compiled training function.",
     "optimizer": f"Optimizer: {', '.join(config_lib.OPTIMIZERS)}.",
     "learning_rate": "Base learning rate; with --lr_scaling, the rate for "
                      "--reference_batch_size (the scaled peak is logged).",

@@ -225,6 +225,7 @@ def tune_steps_per_execution(config: ExperimentConfig, model: keras.Model, input
     return execution_tuner.tune_steps_per_execution(
         model, inputs.train_stream(first_step), steps_per_epoch=inputs.steps_per_epoch,
         backup_every_steps=config.backup_every_steps, first_step=first_step,
+        other_step_counts=(config.validation_steps,) if config.validation_steps else (),
     ).steps_per_execution
 
 
