@@ -191,7 +191,7 @@ def _allreduce_accuracy(model_name: str, round_index: int, quick: bool) -> dict:
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     import keras  # pylint: disable=g-import-not-at-top
 
-    from reduced_precision_loader import reduced_precision  # pylint: disable=g-import-not-at-top
+    from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
     from tfdist.data import evaluation_batches, training_batches  # pylint: disable=g-import-not-at-top
     from trainer.run.throughput import ThroughputMeter  # pylint: disable=g-import-not-at-top
     from trainer.tasks.builtin import BuiltinTask  # pylint: disable=g-import-not-at-top
@@ -205,7 +205,7 @@ def _allreduce_accuracy(model_name: str, round_index: int, quick: bool) -> dict:
             model = task.build_model()
             model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
                           loss=task.loss(), metrics=task.metrics())
-        reduced_precision().set_gradient_all_reduce_dtype(model.optimizer, dtype)
+        keras_compat.set_gradient_all_reduce_dtype(model.optimizer, dtype)
         meter = ThroughputMeter(global_batch_size=BATCH)
         model.fit(training_batches(task.build_inputs(True), global_batch_size=BATCH, seed=0,
                                    num_examples=8192),

@@ -58,12 +58,3 @@ class BuiltinTask(Task):
 
     def metrics(self) -> list:
         return [keras.metrics.SparseCategoricalAccuracy(name="accuracy")]
-
-
-def check_names(model: str, dataset: str, data_dir: str) -> None:
-    """Raises `UsageError` for an unknown model or an unusable dataset."""
-    models.check_model_name(model)
-    if dataset != datasets.SYNTHETIC:
-        datasets.tfds_builder(dataset, data_dir)
-
-
