@@ -297,11 +297,42 @@ def test_two_workers_sigterm_to_one_all_exit_143_and_resume_at_the_notice(
     codes = cluster.wait(timeout=grace + 15, stop_on_failure=False)
 
     assert codes == {task: EXIT_PREEMPTED for task in WORKERS}, cluster.format_logs()
-    # Periodic backups were at 12 (and 10, the epoch end); the notice came at 14.
-    assert sorted(os.listdir(backup_dir)) == ["backup-000000000012", "backup-000000000014"]
+    # Periodic backups were at 12 (and 10, the epoch end); the notice came after step 14,
+    # and workers that agree through the coordination service stop one step later.
+    stop_step = notice_step + 1
+    assert sorted(os.listdir(backup_dir)) == ["backup-000000000012", "backup-000000000015"]
+    for task in WORKERS:
+        assert (f"Preemption notice agreed: stopping after step {stop_step}"
+                in cluster.log(task)), cluster.format_logs()
     _only_chief_files(backup_dir, tmp_path)
 
     resumed = _run_cluster(local_cluster, tmp_path, "resumed", backup_dir)
 
-    _assert_resumed_equal(resumed, two_worker_reference, resumed_from_step=notice_step)
+    _assert_resumed_equal(resumed, two_worker_reference, resumed_from_step=stop_step)
     _only_chief_files(backup_dir, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("notice_tasks", ["worker-1", "worker-0,worker-1"])
+def test_two_workers_agree_on_one_stop_step_without_a_collective_per_check(
+        local_cluster, tmp_path, notice_tasks):
+    """Checks are local reads; one notice, or two at once, stop both after the next step.
+
+    The watcher once gathered every worker's flag at every check: one collective
+    per step, 30-50% of a small model's step on 2 workers.
+    """
+    notice_step = 20
+    cluster = local_cluster(
+        num_workers=2, env=_cluster_env(tmp_path),
+        command=[sys.executable, "-m", "tests.jobs.preemption_agreement_job", str(tmp_path),
+                 str(notice_step), notice_tasks])
+    cluster.start()
+
+    codes = cluster.wait(timeout=PROCESS_TIMEOUT)
+
+    assert codes == {task: 0 for task in WORKERS}, cluster.format_logs()
+    results = {task: json.loads((tmp_path / f"{task.replace(':', '-')}.json").read_text())
+               for task in WORKERS}
+    for task, result in results.items():
+        # One gather agrees on the key namespace; the 20 checks before it ran none.
+        assert result == {"stopped_after": notice_step + 1, "gathers": 1}, (task, results)

@@ -3,15 +3,19 @@
 Vertex AI, GKE and spot VMs announce preemption with SIGTERM, then kill the
 process when their grace period ends. `PreemptionWatcher` turns the signal into
 a flag; the training loop asks `should_stop()` at the end of each step. In a
-synchronous multi-worker job one worker may get the signal alone, so every
-worker gathers the others' flags at the same step (one tiny collective) and all
-stop at that same step, save together, and exit with code 143.
+synchronous multi-worker job one worker may get the signal alone, so the
+workers agree on a step and all stop after it, save together, and exit with
+code 143. Under `MultiWorkerMirroredStrategy` they agree through the
+coordination service (`tfdist.preemption_agreement`): a check is a local read,
+and the stop comes one step after the notice. Without that service, every
+worker gathers the others' flags at the same checks (one tiny collective each)
+and all stop at the step of the notice.
 
 Why not TensorFlow's `PreemptionCheckpointHandler`: on Google Cloud CPU VMs it
 turns itself into a no-op, and on GPU VMs it watches the metadata server's
 maintenance events instead of SIGTERM, with a one-hour grace period; it also
-supports only loops it drives. Gathering a flag each step works the same on
-every platform and inside Keras `fit`.
+supports only loops it drives. The agreement here works the same on every
+platform and inside Keras `fit`.
 
 A watchdog enforces the grace period: once a notice arrives, the process exits
 at the deadline at the latest, with 143 if the backup committed and 137 (what
@@ -29,6 +33,7 @@ from typing import Callable
 from tfdist.checkpointing.sync import WorkerSync
 from tfdist.cli import EXIT_GRACE_EXPIRED, EXIT_PREEMPTED
 from tfdist.errors import UsageError
+from tfdist.preemption_agreement import CoordinatedStop
 from tfdist.preconditions import check_seconds, check_whole_number
 
 
@@ -42,8 +47,10 @@ class PreemptionOptions:
     Attributes:
         grace_period_seconds: Time from the notice to the latest exit. Keep it
             below the platform's (GKE and Vertex default 30 s).
-        check_every_steps: Steps between cross-worker checks of the flag. 1
-            stops at the very next step; more saves a collective per step.
+        check_every_steps: Steps between cross-worker checks of the flag when
+            workers agree by collective (no coordination service). 1 stops at
+            the very next step; more saves a collective per step. Checks
+            through the coordination service are local reads at every step.
         signals: Signals that announce preemption.
     """
 
@@ -95,6 +102,7 @@ class PreemptionWatcher:
         self._previous_handlers = {}
         self.stop_step = None
         self._last_check_step = 0
+        self._agreement = None  # CoordinatedStop, or False when not usable
 
     @property
     def notice_received(self) -> bool:
@@ -162,17 +170,33 @@ class PreemptionWatcher:
         """
         if self.stop_step is not None:
             return True
-        interval = self.options.check_every_steps
-        due = global_step // interval > self._last_check_step // interval
-        if not due:
-            return False
-        self._last_check_step = global_step
-        if not self.sync.any(self._notice.is_set()):
-            return False
+        agreement = self._coordinated_stop()
+        if agreement is not None:
+            if self._notice.is_set():
+                agreement.publish(global_step)
+            if agreement.target is None or global_step < agreement.target:
+                return False
+        else:
+            interval = self.options.check_every_steps
+            if global_step // interval <= self._last_check_step // interval:
+                return False
+            self._last_check_step = global_step
+            if not self.sync.any(self._notice.is_set()):
+                return False
         self.stop_step = global_step
         self._start_deadline()
         _log.warning("Preemption notice agreed: stopping after step %d.", global_step)
         return True
+
+    def _coordinated_stop(self) -> CoordinatedStop | None:
+        """The coordination-service agreement of a multi-worker job, made at its first check."""
+        if self._agreement is None:
+            strategy = self.sync.strategy
+            usable = self.sync.is_multi_worker and CoordinatedStop.available(strategy)
+            self._agreement = (CoordinatedStop(
+                strategy, self.sync, ack_timeout_seconds=self.options.grace_period_seconds)
+                if usable else False)
+        return self._agreement or None
 
     def saved(self) -> None:
         """Marks the state as saved: the deadline now exits with 143."""
@@ -186,4 +210,7 @@ class PreemptionWatcher:
     def close(self) -> None:
         """Stops the deadline (training ended normally) and restores handlers."""
         self._done.set()
+        if self._agreement:
+            self._agreement.close()
+            self._agreement = None  # a later fit agrees anew
         self.uninstall()

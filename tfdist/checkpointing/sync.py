@@ -28,6 +28,11 @@ class WorkerSync:
         self._gather_fn = tf.function(self._gather_replicas) if self.is_multi_worker else None
 
     @property
+    def strategy(self) -> tf.distribute.Strategy | None:
+        """The strategy the workers train under (`None` for one process)."""
+        return self._strategy
+
+    @property
     def num_workers(self) -> int:
         if not self.is_multi_worker:
             return 1
