@@ -24,7 +24,7 @@ class FiniteCheck:
             return tf.stack([tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(variable)))
                              for variable in variables])
 
-        self._flags = tf.function(flags) if variables else None
+        self._flags = tf.function(flags, autograph=False) if variables else None
 
     def non_finite(self) -> list[str]:
         """Names of the variables holding a NaN or an infinity, in order."""
