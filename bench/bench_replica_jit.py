@@ -56,20 +56,22 @@ def run_side() -> None:
 
     import keras  # pylint: disable=g-import-not-at-top
 
-    from trainer import datasets, models  # pylint: disable=g-import-not-at-top
+    from tfdist.data import training_batches  # pylint: disable=g-import-not-at-top
+    from trainer.tasks.builtin import BuiltinTask  # pylint: disable=g-import-not-at-top
 
     keras.utils.set_random_seed(0)
-    data = datasets.load_datasets("synthetic", global_batch_size=_BATCH.value, seed=0,
-                                  num_examples=8192)
+    task = BuiltinTask(model=_MODEL.value, dataset="synthetic", num_examples=8192)
+    train = training_batches(task.build_inputs(True), global_batch_size=_BATCH.value, seed=0,
+                             num_examples=8192)
     with strategy.scope():
-        model = models.build_model(_MODEL.value, data.info.input_shape, data.info.num_classes)
+        model = task.build_model()
         model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
                       loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                       metrics=["accuracy"], jit_compile=_JIT.value)
     ends = []
     timer = keras.callbacks.LambdaCallback(
         on_train_batch_end=lambda batch, logs: ends.append((batch, time.perf_counter())))
-    model.fit(data.train, epochs=1, steps_per_epoch=_STEPS.value + 1, verbose=0, shuffle=False,
+    model.fit(train, epochs=1, steps_per_epoch=_STEPS.value + 1, verbose=0, shuffle=False,
               callbacks=[timer])
     (first_batch, first_time), (last_batch, last_time) = ends[0], ends[-1]
     steps_per_second = (last_batch - first_batch) / (last_time - first_time)
