@@ -17,7 +17,9 @@ written.
 
 Sections (`--sections`, comma-separated):
   speed      trainer defaults vs plain Keras `fit` with Keras defaults (goal >= 1.3x),
-             steps per execution 1 vs auto, mirrored, callbacks on vs off (goal <= 3%)
+             steps per execution 1 vs auto, mirrored
+  callbacks  bench_callbacks: tfdist's callbacks on vs off, one process and 2 workers
+             (goal <= 3%)
   mixed      float32 vs mixed_bfloat16 vs mixed_float16: step time and test accuracy
   input      bench_input: input-only vs training throughput; time to first batch by step
   allreduce  bench_allreduce: 2 workers vs a loopback socket; bfloat16 all-reduce accuracy
@@ -41,7 +43,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 BATCH = 64
 SPEED_EPOCHS, SPEED_STEPS = 2, 320
-SECTIONS = ("speed", "mixed", "input", "allreduce", "older")
+SECTIONS = ("speed", "callbacks", "mixed", "input", "allreduce", "older")
 
 
 def load_average() -> list[float]:
@@ -131,21 +133,12 @@ def _plain_keras(model_name: str, *, epochs: int = SPEED_EPOCHS,
     return {"examples_per_second": meter.examples_per_second}
 
 
-_CALLBACKS_ON = {"model_dir": True, "backup_dir": True, "backup_every_steps": 500}
-# Callbacks on vs off at one fixed spe each (auto could choose differently for the two), over
-# 2 epochs of 1000 steps: several backups, so the first backup's one-time cost (tracing the
-# checkpoint writer) does not stand for the steady cost.
-_LONG = {"epochs": 2, "steps": 1000}
 SPEED_VARIANTS = {
     # name: (callable, kwargs)
     "keras fit (Keras defaults)": ("plain", {}),
     "trainer defaults": ("trainer", {"model_dir": True}),
     "trainer, spe 1": ("trainer", {"model_dir": True, "steps_per_execution": 1}),
     "trainer, mirrored": ("trainer", {"model_dir": True, "strategy": "mirrored"}),
-    "callbacks off, spe 20": ("trainer", {"steps_per_execution": 20, **_LONG}),
-    "callbacks on, spe 20": ("trainer", {"steps_per_execution": 20, **_CALLBACKS_ON, **_LONG}),
-    "callbacks off, spe 1": ("trainer", {"steps_per_execution": 1, **_LONG}),
-    "callbacks on, spe 1": ("trainer", {"steps_per_execution": 1, **_CALLBACKS_ON, **_LONG}),
 }
 MIXED_VARIANTS = {
     "float32": {"mixed_precision": "none"},
@@ -255,14 +248,6 @@ def speed_section(rounds: int, quick: bool) -> dict:
                                "median_probe_seconds": _median(rows, "probe_seconds"),
                                "runs": [row["examples_per_second"] for row in rows]}
                         for name, rows in variants.items()}
-        for spe in (20, 1):
-            on_rows, off_rows = (variants[f"callbacks {state}, spe {spe}"] for state in ("on", "off"))
-            pairs = [on["examples_per_second"] / off["examples_per_second"]
-                     for on, off in zip(on_rows, off_rows)]
-            table[model][f"callbacks overhead, spe {spe}"] = {
-                "overhead": 1 - (_median(on_rows, "examples_per_second")
-                                 / _median(off_rows, "examples_per_second")),
-                "median_pair_overhead": 1 - statistics.median(pairs)}
     return {"table": table, "rounds": rounds, "epochs": SPEED_EPOCHS,
             "steps_per_epoch": SPEED_STEPS, "global_batch_size": BATCH,
             "load_average_before": load_before, "load_average_after": load_average()}
@@ -281,6 +266,16 @@ def mixed_section(rounds: int, quick: bool) -> dict:
                         for name, rows in variants.items()}
     return {"table": table, "rounds": rounds, "load_average_before": load_before,
             "load_average_after": load_average()}
+
+
+def callbacks_section(rounds: int, quick: bool) -> dict:
+    result = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "bench_callbacks.py"), f"--rounds={rounds}",
+         f"--quick={quick}"],
+        cwd=REPO, env=_environ(), capture_output=True, text=True, timeout=3600, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(result.stderr[-4000:])
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def input_section(rounds: int, quick: bool) -> dict:
@@ -339,6 +334,43 @@ def _fmt(value, digits=0):
     return "–" if value is None else f"{value:,.{digits}f}"
 
 
+def _callbacks_markdown(callbacks: dict) -> list[str]:
+    lines = ["## Callbacks overhead (goal ≤ 3%)", ""]
+    single = callbacks.get("single_process")
+    if single:
+        lines += [f"One process: {single['rounds']} rounds alternating, {single['epochs']}×"
+                  f"{single['steps_per_epoch']} steps, backup every "
+                  f"{single['backup_every_steps']} steps; load {single['load_average_before']} "
+                  f"→ {single['load_average_after']}.", "",
+                  "| model, spe | off examples/s | on examples/s | overhead (medians) | median of "
+                  "same-round pairs | time in tfdist callbacks / fit time |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for name, row in single["table"].items():
+            lines.append(f"| {name} | {_fmt(row['off_examples_per_second'])} | "
+                         f"{_fmt(row['on_examples_per_second'])} | {100 * row['overhead']:.1f}% | "
+                         f"{100 * row['median_pair_overhead']:.1f}% | "
+                         f"{100 * row['callback_share_of_fit']:.2f}% |")
+        lines.append("")
+    workers = callbacks.get("two_workers")
+    if workers:
+        lines += [f"2 workers (MultiWorkerMirroredStrategy, loopback): {workers['rounds']} "
+                  f"rounds alternating, {workers['epochs']}×{workers['steps_per_epoch']} steps, "
+                  f"backup every {workers['backup_every_steps']} steps; load "
+                  f"{workers['load_average_before']} → {workers['load_average_after']}.", "",
+                  "| model, spe | off examples/s | on | overhead (medians) | median of pairs | "
+                  "on, collective check | overhead (medians) | median of pairs |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for name, row in workers["table"].items():
+            on, old = row["on"], row["on, collective check"]
+            lines.append(f"| {name} | {_fmt(row['off_examples_per_second'])} | "
+                         f"{_fmt(on['examples_per_second'])} | {100 * on['overhead']:.1f}% | "
+                         f"{100 * on['median_pair_overhead']:.1f}% | "
+                         f"{_fmt(old['examples_per_second'])} | {100 * old['overhead']:.1f}% | "
+                         f"{100 * old['median_pair_overhead']:.1f}% |")
+        lines.append("")
+    return lines
+
+
 def markdown(results: dict) -> str:
     lines = ["# Benchmark results (generated by `python bench/run_all.py"
              f"{' --quick' if results['quick'] else ''}`)", "",
@@ -347,7 +379,7 @@ def markdown(results: dict) -> str:
              f"{results['seconds']:.0f} s.", ""]
     if "speed" in results:
         speed = results["speed"]
-        lines += ["## Trainer vs plain Keras fit; steps per execution; callbacks", "",
+        lines += ["## Trainer vs plain Keras fit; steps per execution", "",
                   f"{speed['rounds']} rounds alternating, {speed['epochs']}×"
                   f"{speed['steps_per_epoch']} steps, global batch {speed['global_batch_size']},"
                   f" synthetic data; load {speed['load_average_before']} → "
@@ -356,20 +388,13 @@ def markdown(results: dict) -> str:
                   "|---|---|---:|---:|---|---:|"]
         for model, rows in speed["table"].items():
             for name, row in rows.items():
-                if "overhead" in name:
-                    continue
                 lines.append(f"| {model} | {name} | {_fmt(row['median_examples_per_second'])} | "
                              f"{row['ratio_to_keras']:.2f}x | "
                              f"{row['chosen_steps_per_execution'] or ''} | "
                              f"{_fmt(row['median_probe_seconds'], 1)} |")
-        lines += ["", "| model | spe | callbacks overhead (1 - on/off, medians) | median of "
-                  "same-round pairs |", "|---|---:|---:|---:|"]
-        for model, rows in speed["table"].items():
-            for spe in (20, 1):
-                row = rows[f"callbacks overhead, spe {spe}"]
-                lines.append(f"| {model} | {spe} | {100 * row['overhead']:.1f}% | "
-                             f"{100 * row['median_pair_overhead']:.1f}% |")
         lines.append("")
+    if "callbacks" in results:
+        lines += _callbacks_markdown(results["callbacks"])
     if "mixed" in results:
         mixed = results["mixed"]
         lines += ["## Mixed precision", "", f"load {mixed['load_average_before']} → "
@@ -440,7 +465,7 @@ def figures(results: dict, out_dir: pathlib.Path) -> list[str]:
     written = []
     if "speed" in results:
         table = results["speed"]["table"]
-        names = [n for n in next(iter(table.values())) if "overhead" not in n]
+        names = list(next(iter(table.values())))
         figure, axes = plt.subplots(1, len(table), figsize=(6 * len(table), 4.5))
         for axis, (model, rows) in zip(axes, table.items()):
             values = [rows[n]["median_examples_per_second"] for n in names]
@@ -502,6 +527,7 @@ def main() -> None:
     results = {"quick": args.quick, "started": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
                "load_average_before": load_average()}
     runners = {"speed": lambda: speed_section(rounds, args.quick),
+               "callbacks": lambda: callbacks_section(rounds, args.quick),
                "mixed": lambda: mixed_section(min(rounds, 2), args.quick),
                "input": lambda: input_section(min(rounds, 2), args.quick),
                "allreduce": lambda: allreduce_section(min(rounds, 2), args.quick),
