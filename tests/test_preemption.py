@@ -313,26 +313,29 @@ def test_two_workers_sigterm_to_one_all_exit_143_and_resume_at_the_notice(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("notice_tasks", ["worker-1", "worker-0,worker-1"])
+@pytest.mark.parametrize("has_chief, notice_tasks", [
+    (False, "worker-1"), (False, "worker-0,worker-1"), (True, "worker-0")])
 def test_two_workers_agree_on_one_stop_step_without_a_collective_per_check(
-        local_cluster, tmp_path, notice_tasks):
+        local_cluster, tmp_path, has_chief, notice_tasks):
     """Checks are local reads; one notice, or two at once, stop both after the next step.
 
     The watcher once gathered every worker's flag at every check: one collective
-    per step, 30-50% of a small model's step on 2 workers.
+    per step, 30-50% of a small model's step on 2 workers. With a chief (as on
+    Vertex), the chief is one of the two and acknowledges too.
     """
     notice_step = 20
     cluster = local_cluster(
-        num_workers=2, env=_cluster_env(tmp_path),
+        num_workers=1 if has_chief else 2, has_chief=has_chief, env=_cluster_env(tmp_path),
         command=[sys.executable, "-m", "tests.jobs.preemption_agreement_job", str(tmp_path),
                  str(notice_step), notice_tasks])
     cluster.start()
 
     codes = cluster.wait(timeout=PROCESS_TIMEOUT)
 
-    assert codes == {task: 0 for task in WORKERS}, cluster.format_logs()
+    tasks = ("chief:0", "worker:0") if has_chief else WORKERS
+    assert codes == {task: 0 for task in tasks}, cluster.format_logs()
     results = {task: json.loads((tmp_path / f"{task.replace(':', '-')}.json").read_text())
-               for task in WORKERS}
+               for task in tasks}
     for task, result in results.items():
         # One gather agrees on the key namespace; the 20 checks before it ran none.
         assert result == {"stopped_after": notice_step + 1, "gathers": 1}, (task, results)
