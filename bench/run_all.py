@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
 BATCH = 64
-SPEED_EPOCHS, SPEED_STEPS = 2, 320
+SPEED_EPOCHS, SPEED_STEPS = 2, 640
 SECTIONS = ("speed", "callbacks", "mixed", "input", "allreduce", "older")
 
 
