@@ -338,18 +338,22 @@ def _callbacks_markdown(callbacks: dict) -> list[str]:
     lines = ["## Callbacks overhead (goal ≤ 3%)", ""]
     single = callbacks.get("single_process")
     if single:
-        lines += [f"One process: {single['rounds']} rounds alternating, {single['epochs']}×"
-                  f"{single['steps_per_epoch']} steps, backup every "
-                  f"{single['backup_every_steps']} steps; load {single['load_average_before']} "
-                  f"→ {single['load_average_after']}.", "",
+        shapes = ", ".join(f"{model} {run['epochs']}×{run['steps_per_epoch']}"
+                           for model, run in single["runs"].items())
+        lines += [f"One process: {single['rounds']} rounds alternating, steps {shapes}, backup "
+                  f"every {single['backup_every_steps']} steps; load "
+                  f"{single['load_average_before']} → {single['load_average_after']}.", "",
                   "| model, spe | off examples/s | on examples/s | overhead (medians) | median of "
-                  "same-round pairs | time in tfdist callbacks / fit time |",
-                  "|---|---:|---:|---:|---:|---:|"]
+                  "same-round pairs | time in tfdist callbacks / fit time | first backup ms | "
+                  "later backups ms (median) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for name, row in single["table"].items():
             lines.append(f"| {name} | {_fmt(row['off_examples_per_second'])} | "
                          f"{_fmt(row['on_examples_per_second'])} | {100 * row['overhead']:.1f}% | "
                          f"{100 * row['median_pair_overhead']:.1f}% | "
-                         f"{100 * row['callback_share_of_fit']:.2f}% |")
+                         f"{100 * row['callback_share_of_fit']:.2f}% | "
+                         f"{1e3 * row['first_backup_seconds']:.0f} | "
+                         f"{1e3 * row['later_backup_seconds']:.1f} |")
         lines.append("")
     workers = callbacks.get("two_workers")
     if workers:
