@@ -20,6 +20,8 @@ Sections (`--sections`, comma-separated):
              steps per execution 1 vs auto, mirrored
   callbacks  bench_callbacks: tfdist's callbacks on vs off, one process and 2 workers
              (goal <= 3%)
+  multiworker  bench_fused_multiworker (2 workers, fused vs Python-loop executions, goal
+             >= 1.2x) and bench_replica_jit (XLA per replica vs none under MirroredStrategy)
   mixed      float32 vs mixed_bfloat16 vs mixed_float16: step time and test accuracy
   input      bench_input: input-only vs training throughput; time to first batch by step
   allreduce  bench_allreduce: 2 workers vs a loopback socket; bfloat16 all-reduce accuracy
@@ -43,7 +45,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 BATCH = 64
 SPEED_EPOCHS, SPEED_STEPS = 2, 640
-SECTIONS = ("speed", "callbacks", "mixed", "input", "allreduce", "older")
+SECTIONS = ("speed", "callbacks", "multiworker", "mixed", "input", "allreduce", "older")
 
 
 def load_average() -> list[float]:
@@ -278,6 +280,21 @@ def callbacks_section(rounds: int, quick: bool) -> dict:
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def _json_of(script: str, *args: str) -> dict:
+    result = subprocess.run([sys.executable, str(REPO / "bench" / script), *args], cwd=REPO,
+                            env=_environ(), capture_output=True, text=True, timeout=3600,
+                            check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"{script} exited {result.returncode}:\n{result.stderr[-4000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def multiworker_section(rounds: int, quick: bool) -> dict:
+    return {"fused": _json_of("bench_fused_multiworker.py", f"--pairs={rounds}"),
+            "replica_jit": _json_of("bench_replica_jit.py", f"--pairs={min(rounds, 2)}",
+                                    *(["--models=mlp"] if quick else []))}
+
+
 def input_section(rounds: int, quick: bool) -> dict:
     result = subprocess.run(
         [sys.executable, str(REPO / "bench" / "bench_input.py"), f"--rounds={rounds}",
@@ -399,6 +416,27 @@ def markdown(results: dict) -> str:
         lines.append("")
     if "callbacks" in results:
         lines += _callbacks_markdown(results["callbacks"])
+    if "multiworker" in results:
+        fused, jit = results["multiworker"]["fused"], results["multiworker"]["replica_jit"]
+        medians = fused["median_steps_per_second"]
+        lines += ["## Fused executions under 2 workers; XLA per replica", "",
+                  f"{fused['model']}, 2 workers, spe {fused['steps_per_execution']}, "
+                  f"{fused['timed_steps']} timed steps, {len(fused['runs']['fused'])} runs each; "
+                  f"load {fused['load_average_before']} → {fused['load_average_after']}.", "",
+                  "| fused steps/s | Python-loop steps/s | ratio of medians (goal ≥ 1.2×) |",
+                  "|---:|---:|---:|",
+                  f"| {medians['fused']:.1f} | {medians['python_loop']:.1f} | "
+                  f"{fused['ratio_fused_over_python_loop']:.2f}× |", "",
+                  f"XLA per replica, MirroredStrategy; load {jit['load_average_before']} → "
+                  f"{jit['load_average_after']}.", "",
+                  "| model | devices | XLA examples/s | no XLA examples/s | XLA / no XLA |",
+                  "|---|---:|---:|---:|---:|"]
+        for row in jit["rows"]:
+            lines.append(f"| {row['model']} | {row['devices']} | "
+                         f"{_fmt(row['median_examples_per_second']['xla'])} | "
+                         f"{_fmt(row['median_examples_per_second']['plain'])} | "
+                         f"{row['ratio_xla_over_plain']:.2f} |")
+        lines.append("")
     if "mixed" in results:
         mixed = results["mixed"]
         lines += ["## Mixed precision", "", f"load {mixed['load_average_before']} → "
@@ -532,6 +570,7 @@ def main() -> None:
                "load_average_before": load_average()}
     runners = {"speed": lambda: speed_section(rounds, args.quick),
                "callbacks": lambda: callbacks_section(rounds, args.quick),
+               "multiworker": lambda: multiworker_section(rounds, args.quick),
                "mixed": lambda: mixed_section(min(rounds, 2), args.quick),
                "input": lambda: input_section(min(rounds, 2), args.quick),
                "allreduce": lambda: allreduce_section(min(rounds, 2), args.quick),
