@@ -37,6 +37,8 @@ import time
 from absl import app
 from absl import flags
 
+import two_workers
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BATCH = 64
 BACKUP_EVERY = 500
@@ -259,20 +261,11 @@ def _single_part(rounds: int) -> dict:
 
 
 def _two_worker_run(variant: str, spe: int) -> float:
-    with tempfile.TemporaryDirectory() as scratch:
-        result = pathlib.Path(scratch) / "result.json"
-        command = [sys.executable, "-m", "tfdist.launch", "--workers=2", "--quiet",
-                   f"--log_dir={scratch}/logs", "--timeout=900", "--",
-                   sys.executable, str(pathlib.Path(__file__).resolve()), "--side=worker",
-                   f"--variant={variant}", f"--steps_per_execution={spe}",
-                   f"--result={result}", f"--quick={_QUICK.value}"]
-        completed = subprocess.run(command, cwd=REPO, env=_environ(), capture_output=True,
-                                   text=True, timeout=1000, check=False)
-        if completed.returncode != 0:
-            logs = "".join(path.read_text()[-2000:]
-                           for path in sorted(pathlib.Path(scratch, "logs").glob("*.log")))
-            raise RuntimeError(f"{variant} spe {spe} exited {completed.returncode}:\n{logs}")
-        return float(json.loads(result.read_text())["examples_per_second"])
+    result = two_workers.run_two_workers(
+        str(pathlib.Path(__file__).resolve()), f"--variant={variant}",
+        f"--steps_per_execution={spe}", f"--quick={_QUICK.value}",
+        what=f"2 workers, {variant}, spe {spe}")
+    return float(result["examples_per_second"])
 
 
 def _workers_part(rounds: int) -> dict:

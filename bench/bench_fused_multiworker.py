@@ -22,13 +22,13 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 
 from absl import app
 from absl import flags
+
+import two_workers
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MODES = ("fused", "python_loop")
@@ -107,31 +107,13 @@ def worker_side() -> None:
             {"steps_per_second": (last_batch - first_batch) / (last_time - first_time)}))
 
 
-def _child_environ() -> dict:
-    environ = {key: value for key, value in os.environ.items()
-               if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")}
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
-    environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return environ
-
-
 def run(mode: str) -> float:
     """Steps/s of one fresh 2-worker run."""
-    with tempfile.TemporaryDirectory() as scratch:
-        result = pathlib.Path(scratch) / "result.json"
-        command = [sys.executable, "-m", "tfdist.launch", "--workers=2", "--quiet",
-                   f"--log_dir={scratch}/logs", "--timeout=900", "--",
-                   sys.executable, str(pathlib.Path(__file__).resolve()), "--side=worker",
-                   f"--mode={mode}", f"--result={result}", f"--model={_MODEL.value}",
-                   f"--steps={_STEPS.value}", f"--steps_per_execution={_SPE.value}",
-                   f"--global_batch_size={_BATCH.value}"]
-        completed = subprocess.run(command, cwd=REPO, env=_child_environ(), capture_output=True,
-                                   text=True, timeout=1000, check=False)
-        if completed.returncode != 0:
-            logs = "".join(path.read_text()[-2000:]
-                           for path in sorted(pathlib.Path(scratch, "logs").glob("*.log")))
-            raise RuntimeError(f"{mode} run exited {completed.returncode}:\n{logs}")
-        return float(json.loads(result.read_text())["steps_per_second"])
+    result = two_workers.run_two_workers(
+        str(pathlib.Path(__file__).resolve()), f"--mode={mode}", f"--model={_MODEL.value}",
+        f"--steps={_STEPS.value}", f"--steps_per_execution={_SPE.value}",
+        f"--global_batch_size={_BATCH.value}", what=f"{mode} run")
+    return float(result["steps_per_second"])
 
 
 def _load_average() -> str:
