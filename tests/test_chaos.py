@@ -138,6 +138,9 @@ def test_parameter_servers_with_each_role_preempted_apply_exactly_the_planned_st
     flags = ["--strategy=parameter_server", "--model=mlp", "--num_examples=2048",
              "--epochs=2", "--steps_per_epoch=60", "--global_batch_size=32",
              "--backup_every_steps=10", "--steps_per_execution=1", "--seed=5"]
+    # A ps task has no SIGTERM handler: SIGTERM ends it at once, as SIGKILL would, so
+    # this is also the restart after losing the parameter server (resumed from the
+    # backup, no step lost or repeated).
     plan = [("chief", signal.SIGTERM), ("worker", signal.SIGTERM), ("ps", signal.SIGTERM)]
     sent = _run_chaos(tmp_path, ["--chief", "--workers=2", "--ps=1", "--restart_on_failure=6"],
                       flags, plan)
