@@ -180,7 +180,9 @@ def _weights(model_dir: pathlib.Path, example: Example) -> list[np.ndarray]:
 def test_resnet_on_two_workers_equals_mirrored_on_two_cpus_and_is_evaluated(local_cluster,
                                                                              tmp_path):
     example = EXAMPLES["resnet"]
-    steps = ["--epochs=2", "--steps_per_epoch=4"]
+    # steps_per_execution is pinned: auto's probe traces and times a step function per
+    # candidate in every process, which tests/test_execution_tuner.py covers.
+    steps = ["--epochs=2", "--steps_per_epoch=4", "--steps_per_execution=4"]
     mirrored = _start_single(tmp_path / "mirrored", _trainer(
         example, *steps, "--strategy=mirrored", "--num_cpu_devices=2",
         f"--model_dir={tmp_path / 'mirrored'}"))
@@ -219,8 +221,14 @@ def test_subclassed_worker_killed_mid_epoch_restarts_to_the_uninterrupted_weight
     total = epochs * steps_per_epoch
 
     def two_workers(name: str, **kwargs):
+        # steps_per_execution is pinned (10 tiles the epoch, the backups and a resume at
+        # any of them): auto's probe traces a step function per candidate at every start,
+        # twice for the killed job; tests/test_execution_tuner.py and the trainer's
+        # 2-worker SIGTERM test cover auto. The dropout seed state a backup must carry
+        # advances every step whatever the execution length.
         return local_cluster(num_workers=2, env=CLUSTER_ENV, **kwargs, command=_trainer(
             example, f"--epochs={epochs}", f"--steps_per_epoch={steps_per_epoch}",
+            f"--steps_per_execution={every // 3}",
             "--strategy=multiworker", f"--backup_dir={tmp_path / name / 'backup'}",
             f"--backup_every_steps={every}", f"--model_dir={tmp_path / name / 'model'}"))
 

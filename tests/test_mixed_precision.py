@@ -107,8 +107,10 @@ def _saved(out: pathlib.Path, policy: str):
                                               ("mixed_bfloat16", "lamb")])
 def test_a_preempted_mixed_precision_run_resumes_exactly(tmp_path, policy, optimizer):
     flags = _flags(policy, optimizer)
-    reference = _run(tmp_path, "reference", *flags, f"--backup_dir={tmp_path / 'ref-backup'}")
-
+    # The uninterrupted reference runs beside the run to preempt (one process each):
+    # they share nothing but the flags.
+    reference = _start(tmp_path, "reference", *flags,
+                       f"--backup_dir={tmp_path / 'ref-backup'}")
     backup_dir = tmp_path / "backup"
     victim = _start(tmp_path, "preempted", *flags, f"--backup_dir={backup_dir}")
     try:
@@ -117,9 +119,12 @@ def test_a_preempted_mixed_precision_run_resumes_exactly(tmp_path, policy, optim
         assert victim.poll() is None, log_tail(victim)
         victim.send_signal(signal.SIGTERM)
         code = finish(victim, 120)
+        reference_code = finish(reference, TIMEOUT)
     finally:
         finish(victim, 1)
+        finish(reference, 1)
     assert code == EXIT_PREEMPTED, log_tail(victim)
+    assert reference_code == 0, f"reference exited {reference_code}:\n{log_tail(reference)}"
     resumed = _run(tmp_path, "resumed", *flags, f"--backup_dir={backup_dir}")
 
     summary = json.loads((resumed.out / "summary.json").read_text())
@@ -143,13 +148,19 @@ def test_a_preempted_mixed_precision_run_resumes_exactly(tmp_path, policy, optim
 @pytest.mark.slow
 def test_two_workers_train_mixed_float16_with_lamb_like_one_process(local_cluster, tmp_path):
     common = ["-m", "trainer.task", *_flags("mixed_float16", "lamb")]
-    one = _run(tmp_path, "one", *common[2:], "--strategy=mirrored", "--num_cpu_devices=2")
-    cluster = local_cluster(num_workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
-                            command=[sys.executable, *common, "--strategy=multiworker",
-                                     f"--model_dir={tmp_path / 'two'}"])
-    cluster.start()
-    codes = cluster.wait(timeout=TIMEOUT)
-    assert set(codes.values()) == {0}, cluster.format_logs()
+    # The one-process run goes beside the cluster: they share nothing but the flags.
+    one = _start(tmp_path, "one", *common[2:], "--strategy=mirrored", "--num_cpu_devices=2")
+    try:
+        cluster = local_cluster(num_workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+                                command=[sys.executable, *common, "--strategy=multiworker",
+                                         f"--model_dir={tmp_path / 'two'}"])
+        cluster.start()
+        codes = cluster.wait(timeout=TIMEOUT)
+        assert set(codes.values()) == {0}, cluster.format_logs()
+        one_code = finish(one, TIMEOUT)
+    finally:
+        finish(one, 1)
+    assert one_code == 0, f"one exited {one_code}:\n{log_tail(one)}"
 
     summary = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert (summary["num_workers"], summary["steps_completed"]) == (2, EPOCHS * STEPS_PER_EPOCH)

@@ -45,6 +45,30 @@ def _run_cluster(local_cluster, args: list[str], num_workers: int = 2) -> dict:
     return codes
 
 
+def _run_single_beside_cluster(local_cluster, single_args: list[str], cluster_args: list[str],
+                               log_path: pathlib.Path) -> None:
+    """Runs one process and a 2-worker cluster side by side: they share nothing but flags.
+
+    The single process's output goes to `log_path`, shown if it fails.
+    """
+    import os  # pylint: disable=g-import-not-at-top
+
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("TF_CONFIG", "CLUSTER_SPEC")}
+    env.update(ENV)
+    with open(log_path, "wb") as log:
+        single = subprocess.Popen([sys.executable, *single_args], cwd=ROOT, env=env,
+                                  stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _run_cluster(local_cluster, cluster_args)
+        code = single.wait(timeout=WAIT_SECONDS)
+    finally:
+        if single.poll() is None:  # the cluster failed or a wait timed out
+            single.kill()
+            single.wait()
+    assert code == 0, log_path.read_text(errors="replace")[-4000:]
+
+
 def _weights(npz_path: pathlib.Path) -> list[np.ndarray]:
     with np.load(npz_path, allow_pickle=False) as archive:
         return [archive[f"arr_{i}"] for i in range(len(archive.files))]
@@ -75,9 +99,10 @@ def test_two_workers_end_with_the_weights_of_one_process(local_cluster, tmp_path
               f"--learning_rate={learning_rate}", "--global_batch_size=64", "--epochs=2",
               f"--steps_per_execution={steps_per_execution}",
               "--steps_per_epoch=10", "--num_examples=2048", "--seed=3"]
-    _run_single([*common, "--strategy=default", f"--model_dir={tmp_path / 'one'}"], ROOT)
-    _run_cluster(local_cluster, [*common, "--strategy=multiworker",
-                                 f"--model_dir={tmp_path / 'two'}"])
+    _run_single_beside_cluster(
+        local_cluster, [*common, "--strategy=default", f"--model_dir={tmp_path / 'one'}"],
+        [*common, "--strategy=multiworker", f"--model_dir={tmp_path / 'two'}"],
+        tmp_path / "one.log")
 
     one = json.loads((tmp_path / "one" / "summary.json").read_text())
     two = json.loads((tmp_path / "two" / "summary.json").read_text())
@@ -106,11 +131,12 @@ def test_only_the_chief_writes_and_an_evaluator_reads_its_checkpoints(local_clus
 
 
 def test_evaluate_and_predict_under_two_workers_equal_one_process(local_cluster, tmp_path):
-    _run_single([TASK, "--strategy=default", f"--out={tmp_path}", "--steps=8",
-                 "--steps_per_execution=2"], ROOT)
     (tmp_path / "two").mkdir()
-    _run_cluster(local_cluster, [TASK, "--strategy=multiworker", f"--out={tmp_path / 'two'}",
-                                 "--steps=8", "--steps_per_execution=2"])
+    _run_single_beside_cluster(
+        local_cluster, [TASK, "--strategy=default", f"--out={tmp_path}", "--steps=8",
+                        "--steps_per_execution=2"],
+        [TASK, "--strategy=multiworker", f"--out={tmp_path / 'two'}", "--steps=8",
+         "--steps_per_execution=2"], tmp_path / "one.log")
 
     assert _max_difference(_weights(tmp_path / "weights.npz"),
                            _weights(tmp_path / "two" / "weights.npz")) < 1e-5
@@ -128,13 +154,14 @@ def _json(path: pathlib.Path):
 
 
 def _run_mirrored_and_two_workers(local_cluster, tmp_path, *flags) -> tuple[pathlib.Path, ...]:
-    """Runs the task on 2 local CPUs in one process, then on 2 workers; returns both outputs."""
+    """Runs the task on 2 local CPUs in one process and on 2 workers; returns both outputs."""
     one, two = tmp_path / "mirrored", tmp_path / "two_workers"
     one.mkdir()
     two.mkdir()
-    _run_single([TASK, "--strategy=mirrored", "--num_cpu_devices=2", f"--out={one}", *flags],
-                ROOT)
-    _run_cluster(local_cluster, [TASK, "--strategy=multiworker", f"--out={two}", *flags])
+    _run_single_beside_cluster(
+        local_cluster, [TASK, "--strategy=mirrored", "--num_cpu_devices=2", f"--out={one}",
+                        *flags],
+        [TASK, "--strategy=multiworker", f"--out={two}", *flags], tmp_path / "mirrored.log")
     return one, two
 
 

@@ -293,21 +293,27 @@ def _mlp_job(framework: str, initial: pathlib.Path, out: pathlib.Path) -> list[s
             f"--out={out}", f"--steps={STEPS}"]
 
 
-def _run_on_two_workers(local_cluster, command: list[str]) -> list[dict]:
-    cluster = local_cluster(num_workers=2, command=command, env=ENV)
-    cluster.start()
-    codes = cluster.wait(timeout=WAIT_SECONDS)
+def _cluster_reports(cluster, codes) -> list[dict]:
     assert set(codes.values()) == {0}, cluster.format_logs()
     return [report for task in cluster.tasks for report in _job_reports(cluster.log(task))]
 
 
-def _run_in_one_process(command: list[str]) -> list[dict]:
+def _start_one_process(command: list[str], out: pathlib.Path) -> subprocess.Popen:
+    """Starts `command` without a cluster; stdout to <out>/stdout.txt, stderr to log.txt."""
     environ = {key: value for key, value in os.environ.items()
                if key not in ("TF_CONFIG", "CLUSTER_SPEC")}
-    result = subprocess.run(command, env={**environ, **ENV}, capture_output=True, text=True,
-                            timeout=WAIT_SECONDS, check=False)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return _job_reports(result.stdout)
+    with open(out / "stdout.txt", "wb") as stdout, open(out / "log.txt", "wb") as stderr:
+        return subprocess.Popen(command, env={**environ, **ENV}, stdout=stdout, stderr=stderr)
+
+
+def _finish_one_process(process: subprocess.Popen, timeout: float) -> int:
+    """The exit code; kills the process if it outlives `timeout`."""
+    try:
+        return process.wait(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 @pytest.mark.slow
@@ -320,14 +326,25 @@ def test_keras3_with_tfdist_on_two_workers_equals_tf_keras_on_two_workers(local_
              np.zeros(16, np.float32), (0.3 * rng.normal(size=(16, 3))).astype(np.float32),
              np.zeros(3, np.float32))
 
-    reports = {
-        "keras3": _run_on_two_workers(local_cluster,
-                                      _mlp_job("keras3", initial, tmp_path / "keras3")),
-        "tf_keras": _run_on_two_workers(local_cluster,
-                                        _mlp_job("tf_keras", initial, tmp_path / "tf_keras")),
-        "one_process": _run_in_one_process(
-            _mlp_job("tf_keras", initial, tmp_path / "one_process")),
-    }
+    # The three runs share nothing but their inputs: they run side by side.
+    clusters = {framework: local_cluster(num_workers=2, env=ENV, command=_mlp_job(
+        framework, initial, tmp_path / framework)) for framework in ("keras3", "tf_keras")}
+    for cluster in clusters.values():
+        cluster.start()
+    single = _start_one_process(_mlp_job("tf_keras", initial, tmp_path / "one_process"),
+                                tmp_path / "one_process")
+    try:
+        codes = {framework: cluster.wait(timeout=WAIT_SECONDS)
+                 for framework, cluster in clusters.items()}
+        single_code = _finish_one_process(single, WAIT_SECONDS)
+    finally:
+        if single.poll() is None:  # a cluster failed or timed out first
+            single.kill()
+            single.wait()
+    assert single_code == 0, (tmp_path / "one_process" / "log.txt").read_text()[-4000:]
+    reports = {framework: _cluster_reports(cluster, codes[framework])
+               for framework, cluster in clusters.items()}
+    reports["one_process"] = _job_reports((tmp_path / "one_process" / "stdout.txt").read_text())
     # One report per optimizer (SGD, Adam) per process.
     for run, processes in (("keras3", 2), ("tf_keras", 2), ("one_process", 1)):
         assert len(reports[run]) == 2 * processes, reports[run]
@@ -351,19 +368,40 @@ def test_keras3_with_tfdist_on_two_workers_equals_tf_keras_on_two_workers(local_
 # ---------------------------------------------------------------------------------------
 # TensorFlow's "Multi-worker training with Keras" tutorial, as a Keras 3 user runs it.
 
-def _run_tutorial(local_cluster, model_path: pathlib.Path, *extra: str):
-    cluster = local_cluster(num_workers=2, env=ENV, command=[
-        sys.executable, str(TUTORIAL), "--epochs=2", "--steps_per_epoch=10",
-        f"--model_path={model_path}", *extra])
-    cluster.start()
-    return cluster, cluster.wait(timeout=WAIT_SECONDS)
+@pytest.fixture(scope="module")
+def tutorial_runs(tmp_path_factory):
+    """The tutorial on 2 workers with the compat layer and, if Keras still needs it,
+    without: two independent clusters, run side by side once for both tests below.
+
+    Returns:
+        {"compat" | "upstream": (cluster, exit codes, model path)}; no "upstream"
+        when this Keras is not patched.
+    """
+    import contextlib  # pylint: disable=g-import-not-at-top
+
+    from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
+    from tfdist.local_cluster import LocalCluster  # pylint: disable=g-import-not-at-top
+
+    tmp_path = tmp_path_factory.mktemp("tutorial")
+    runs = {"compat": (tmp_path / "compat" / "model" / "model.keras", ())}
+    if keras_compat.needs_patch():
+        runs["upstream"] = (tmp_path / "upstream" / "model.keras", ("--upstream_keras",))
+    with contextlib.ExitStack() as stack:
+        clusters = {}
+        for name, (model_path, extra) in runs.items():
+            model_path.parent.mkdir(parents=True)
+            clusters[name] = stack.enter_context(LocalCluster(
+                num_workers=2, env=ENV, log_dir=tmp_path / name / "logs", command=[
+                    sys.executable, str(TUTORIAL), "--epochs=2", "--steps_per_epoch=10",
+                    f"--model_path={model_path}", *extra]))
+        results = {name: (cluster, cluster.wait(timeout=WAIT_SECONDS), runs[name][0])
+                   for name, cluster in clusters.items()}
+    return results
 
 
 @pytest.mark.slow
-def test_tutorial_trains_on_two_workers_with_the_compat_layer(local_cluster, tmp_path):
-    model_path = tmp_path / "model" / "model.keras"
-    model_path.parent.mkdir()
-    cluster, codes = _run_tutorial(local_cluster, model_path)
+def test_tutorial_trains_on_two_workers_with_the_compat_layer(tutorial_runs):
+    cluster, codes, model_path = tutorial_runs["compat"]
     assert set(codes.values()) == {0}, cluster.format_logs()
 
     reports = {task: _job_reports(cluster.log(task))[-1] for task in cluster.tasks}
@@ -382,14 +420,13 @@ def test_tutorial_trains_on_two_workers_with_the_compat_layer(local_cluster, tmp
 
 
 @pytest.mark.slow
-def test_tutorial_fails_on_upstream_keras_without_the_compat_layer(local_cluster, tmp_path):
+def test_tutorial_fails_on_upstream_keras_without_the_compat_layer(tutorial_runs):
     """When this fails, upstream Keras fixed the bug and the layer can come off."""
     from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
 
-    if not keras_compat.needs_patch():
+    if "upstream" not in tutorial_runs:
         pytest.skip(f"keras {keras_compat.keras_version()} is not patched")
-    model_path = tmp_path / "model.keras"
-    cluster, codes = _run_tutorial(local_cluster, model_path, "--upstream_keras")
+    cluster, codes, model_path = tutorial_runs["upstream"]
 
     assert any(code not in (0, None) for code in codes.values()), cluster.format_logs()
     logs = "".join(cluster.log(task) for task in cluster.tasks)

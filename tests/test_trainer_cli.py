@@ -47,6 +47,39 @@ def run_task(*args: str, env: dict | None = None, cwd=REPO) -> subprocess.Comple
                           capture_output=True, text=True, timeout=TIMEOUT, check=False)
 
 
+def run_tasks_side_by_side(*arg_lists: list[str]) -> list[subprocess.CompletedProcess]:
+    """`run_task` for independent runs (separate output dirs), all started at once.
+
+    Their output goes to temporary files, not pipes, so that none blocks on a full
+    pipe while another is waited for; every process is killed if a wait times out.
+    """
+    import tempfile  # pylint: disable=g-import-not-at-top
+
+    started = []
+    try:
+        for args in arg_lists:
+            stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+            started.append((subprocess.Popen(trainer_command(*args), cwd=REPO,
+                                             env=clean_environ(), stdout=stdout,
+                                             stderr=stderr), stdout, stderr))
+        results = []
+        for process, stdout, stderr in started:
+            code = process.wait(timeout=TIMEOUT)
+            stdout.seek(0)
+            stderr.seek(0)
+            results.append(subprocess.CompletedProcess(
+                process.args, code, stdout.read().decode(errors="replace"),
+                stderr.read().decode(errors="replace")))
+        return results
+    finally:
+        for process, stdout, stderr in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            stdout.close()
+            stderr.close()
+
+
 def describe(result: subprocess.CompletedProcess) -> str:
     return (f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}"
             f"\n--- stderr\n{result.stderr[-5000:]}")
@@ -316,18 +349,17 @@ def test_unprepared_tfds_dataset_is_a_clear_error(tmp_path):
 
 def test_evaluation_checkpoints_only_for_an_evaluator_and_only_the_newest_few(tmp_path):
     # Without an evaluator nothing reads them: none are written.
-    plain = tmp_path / "plain"
-    result = run_task("--strategy=default", "--epochs=5", "--steps_per_epoch=2",
-                      "--num_examples=256", f"--model_dir={plain}")
-    assert result.returncode == 0, describe(result)
-    assert not (plain / "checkpoints").exists()
-
     # Asked for: one per epoch, the newest 3 kept, the done marker names the last.
-    exported = tmp_path / "exported"
-    result = run_task("--strategy=default", "--epochs=5", "--steps_per_epoch=2",
-                      "--num_examples=256", "--evaluation_checkpoints",
-                      f"--model_dir={exported}")
-    assert result.returncode == 0, describe(result)
+    plain, exported = tmp_path / "plain", tmp_path / "exported"
+    common = ["--strategy=default", "--epochs=5", "--steps_per_epoch=2", "--num_examples=256"]
+    without, with_checkpoints = run_tasks_side_by_side(
+        [*common, f"--model_dir={plain}"],
+        [*common, "--evaluation_checkpoints", f"--model_dir={exported}"])
+    assert without.returncode == 0, describe(without)
+    assert not (plain / "checkpoints").exists()
+    assert (plain / "summary.json").exists()
+
+    assert with_checkpoints.returncode == 0, describe(with_checkpoints)
     indexes = sorted({path.name.split(".")[0] for path in
                       (exported / "checkpoints").glob("ckpt-*.index")})
     assert indexes == ["ckpt-10", "ckpt-6", "ckpt-8"]
@@ -347,11 +379,13 @@ def test_deterministic_parameter_server_training_is_refused_before_any_peer():
 
 def test_xla_under_mirrored_matches_the_run_without_it(tmp_path):
     weights = {}
-    for setting in ("true", "false"):
+    settings = ("true", "false")
+    results = run_tasks_side_by_side(*(
+        ["--strategy=mirrored", "--num_cpu_devices=2", "--epochs=1", "--steps_per_epoch=10",
+         "--num_examples=512", "--deterministic", f"--jit_compile={setting}",
+         f"--model_dir={tmp_path / setting}"] for setting in settings))
+    for setting, result in zip(settings, results, strict=True):
         out = tmp_path / setting
-        result = run_task("--strategy=mirrored", "--num_cpu_devices=2", "--epochs=1",
-                          "--steps_per_epoch=10", "--num_examples=512", "--deterministic",
-                          f"--jit_compile={setting}", f"--model_dir={out}")
         assert result.returncode == 0, describe(result)
         assert f"XLA {'on' if setting == 'true' else 'off'}: --jit_compile={setting}" in (
             result.stderr)

@@ -70,11 +70,9 @@ def _summary(model_dir: pathlib.Path) -> dict:
 
 @pytest.mark.slow
 def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tmp_path):
-    reference = _run(tmp_path, "reference", tmp_path / "reference-backup")
-    total = EPOCHS * STEPS_PER_EPOCH
-    assert _summary(reference.out)["steps_completed"] == total
-    assert _summary(reference.out)["resumed_from_step"] == 0
-
+    # The uninterrupted reference runs beside the run to preempt (one process each):
+    # they share nothing but the flags.
+    reference = _start(tmp_path, "reference", tmp_path / "reference-backup")
     backup_dir = tmp_path / "backup"
     victim = _start(tmp_path, "preempted", backup_dir)
     try:
@@ -83,9 +81,15 @@ def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tm
         assert victim.poll() is None, log_tail(victim)
         victim.send_signal(signal.SIGTERM)
         code = _finish(victim, timeout=60)
+        reference_code = _finish(reference)
     finally:
-        _finish(victim)
+        _finish(victim, timeout=1)
+        _finish(reference, timeout=1)
     assert code == EXIT_PREEMPTED, log_tail(victim)
+    assert reference_code == 0, f"reference exited {reference_code}:\n{log_tail(reference)}"
+    total = EPOCHS * STEPS_PER_EPOCH
+    assert _summary(reference.out)["steps_completed"] == total
+    assert _summary(reference.out)["resumed_from_step"] == 0
     notice_step = committed_steps(backup_dir)[-1]
     assert 0 < notice_step < total
     assert f"stopping after step {notice_step}" in log_tail(victim)

@@ -26,6 +26,42 @@ def _train(*flags: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           check=False)
 
 
+def _train_side_by_side(*runs: tuple[list[str], dict]) -> list[subprocess.CompletedProcess]:
+    """`_train` for independent runs (each its own dirs), all started at once.
+
+    Output goes to temporary files, not pipes, so none blocks while another is
+    waited for; every process is killed if a wait times out.
+    """
+    import tempfile  # pylint: disable=g-import-not-at-top
+
+    started = []
+    try:
+        for flags, env in runs:
+            environ = clean_environment()
+            environ.update(env)
+            environ["PYTHONPATH"] = str(REPO)
+            stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+            started.append((subprocess.Popen(
+                [sys.executable, "-m", "trainer.task", *SHORT, *flags], cwd=REPO,
+                env=environ, stdout=stdout, stderr=stderr), stdout, stderr))
+        results = []
+        for process, stdout, stderr in started:
+            code = process.wait(timeout=TIMEOUT)
+            stdout.seek(0)
+            stderr.seek(0)
+            results.append(subprocess.CompletedProcess(
+                process.args, code, stdout.read().decode(errors="replace"),
+                stderr.read().decode(errors="replace")))
+        return results
+    finally:
+        for process, stdout, stderr in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            stdout.close()
+            stderr.close()
+
+
 def _ok(result):
     assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
 
@@ -46,14 +82,15 @@ def test_a_task_model_exports_a_savedmodel_that_plain_tensorflow_serves(tmp_path
 
 
 def test_vertex_defaults_to_both_and_savedmodel_alone_writes_no_keras_file(tmp_path):
-    vertex_dir = tmp_path / "vertex"
-    _ok(_train(env={"AIP_MODEL_DIR": str(vertex_dir)}))
+    vertex_dir, local_dir, served_only = (tmp_path / "vertex", tmp_path / "local",
+                                          tmp_path / "served")
+    for result in _train_side_by_side(
+            ([], {"AIP_MODEL_DIR": str(vertex_dir)}),
+            ([f"--model_dir={local_dir}"], {}),
+            (["--export=savedmodel", f"--model_dir={served_only}"], {})):
+        _ok(result)
     assert (vertex_dir / "saved_model.pb").exists() and (vertex_dir / "model.keras").exists()
-    local_dir = tmp_path / "local"
-    _ok(_train(f"--model_dir={local_dir}"))
     assert (local_dir / "model.keras").exists() and not (local_dir / "saved_model.pb").exists()
-    served_only = tmp_path / "served"
-    _ok(_train("--export=savedmodel", f"--model_dir={served_only}"))
     assert (served_only / "saved_model.pb").exists()
     assert not (served_only / "model.keras").exists()
     assert json.loads((served_only / "summary.json").read_text())["steps_completed"] == 8

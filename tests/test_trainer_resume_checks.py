@@ -52,13 +52,46 @@ REFUSED = {
 }
 
 
-@pytest.mark.parametrize("flags, expected", REFUSED.values(), ids=REFUSED.keys())
-def test_a_changed_setting_is_one_line_exit_2_and_no_backup_is_touched(
-        interrupted_backup, tmp_path, flags, expected):
-    backup_dir = tmp_path / "backup"
-    shutil.copytree(interrupted_backup, backup_dir)
-    before = snapshot(backup_dir)
-    code, log = _train(tmp_path / "model", backup_dir, *flags)
+@pytest.fixture(scope="module")
+def refused_restarts(interrupted_backup, tmp_path_factory) -> dict:
+    """Each REFUSED restart, on its own copy of the backup; two processes at a time.
+
+    The restarts share nothing (each has its backup copy and model dir), and each
+    fails in its start-up: running them in pairs overlaps their TensorFlow imports.
+
+    Returns:
+        Case name to (exit code, log, snapshot of its backup before, its backup dir).
+    """
+    root = tmp_path_factory.mktemp("refused")
+    results, cases = {}, list(REFUSED.items())
+    for first in range(0, len(cases), 2):
+        running = []
+        try:
+            for name, (flags, _) in cases[first:first + 2]:
+                case_dir = root / name.replace(" ", "_")
+                backup_dir = case_dir / "backup"
+                shutil.copytree(interrupted_backup, backup_dir)
+                before = snapshot(backup_dir)
+                out = case_dir / "model"
+                out.mkdir()
+                process = start_logged([sys.executable, "-m", "trainer.task", *BASE, *flags,
+                                        f"--model_dir={out}", f"--backup_dir={backup_dir}"],
+                                       out, cwd=REPO)
+                running.append((name, process, before, backup_dir))
+            for name, process, before, backup_dir in running:
+                results[name] = (finish(process, TIMEOUT), log_tail(process), before,
+                                 backup_dir)
+        finally:
+            for _, process, _, _ in running:
+                finish(process, 1)
+    return results
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_changed_setting_is_one_line_exit_2_and_no_backup_is_touched(refused_restarts,
+                                                                       case):
+    _, expected = REFUSED[case]
+    code, log, before, backup_dir = refused_restarts[case]
     assert code == 2, log
     error_lines = [line for line in log.splitlines() if line.startswith("error: ")]
     assert len(error_lines) == 1 and expected in error_lines[0], log
