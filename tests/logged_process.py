@@ -10,13 +10,19 @@ import pathlib
 import subprocess
 
 LOG_NAME = "log.txt"
+_REPO = pathlib.Path(__file__).resolve().parent.parent
 
 
 def clean_environment() -> dict:
-    """This process's environment without cluster variables or Vertex directories."""
+    """This process's environment without cluster variables or Vertex directories.
+
+    The repository goes first on `PYTHONPATH`, so scripts started by path
+    import this checkout's `tfdist` whether or not it is installed.
+    """
     env = {key: value for key, value in os.environ.items()
            if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")}
-    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1")
+    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO), env.get("PYTHONPATH")])))
     return env
 
 
