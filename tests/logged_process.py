@@ -8,6 +8,8 @@
 import os
 import pathlib
 import subprocess
+import tempfile
+from typing import Mapping, Sequence
 
 LOG_NAME = "log.txt"
 _REPO = pathlib.Path(__file__).resolve().parent.parent
@@ -48,3 +50,35 @@ def finish(process: subprocess.Popen, timeout: float) -> int:
 
 def log_tail(process: subprocess.Popen, chars: int = 6000) -> str:
     return (process.out / LOG_NAME).read_text(errors="replace")[-chars:]
+
+
+def run_side_by_side(commands: Sequence[tuple[Sequence[str], Mapping[str, str]]], *, cwd,
+                     timeout: float) -> list[subprocess.CompletedProcess]:
+    """Runs independent `(command, environment)` pairs all at once; results in order.
+
+    Output goes to temporary files, not pipes, so that none blocks on a full
+    pipe while another is waited for; every process still running when a wait
+    times out (or fails) is killed.
+    """
+    started = []
+    try:
+        for command, environ in commands:
+            stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+            started.append((subprocess.Popen(list(command), cwd=cwd, env=dict(environ),
+                                             stdout=stdout, stderr=stderr), stdout, stderr))
+        results = []
+        for process, stdout, stderr in started:
+            code = process.wait(timeout=timeout)
+            stdout.seek(0)
+            stderr.seek(0)
+            results.append(subprocess.CompletedProcess(
+                process.args, code, stdout.read().decode(errors="replace"),
+                stderr.read().decode(errors="replace")))
+        return results
+    finally:
+        for process, stdout, stderr in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            stdout.close()
+            stderr.close()

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
+from tests.logged_process import run_side_by_side
 from tfdist.cluster import resolve_cluster
 from tfdist.errors import UsageError
 from trainer import config as config_lib
@@ -48,36 +49,9 @@ def run_task(*args: str, env: dict | None = None, cwd=REPO) -> subprocess.Comple
 
 
 def run_tasks_side_by_side(*arg_lists: list[str]) -> list[subprocess.CompletedProcess]:
-    """`run_task` for independent runs (separate output dirs), all started at once.
-
-    Their output goes to temporary files, not pipes, so that none blocks on a full
-    pipe while another is waited for; every process is killed if a wait times out.
-    """
-    import tempfile  # pylint: disable=g-import-not-at-top
-
-    started = []
-    try:
-        for args in arg_lists:
-            stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-            started.append((subprocess.Popen(trainer_command(*args), cwd=REPO,
-                                             env=clean_environ(), stdout=stdout,
-                                             stderr=stderr), stdout, stderr))
-        results = []
-        for process, stdout, stderr in started:
-            code = process.wait(timeout=TIMEOUT)
-            stdout.seek(0)
-            stderr.seek(0)
-            results.append(subprocess.CompletedProcess(
-                process.args, code, stdout.read().decode(errors="replace"),
-                stderr.read().decode(errors="replace")))
-        return results
-    finally:
-        for process, stdout, stderr in started:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            stdout.close()
-            stderr.close()
+    """`run_task` for independent runs (separate output dirs), all started at once."""
+    return run_side_by_side([(trainer_command(*args), clean_environ()) for args in arg_lists],
+                            cwd=REPO, timeout=TIMEOUT)
 
 
 def describe(result: subprocess.CompletedProcess) -> str:

@@ -10,7 +10,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tests.logged_process import clean_environment
+from tests.logged_process import clean_environment, run_side_by_side
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TIMEOUT = 300
@@ -27,39 +27,14 @@ def _train(*flags: str, env: dict | None = None) -> subprocess.CompletedProcess:
 
 
 def _train_side_by_side(*runs: tuple[list[str], dict]) -> list[subprocess.CompletedProcess]:
-    """`_train` for independent runs (each its own dirs), all started at once.
-
-    Output goes to temporary files, not pipes, so none blocks while another is
-    waited for; every process is killed if a wait times out.
-    """
-    import tempfile  # pylint: disable=g-import-not-at-top
-
-    started = []
-    try:
-        for flags, env in runs:
-            environ = clean_environment()
-            environ.update(env)
-            environ["PYTHONPATH"] = str(REPO)
-            stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-            started.append((subprocess.Popen(
-                [sys.executable, "-m", "trainer.task", *SHORT, *flags], cwd=REPO,
-                env=environ, stdout=stdout, stderr=stderr), stdout, stderr))
-        results = []
-        for process, stdout, stderr in started:
-            code = process.wait(timeout=TIMEOUT)
-            stdout.seek(0)
-            stderr.seek(0)
-            results.append(subprocess.CompletedProcess(
-                process.args, code, stdout.read().decode(errors="replace"),
-                stderr.read().decode(errors="replace")))
-        return results
-    finally:
-        for process, stdout, stderr in started:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            stdout.close()
-            stderr.close()
+    """`_train` for independent runs (each its own dirs), all started at once."""
+    commands = []
+    for flags, env in runs:
+        environ = clean_environment()
+        environ.update(env)
+        environ["PYTHONPATH"] = str(REPO)
+        commands.append(([sys.executable, "-m", "trainer.task", *SHORT, *flags], environ))
+    return run_side_by_side(commands, cwd=REPO, timeout=TIMEOUT)
 
 
 def _ok(result):
