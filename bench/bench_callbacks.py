@@ -68,14 +68,6 @@ def _load_average() -> list[float]:
     return [round(value, 2) for value in os.getloadavg()]
 
 
-def _environ() -> dict:
-    environ = {key: value for key, value in os.environ.items()
-               if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")}
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
-    environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
-    return environ
-
-
 def _config(model: str, spe: int, on: bool, scratch: str, run: dict, **extra):
     from trainer import config as config_lib  # pylint: disable=g-import-not-at-top
 
@@ -226,7 +218,7 @@ def _single_part(rounds: int) -> dict:
             completed = subprocess.run(
                 [sys.executable, str(pathlib.Path(__file__).resolve()), "--side=child",
                  f"--model={model}", f"--round={round_index}", f"--quick={_QUICK.value}"],
-                cwd=REPO, env=_environ(), capture_output=True, text=True, timeout=1800,
+                cwd=REPO, env=two_workers.child_environ(), capture_output=True, text=True, timeout=1800,
                 check=False)
             if completed.returncode != 0:
                 raise RuntimeError(f"{model} round {round_index} exited "

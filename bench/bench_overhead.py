@@ -26,6 +26,8 @@ import time
 from absl import app
 from absl import flags
 
+import two_workers
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 _PAIRS = flags.DEFINE_integer("pairs", 5, "Trainer/plain run pairs.", lower_bound=1)
@@ -50,14 +52,6 @@ _ROUNDS = flags.DEFINE_integer("rounds", 5, "Rounds of the ablation.", lower_bou
 _OUTPUT = flags.DEFINE_string("output", None, "Also write the results as JSON here.")
 
 
-def _child_environ() -> dict:
-    environ = {key: value for key, value in os.environ.items()
-               if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")}
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
-    environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return environ
-
-
 def _common_flags() -> list[str]:
     return [f"--model={_MODEL.value}", f"--epochs={_EPOCHS.value}",
             f"--steps_per_epoch={_STEPS.value}", f"--global_batch_size={_BATCH.value}",
@@ -77,7 +71,7 @@ def run_trainer() -> float:
         command = [sys.executable, "-m", "trainer.task", "--strategy=default",
                    *([f"--model_dir={model_dir}"] if _TRAINER_MODEL_DIR.value else []),
                    *_common_flags(), *_TRAINER_FLAGS.value]
-        result = subprocess.run(command, cwd=REPO, env=_child_environ(), capture_output=True,
+        result = subprocess.run(command, cwd=REPO, env=two_workers.child_environ(), capture_output=True,
                                 text=True, timeout=1200, check=False)
         summary = _last_json_line(result, "trainer.task")
         if _TRAINER_MODEL_DIR.value:
@@ -89,7 +83,7 @@ def run_plain() -> float:
     """Examples/s of plain Keras `model.fit` on the same model and data (fresh process)."""
     command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--side=plain",
                *_common_flags()]
-    result = subprocess.run(command, cwd=REPO, env=_child_environ(), capture_output=True,
+    result = subprocess.run(command, cwd=REPO, env=two_workers.child_environ(), capture_output=True,
                             text=True, timeout=1200, check=False)
     return float(_last_json_line(result, "plain Keras")["examples_per_second"])
 

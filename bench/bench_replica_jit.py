@@ -27,6 +27,8 @@ import time
 from absl import app
 from absl import flags
 
+import two_workers
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SIDES = ("xla", "plain")
 
@@ -79,19 +81,11 @@ def run_side() -> None:
                       "num_replicas": strategy.num_replicas_in_sync}), flush=True)
 
 
-def _child_environ() -> dict:
-    environ = {key: value for key, value in os.environ.items()
-               if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")}
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
-    environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return environ
-
-
 def run(model: str, devices: int, side: str) -> float:
     command = [sys.executable, str(pathlib.Path(__file__).resolve()), "--side=run",
                f"--model={model}", f"--num_devices={devices}", f"--steps={_STEPS.value}",
                f"--global_batch_size={_BATCH.value}", "--jit" if side == "xla" else "--nojit"]
-    completed = subprocess.run(command, cwd=REPO, env=_child_environ(), capture_output=True,
+    completed = subprocess.run(command, cwd=REPO, env=two_workers.child_environ(), capture_output=True,
                                text=True, timeout=1200, check=False)
     if completed.returncode != 0:
         raise RuntimeError(f"{model} {side} exited {completed.returncode}:\n"
