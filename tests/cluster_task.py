@@ -57,7 +57,7 @@ def main(mode, out_dir):
     role, index = config["task"]["type"], config["task"]["index"]
     me = f"{role}-{index}"
     _write(out_dir, f"{me}.tf_config", os.environ["TF_CONFIG"])
-    print(f"hello from {me}")
+    print(f"hello from {me}", flush=True)
     # Written after the greeting: once it exists, the greeting is in the log.
     _write(out_dir, f"{me}.pid", str(os.getpid()))
 

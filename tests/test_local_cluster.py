@@ -161,8 +161,10 @@ def test_kill_and_restart_one_task(local_cluster, tmp_path):
                             grace_period=GRACE_SECONDS)
     cluster.start()
     pid_file = tmp_path / "worker-1.pid"
-    poll_until(lambda: "hello from worker-1" in cluster.log("worker:1"),
-               timeout=WAIT_SECONDS, what="worker:1's greeting in its log")
+    # The task writes its pid file after its greeting; the log is copied by a
+    # thread, so either can come first here.
+    poll_until(lambda: pid_file.exists() and "hello from worker-1" in cluster.log("worker:1"),
+               timeout=WAIT_SECONDS, what="worker:1's pid file and greeting")
     first_pid = int(pid_file.read_text())
     first_config = read_tf_config(tmp_path, "worker:1")
 
