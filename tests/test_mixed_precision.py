@@ -26,13 +26,16 @@ from tfdist.testing import local_cluster, poll_until  # noqa: F401  (pytest fixt
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TIMEOUT = 600
 EPOCHS, STEPS_PER_EPOCH = 2, 40
+# The preempted run trains 230 steps after its first backup (about 0.65 s here): room
+# for the SIGTERM that follows that backup to land before training ends.
+PREEMPTED_STEPS_PER_EPOCH = 120
 _BACKUP = re.compile(r"^backup-(\d+)$")
 
 
-def _flags(policy: str, optimizer: str) -> list[str]:
+def _flags(policy: str, optimizer: str, steps_per_epoch: int = STEPS_PER_EPOCH) -> list[str]:
     learning_rate = {"lars": "1.0", "lamb": "0.002", "sgd": "0.05"}[optimizer]
     return ["--model=mlp", "--dataset=synthetic", "--num_examples=1024", f"--epochs={EPOCHS}",
-            f"--steps_per_epoch={STEPS_PER_EPOCH}", "--global_batch_size=32",
+            f"--steps_per_epoch={steps_per_epoch}", "--global_batch_size=32",
             "--backup_every_steps=10", "--deterministic", "--seed=4",
             f"--mixed_precision={policy}", f"--optimizer={optimizer}",
             f"--learning_rate={learning_rate}"]
@@ -82,7 +85,7 @@ def _committed_steps(backup_dir: pathlib.Path) -> list[int]:
                   if (m := _BACKUP.match(name)) and (backup_dir / name / "COMMITTED").exists())
 
 
-def _saved(out: pathlib.Path, policy: str):
+def _saved(out: pathlib.Path, policy: str, steps: int = EPOCHS * STEPS_PER_EPOCH):
     """The saved model, its weights and optimizer variables, loaded under `policy`.
 
     Keras decides whether to wrap the optimizer in a LossScaleOptimizer from the
@@ -97,7 +100,7 @@ def _saved(out: pathlib.Path, policy: str):
         model = keras.saving.load_model(out / "model.keras", safe_mode=True)
     finally:
         keras.mixed_precision.set_global_policy(previous)
-    assert int(model.optimizer.iterations.numpy()) == EPOCHS * STEPS_PER_EPOCH
+    assert int(model.optimizer.iterations.numpy()) == steps
     return model, [np.asarray(w) for w in model.get_weights()], {
         v.path: np.asarray(v) for v in model.optimizer.variables}
 
@@ -106,7 +109,8 @@ def _saved(out: pathlib.Path, policy: str):
 @pytest.mark.parametrize("policy,optimizer", [("mixed_float16", "lars"),
                                               ("mixed_bfloat16", "lamb")])
 def test_a_preempted_mixed_precision_run_resumes_exactly(tmp_path, policy, optimizer):
-    flags = _flags(policy, optimizer)
+    flags = _flags(policy, optimizer, PREEMPTED_STEPS_PER_EPOCH)
+    total = EPOCHS * PREEMPTED_STEPS_PER_EPOCH
     # The uninterrupted reference runs beside the run to preempt (one process each):
     # they share nothing but the flags.
     reference = _start(tmp_path, "reference", *flags,
@@ -128,11 +132,11 @@ def test_a_preempted_mixed_precision_run_resumes_exactly(tmp_path, policy, optim
     resumed = _run(tmp_path, "resumed", *flags, f"--backup_dir={backup_dir}")
 
     summary = json.loads((resumed.out / "summary.json").read_text())
-    assert 0 < summary["resumed_from_step"] < EPOCHS * STEPS_PER_EPOCH
-    assert summary["steps_completed"] == EPOCHS * STEPS_PER_EPOCH
+    assert 0 < summary["resumed_from_step"] < total
+    assert summary["steps_completed"] == total
     assert np.isfinite(summary["final_loss"])
-    model, want_weights, want_slots = _saved(reference.out, policy)
-    _, got_weights, got_slots = _saved(resumed.out, policy)
+    model, want_weights, want_slots = _saved(reference.out, policy, total)
+    _, got_weights, got_slots = _saved(resumed.out, policy, total)
     assert model.layers[1].dtype_policy.name == policy  # the hidden Dense; logits stay float32
     scaled = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
     assert scaled == (policy == "mixed_float16")

@@ -27,6 +27,10 @@ TRAIN_FLAGS = ["--model=mlp", "--dataset=synthetic", "--num_examples=1024",
                f"--epochs={EPOCHS}", f"--steps_per_epoch={STEPS_PER_EPOCH}",
                "--global_batch_size=32", "--backup_every_steps=10", "--deterministic",
                "--seed=3"]
+# The single-process SIGTERM test trains 350 steps after its first backup (about 0.7 s
+# here): room for the signal that follows that backup to land before training ends.
+PREEMPTED_STEPS_PER_EPOCH = 180
+LONGER = (f"--steps_per_epoch={PREEMPTED_STEPS_PER_EPOCH}",)  # overrides TRAIN_FLAGS'
 
 
 def test_backup_dir_defaults_to_aip_checkpoint_dir():
@@ -72,9 +76,9 @@ def _summary(model_dir: pathlib.Path) -> dict:
 def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tmp_path):
     # The uninterrupted reference runs beside the run to preempt (one process each):
     # they share nothing but the flags.
-    reference = _start(tmp_path, "reference", tmp_path / "reference-backup")
+    reference = _start(tmp_path, "reference", tmp_path / "reference-backup", *LONGER)
     backup_dir = tmp_path / "backup"
-    victim = _start(tmp_path, "preempted", backup_dir)
+    victim = _start(tmp_path, "preempted", backup_dir, *LONGER)
     try:
         poll_until(lambda: committed_steps(backup_dir) or victim.poll() is not None,
                    timeout=TIMEOUT, what="the first backup")
@@ -87,7 +91,7 @@ def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tm
         _finish(reference, timeout=1)
     assert code == EXIT_PREEMPTED, log_tail(victim)
     assert reference_code == 0, f"reference exited {reference_code}:\n{log_tail(reference)}"
-    total = EPOCHS * STEPS_PER_EPOCH
+    total = EPOCHS * PREEMPTED_STEPS_PER_EPOCH
     assert _summary(reference.out)["steps_completed"] == total
     assert _summary(reference.out)["resumed_from_step"] == 0
     notice_step = committed_steps(backup_dir)[-1]
@@ -95,7 +99,7 @@ def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tm
     assert f"stopping after step {notice_step}" in log_tail(victim)
     assert not (victim.out / "summary.json").exists()
 
-    resumed = _run(tmp_path, "resumed", backup_dir)
+    resumed = _run(tmp_path, "resumed", backup_dir, *LONGER)
 
     summary = _summary(resumed.out)
     assert summary["resumed_from_step"] == notice_step
@@ -107,7 +111,7 @@ def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tm
 
     # Restarted by accident after it finished: no training, outputs untouched.
     before = (resumed.out / "model.keras").read_bytes()
-    again = _run(tmp_path, "again", backup_dir, f"--model_dir={resumed.out}")
+    again = _run(tmp_path, "again", backup_dir, *LONGER, f"--model_dir={resumed.out}")
     assert "not training again" in log_tail(again)
     assert (resumed.out / "model.keras").read_bytes() == before
 
