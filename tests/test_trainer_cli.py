@@ -16,6 +16,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from tests.logged_process import run_side_by_side
+from tfdist import startup_logs
 from tfdist.cluster import resolve_cluster
 from tfdist.errors import UsageError
 from trainer import config as config_lib
@@ -35,7 +36,11 @@ def clean_environ(extra: dict | None = None) -> dict:
     environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO),
                                                           os.environ.get("PYTHONPATH")]))
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    environ.update(extra or {})
+    for key, value in (extra or {}).items():
+        if value is None:
+            environ.pop(key, None)
+        else:
+            environ[key] = value
     return environ
 
 
@@ -136,6 +141,26 @@ def test_short_run_summary_and_model(tmp_path):
     assert np.isfinite(logits).all()
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)(labels, logits)
     assert float(loss) == pytest.approx(summary["metrics"]["test"]["loss"], rel=1e-4)
+
+
+STARTUP_BANNERS = ("absl::InitializeLog()", "oneDNN custom operations are on",
+                   "Could not find cuda drivers", "failed call to cuInit")
+
+
+def test_the_default_output_shows_tfdist_lines_and_no_tensorflow_chatter(tmp_path):
+    # As a user runs it: TF_CPP_MIN_LOG_LEVEL unset, backups on (as on Vertex AI).
+    result = run_task(*SHORT, "--epochs=2", f"--model_dir={tmp_path / 'model'}",
+                      f"--backup_dir={tmp_path / 'backup'}", env={"TF_CPP_MIN_LOG_LEVEL": None})
+    assert result.returncode == 0, describe(result)
+    output = result.stdout + result.stderr
+    assert "Backed up step 5 to" in output and "Training --model=mlp" in output, describe(result)
+    assert "Sharding callback duration" not in output, describe(result)
+    if not os.path.exists(startup_logs.NVIDIA_DEVICE_NODE):
+        for banner in STARTUP_BANNERS:
+            assert banner not in output, describe(result)
+    else:
+        for banner in STARTUP_BANNERS[:2]:
+            assert banner not in output, describe(result)
 
 
 def test_without_a_model_dir_nothing_is_written(tmp_path):

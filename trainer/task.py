@@ -13,6 +13,7 @@ from absl import flags
 from absl import logging
 
 from tfdist import cli
+from tfdist import startup_logs
 from tfdist.errors import UsageError
 from tfdist import flags as tfdist_flags
 from tfdist.cluster import check_cluster_for_strategy, resolve_cluster
@@ -116,6 +117,9 @@ def main(argv) -> None:
     if not cluster.is_chief:
         logging.set_verbosity(logging.WARNING)
     logging.info("Config: %s", json.dumps(config.to_json_dict(), sort_keys=True))
+    tf = startup_logs.import_tensorflow_quietly()
+    if logging.get_verbosity() <= logging.INFO:  # --verbosity=1 shows TensorFlow's INFO too
+        startup_logs.quiet_tensorflow_info(tf)
 
     from trainer import run  # pylint: disable=g-import-not-at-top  (imports TensorFlow)
 
