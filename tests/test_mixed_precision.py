@@ -9,9 +9,7 @@ uninterrupted run.
 """
 
 import json
-import os
 import pathlib
-import re
 import signal
 import sys
 
@@ -19,6 +17,7 @@ import keras
 import numpy as np
 import pytest
 
+from tests.backup_files import committed_steps
 from tests.logged_process import finish, log_tail, start_logged
 from tfdist.cli import EXIT_PREEMPTED
 from tfdist.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
@@ -29,7 +28,6 @@ EPOCHS, STEPS_PER_EPOCH = 2, 40
 # The preempted run trains 230 steps after its first backup (about 0.65 s here): room
 # for the SIGTERM that follows that backup to land before training ends.
 PREEMPTED_STEPS_PER_EPOCH = 120
-_BACKUP = re.compile(r"^backup-(\d+)$")
 
 
 def _flags(policy: str, optimizer: str, steps_per_epoch: int = STEPS_PER_EPOCH) -> list[str]:
@@ -78,13 +76,6 @@ def _run(tmp_path, name, *flags):
     return process
 
 
-def _committed_steps(backup_dir: pathlib.Path) -> list[int]:
-    if not backup_dir.is_dir():
-        return []
-    return sorted(int(m.group(1)) for name in os.listdir(backup_dir)
-                  if (m := _BACKUP.match(name)) and (backup_dir / name / "COMMITTED").exists())
-
-
 def _saved(out: pathlib.Path, policy: str, steps: int = EPOCHS * STEPS_PER_EPOCH):
     """The saved model, its weights and optimizer variables, loaded under `policy`.
 
@@ -118,7 +109,7 @@ def test_a_preempted_mixed_precision_run_resumes_exactly(tmp_path, policy, optim
     backup_dir = tmp_path / "backup"
     victim = _start(tmp_path, "preempted", *flags, f"--backup_dir={backup_dir}")
     try:
-        poll_until(lambda: _committed_steps(backup_dir) or victim.poll() is not None,
+        poll_until(lambda: committed_steps(backup_dir) or victim.poll() is not None,
                    timeout=TIMEOUT, what="the first backup")
         assert victim.poll() is None, log_tail(victim)
         victim.send_signal(signal.SIGTERM)

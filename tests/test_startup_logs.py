@@ -35,10 +35,8 @@ def test_upstream_still_logs_before_initializing_absl_whatever_the_level():
 
 
 def test_the_quiet_import_keeps_other_stderr_output():
-    code = ("import sys, warnings\n"
+    code = ("import builtins, sys\n"
             "from tfdist import startup_logs\n"
-            "sys.modules.pop('tensorflow', None)\n"
-            "import builtins\n"
             "real_import = builtins.__import__\n"
             "def noisy_import(name, *args, **kwargs):\n"
             "    if name == 'tensorflow':\n"

@@ -74,11 +74,11 @@ class _DropInfoFromPackage(logging.Filter):
 
     def __init__(self, directory: str):
         super().__init__()
-        self.directory = os.path.join(os.path.realpath(directory), "")
+        self.directory = os.path.join(directory, "")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return (record.levelno >= logging.WARNING
-                or not os.path.realpath(record.pathname).startswith(self.directory))
+        # `pathname` is the code's file as imported, the same form as `__file__`.
+        return record.levelno >= logging.WARNING or not record.pathname.startswith(self.directory)
 
 
 def quiet_tensorflow_info(tf_module) -> None:
