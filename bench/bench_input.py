@@ -75,13 +75,14 @@ def serial_batches(examples, *, num_examples, first_step=0):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from tfdist import data as data_lib  # pylint: disable=g-import-not-at-top
+    from tfdist.data import streaming  # pylint: disable=g-import-not-at-top
 
     per_pass = num_examples // BATCH
     first_pass, offset = divmod(first_step, per_pass)
     buffer = min(num_examples, data_lib.MAX_SHUFFLE_BUFFER)
 
     def one_pass(pass_index):
-        return data_lib._seeded_shuffle(examples, buffer, 0, pass_index).batch(  # pylint: disable=protected-access
+        return streaming._seeded_shuffle(examples, buffer, 0, pass_index).batch(  # pylint: disable=protected-access
             BATCH, drop_remainder=True)
 
     return (tf.data.Dataset.range(first_pass, tf.int64.max).flat_map(one_pass).skip(offset)

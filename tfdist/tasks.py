@@ -14,6 +14,8 @@ so every guarantee of tfdist holds for every task.
 
         def build_inputs(self, training):
             return tf.data.Dataset.from_tensor_slices((features, labels))  # unbatched
+            # or a source of cheap records, decoded only where consumed (docs/data.md):
+            # return tfdist.data.FileSource("gs://bucket/train-*", preprocess=decode)
 
         def loss(self):
             return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
@@ -68,7 +70,11 @@ class Task:
         Returns:
             A finite, deterministic `tf.data.Dataset` of **unbatched**
             `(features, labels)` or `(features, labels, sample_weights)`
-            examples (one pass is one epoch), or None.
+            examples (one pass is one epoch); or a `tfdist.data` source
+            (`RandomAccessSource`, `ArraySource`, `FileSource`) of records
+            and a `preprocess` function that makes such an example of one
+            record, which tfdist shuffles and shards before preprocessing;
+            or None.
         """
         raise NotImplementedError(f"{type(self).__name__}.build_inputs is not implemented")
 
@@ -188,18 +194,28 @@ class ExampleStructure:
     element_spec: Any
 
 
-def check_examples(dataset, spec: str = "the task", *, training: bool) -> ExampleStructure | None:
+def check_examples(dataset, spec: str = "the task", *, training: bool,
+                   element_spec=None) -> ExampleStructure | None:
     """Checks what `build_inputs(training)` returned.
+
+    Args:
+        dataset: A `tf.data.Dataset`, a `tfdist.data` source, or None.
+        spec: The task, for messages.
+        training: Which split.
+        element_spec: A source's example structure once read (None: a
+            source is checked for its type only, as before the strategy exists).
 
     Returns:
         The structure of the examples, or None when `dataset` is None (allowed
-        for evaluation only).
+        for evaluation only) or is a source whose examples were not read yet.
 
     Raises:
-        TaskError: Not a `tf.data.Dataset`; None for training; elements that are
-            not `(features, labels[, sample_weights])`; an infinite dataset.
+        TaskError: Not a `tf.data.Dataset` or source; None for training; elements
+            that are not `(features, labels[, sample_weights])`; an infinite dataset.
     """
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tfdist.data import sources  # pylint: disable=g-import-not-at-top
 
     split = "build_inputs(training=True)" if training else "build_inputs(training=False)"
     if dataset is None:
@@ -207,16 +223,24 @@ def check_examples(dataset, spec: str = "the task", *, training: bool) -> Exampl
             raise TaskError(f"--task {spec!r}: {split} returned None, expected a "
                             f"tf.data.Dataset of training examples")
         return None
-    if not isinstance(dataset, tf.data.Dataset):
+    if sources.is_source(dataset):
+        if element_spec is None:
+            return None
+        element = element_spec
+    elif not isinstance(dataset, tf.data.Dataset):
         raise TaskError(f"--task {spec!r}: {split} returned {type(dataset).__name__}, "
-                        f"expected a tf.data.Dataset of (features, labels) examples")
-    element = dataset.element_spec
+                        f"expected a tf.data.Dataset of (features, labels) examples or a "
+                        f"tfdist.data source (RandomAccessSource, ArraySource, FileSource)")
+    else:
+        element = dataset.element_spec
+    what = "preprocess makes" if sources.is_source(dataset) else "yields"
     if not isinstance(element, tuple) or len(element) not in (2, 3):
         raise TaskError(
-            f"--task {spec!r}: {split} yields {_describe(element)}, expected tuples "
+            f"--task {spec!r}: {split} {what} {_describe(element)}, expected tuples "
             f"(features, labels) or (features, labels, sample_weights)")
     # Known eagerly; in `preflight`'s graph only when TensorFlow can fold it.
-    if tf.get_static_value(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY:
+    if (isinstance(dataset, tf.data.Dataset) and tf.get_static_value(dataset.cardinality())
+            == tf.data.INFINITE_CARDINALITY):
         raise TaskError(f"--task {spec!r}: {split} is infinite (it repeats), expected one "
                         f"pass over the examples: tfdist repeats and shuffles it")
     return ExampleStructure(has_sample_weights=len(element) == 3, element_spec=element)
@@ -234,10 +258,12 @@ def preflight(task, spec: str = "the task") -> None:
     """Checks what the task builds, before the strategy exists.
 
     Builds the model and both splits in a throwaway graph (no eager op runs,
-    so a multi-worker strategy can still be configured afterwards and no peer
-    has been contacted), checks their types, then resets Keras's global state
-    (layer-name counters, dtype policy), so the real build names its layers
-    as a fresh process would.
+    and no peer has been contacted), checks their types, then resets Keras's
+    global state (layer-name counters, dtype policy), so the real build names
+    its layers as a fresh process would. Tracing a dataset function there
+    starts TensorFlow's runtime, which is then reset
+    (`keras_compat.runtime_left_unstarted`): a multi-worker strategy can still
+    be configured afterwards.
 
     Raises:
         TaskError: A wrong return type or example structure.
@@ -245,18 +271,21 @@ def preflight(task, spec: str = "the task") -> None:
     import keras  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    try:
-        with tf.Graph().as_default():
-            built = (_graph_build(task.build_model), _graph_build(task.build_inputs, True),
-                     _graph_build(task.build_inputs, False))
-            if built[0] is not _UNCHECKED:
-                check_model(built[0], spec)
-            if built[1] is not _UNCHECKED:
-                check_examples(built[1], spec, training=True)
-            if built[2] is not _UNCHECKED:
-                check_examples(built[2], spec, training=False)
-    finally:
-        keras.backend.clear_session(free_memory=False)
+    from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
+
+    with keras_compat.runtime_left_unstarted():
+        try:
+            with tf.Graph().as_default():
+                built = (_graph_build(task.build_model), _graph_build(task.build_inputs, True),
+                         _graph_build(task.build_inputs, False))
+                if built[0] is not _UNCHECKED:
+                    check_model(built[0], spec)
+                if built[1] is not _UNCHECKED:
+                    check_examples(built[1], spec, training=True)
+                if built[2] is not _UNCHECKED:
+                    check_examples(built[2], spec, training=False)
+        finally:
+            keras.backend.clear_session(free_memory=False)
 
 
 _UNCHECKED = object()
@@ -270,7 +299,7 @@ def _graph_build(method, *args):
     """
     try:
         return method(*args)
-    except TaskError:
+    except UsageError:  # A TaskError, or a tfdist.data source made with bad arguments.
         raise
     except Exception:  # pylint: disable=broad-except
         return _UNCHECKED

@@ -4,12 +4,15 @@ The one package of tfdist that touches private Keras internals. Upstream Keras
 3 (through 3.15) fails or falls short here, in
 `keras/src/backend/tensorflow/trainer.py` unless named otherwise:
 
-1. `symbolic_build` (keras-team/keras#20585): under
-   MultiWorkerMirroredStrategy, `TensorFlowTrainer._maybe_symbolic_build`
-   averages the first distributed batch with `strategy.reduce("MEAN", batch)`
-   to learn its shapes, which a multi-worker strategy cannot do eagerly
-   ("Attempt to convert a value (PerReplica...)"). We build from the first
-   local replica's batch instead: only its shapes and dtypes matter.
+1. `symbolic_build` (keras-team/keras#20585, tensorflow#80951): under any
+   strategy `TensorFlowTrainer._maybe_symbolic_build` reads a batch from an
+   iterator that `fit` then discards (the input pipeline starts twice: a
+   shuffle window fills twice) and averages it with
+   `strategy.reduce("MEAN", batch)` to learn its shapes, which a multi-worker
+   strategy cannot do eagerly ("Attempt to convert a value (PerReplica...)")
+   and no strategy can do on strings (AddN on strings under
+   MirroredStrategy with 2 devices). We build from stand-in tensors made from
+   the dataset's element spec instead: only shapes and dtypes matter.
 2. `reduce_per_replica`: `reduce_per_replica(..., "mean")` reduces every step
    output with `strategy.reduce("MEAN", value, axis=0)`; for scalar metrics
    axis 0 does not exist ("Invalid reduction dimension 0"). We average across
@@ -41,6 +44,11 @@ The one package of tfdist that touches private Keras internals. Upstream Keras
    version-gated: read-then-write metric updates are Keras's documented way
    of writing metrics, not a bug upstream will fix.
 
+6. Not Keras: tracing a dataset function before the strategy exists starts
+   TensorFlow's eager runtime, after which MultiWorkerMirroredStrategy cannot
+   configure its collectives. `runtime_left_unstarted()` resets the eager
+   context after such a build (`_eager_runtime`).
+
 `apply()` installs the corrections once, only on Keras versions that need
 them; each one hands every call under any other strategy (and any model that
 does not need it) to the original Keras code unchanged. Nothing happens at
@@ -54,6 +62,8 @@ import keras
 from keras.src.backend.tensorflow import trainer as tf_trainer
 
 from tfdist.keras_compat import _multiworker
+from tfdist.keras_compat._eager_runtime import runtime_initialized  # noqa: F401
+from tfdist.keras_compat._eager_runtime import runtime_left_unstarted  # noqa: F401
 from tfdist.keras_compat import _parameter_server
 from tfdist.keras_compat import _patching
 from tfdist.keras_compat import _replica_jit

@@ -35,15 +35,56 @@ def _first_local_value(value):
     return value
 
 
+def _first_local_spec(spec):
+    value_specs = getattr(spec, "_value_specs", None)  # PerReplicaSpec
+    return value_specs[0] if value_specs else spec
+
+
+def _placeholder(spec):
+    """A tensor of `spec`'s dtype and shape (unknown dimensions 1), or None if not dense."""
+    spec = _first_local_spec(spec)
+    if not isinstance(spec, tf.TensorSpec) or spec.shape.rank is None:
+        return None
+    shape = [1 if dim is None else dim for dim in spec.shape.as_list()]
+    if spec.dtype == tf.string:
+        return tf.fill(shape, "")
+    return tf.zeros(shape, spec.dtype)
+
+
+def batch_from_element_spec(epoch_iterator):
+    """A stand-in batch made from the dataset's element spec, or None when it has non-dense parts.
+
+    Reading a real batch would start the input pipeline on an iterator that
+    Keras then discards (`EpochIterator.reset`): a shuffle window, files
+    opened and decoded, all twice. Only shapes and dtypes matter to the build.
+    """
+    dataset = getattr(epoch_iterator, "_distributed_dataset", None)
+    if dataset is None:
+        return None
+    placeholders = tf.nest.map_structure(_placeholder, dataset.element_spec)
+    if any(leaf is None for leaf in tf.nest.flatten(placeholders)):
+        return None
+    return placeholders
+
+
 def maybe_symbolic_build(self, iterator=None, data_batch=None):
-    """Builds from the first local replica's batch: only its shapes and dtypes matter."""
+    """Builds from the dataset's element spec (or the first local replica's batch).
+
+    Under any strategy: no batch is read from an iterator Keras discards, and
+    no batch is averaged across replicas (which fails on strings, tensorflow#80951,
+    and eagerly under a multi-worker strategy, keras#20585).
+    """
     original = _patching.original(tf_trainer.TensorFlowTrainer, "_maybe_symbolic_build")
     strategy = self._distribute_strategy  # pylint: disable=protected-access
-    if iterator is None or strategy is None or not is_multi_worker(strategy):
+    if iterator is None or strategy is None:
         return original(self, iterator=iterator, data_batch=data_batch)
-    for _, _, batches in iterator:
-        data_batch = tf.nest.map_structure(_first_local_value, next(batches))
-        break
+    data_batch = batch_from_element_spec(iterator)
+    if data_batch is None:
+        if not is_multi_worker(strategy):
+            return original(self, iterator=iterator, data_batch=None)
+        for _, _, batches in iterator:
+            data_batch = tf.nest.map_structure(_first_local_value, next(batches))
+            break
     with strategy.scope():
         self._symbolic_build(data_batch=data_batch)  # pylint: disable=protected-access
 

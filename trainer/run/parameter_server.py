@@ -26,15 +26,20 @@ def _worker_dataset_fn(loaded: LoadedTask, inputs: pipeline.Inputs):
     cannot learn its index from it; the same stream would give every worker
     the same batches at the same time. The offset comes from the clock of the
     worker that builds its copy, so copies start at different batches.
+    Workers run graphs only: a source read in Python is refused
+    (`TaskInput.graph_examples`).
     """
-    per_pass = data_lib.batches_per_pass(inputs.num_train_examples, inputs.global_batch_size)
+    per_pass = (data_lib.batches_per_pass(inputs.num_train_examples, inputs.global_batch_size)
+                if inputs.num_train_examples is not None else inputs.steps_per_epoch)
+    inputs.train.graph_examples()  # refuses a Python source before any step is scheduled
 
     def dataset_fn(input_context):
         # Built here, inside the function each worker runs: a dataset made
         # eagerly on the chief cannot be captured by it.
         del input_context  # Parameter-server input contexts do not tell workers apart.
+        examples = data_lib.TaskInput(loaded.task.build_inputs(True)).graph_examples()
         stream = data_lib.training_batches(
-            loaded.task.build_inputs(True), global_batch_size=inputs.global_batch_size,
+            examples, global_batch_size=inputs.global_batch_size,
             seed=inputs.seed, num_examples=inputs.num_train_examples)
         offset = tf.cast(tf.timestamp() * 1e6, tf.int64) % per_pass
         return stream.skip(offset)

@@ -84,60 +84,86 @@ def seed_everything(config: ExperimentConfig) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Inputs:
-    """A task's examples, and the streams tfdist makes of them.
+    """A task's examples or sources, and the streams tfdist makes of them.
 
     Attributes:
-        train_examples: One pass of unbatched training examples.
-        eval_examples: One pass of unbatched evaluation examples, or None.
-        num_train_examples: Examples in one training pass.
+        train: The training split (`tfdist.data.TaskInput`).
+        evaluation: The evaluation split, or None.
+        num_train_examples: Examples in one training pass; None when not
+            counted (`--steps_per_epoch` given and the size unknown without a pass).
         steps_per_epoch: Optimizer updates per epoch.
         global_batch_size: Examples per step across all replicas.
         seed: Fixes the order of every pass.
     """
 
-    train_examples: tf.data.Dataset
-    eval_examples: tf.data.Dataset | None
-    num_train_examples: int
+    train: data_lib.TaskInput
+    evaluation: data_lib.TaskInput | None
+    num_train_examples: int | None
     steps_per_epoch: int
     global_batch_size: int
     seed: int
 
-    def train_stream(self, first_step: int = 0) -> tf.data.Dataset:
-        """Global batches from step `first_step` on, the same in every process."""
-        return data_lib.training_batches(
-            self.train_examples, global_batch_size=self.global_batch_size, seed=self.seed,
-            num_examples=self.num_train_examples, first_step=first_step)
+    @property
+    def eval_examples(self):
+        return None if self.evaluation is None else self.evaluation.value
+
+    def train_stream(self, first_step: int = 0,
+                     strategy: tf.distribute.Strategy | None = None):
+        """Global batches from step `first_step` on, the same in every process.
+
+        A source under a strategy with several replicas comes back distributed:
+        each worker builds only its replicas' part of every global batch.
+        """
+        return self.train.training_stream(
+            strategy, global_batch_size=self.global_batch_size, seed=self.seed,
+            first_step=first_step, num_examples=self.num_train_examples)
 
     def sample_features(self):
         """The features of one training example, batched by 1: enough to build a model."""
-        return next(iter(self.train_examples.take(1).batch(1)))[0]
+        return next(iter(self.train.first_examples(1).batch(1)))[0]
 
     def eval_stream(self) -> tf.data.Dataset | None:
-        if self.eval_examples is None:
+        if self.evaluation is None:
             return None
-        return data_lib.evaluation_batches(self.eval_examples,
-                                           global_batch_size=self.global_batch_size)
+        return self.evaluation.evaluation_stream(self.global_batch_size)
 
 
-def build_inputs(loaded: LoadedTask, config: ExperimentConfig) -> Inputs:
+def build_inputs(loaded: LoadedTask, config: ExperimentConfig, num_workers: int = 1) -> Inputs:
     """Calls the task's `build_inputs` for both splits and sizes the epoch.
+
+    The training data is counted only when `--steps_per_epoch` is not given and
+    its size is unknown without a pass (a source's length is read; a file
+    source's records are counted without decoding).
 
     Raises:
         UsageError: The task broke the contract, the data is smaller than one
             global batch, or `--steps_per_execution` does not divide the epoch.
     """
-    train = loaded.task.build_inputs(True)
-    tasks_lib.check_examples(train, loaded.spec, training=True)
-    evaluation = loaded.task.build_inputs(False)
-    tasks_lib.check_examples(evaluation, loaded.spec, training=False)
-    num_examples = data_lib.count_examples(train)
-    per_pass = data_lib.batches_per_pass(num_examples, config.global_batch_size)
-    steps_per_epoch = config.steps_per_epoch or per_pass
+    train = data_lib.TaskInput(loaded.task.build_inputs(True))
+    _check_split(train, loaded, training=True)
+    evaluation_value = loaded.task.build_inputs(False)
+    evaluation = None if evaluation_value is None else data_lib.TaskInput(evaluation_value)
+    tasks_lib.check_examples(evaluation_value, loaded.spec, training=False)
+    if evaluation is not None:
+        _check_split(evaluation, loaded, training=False)
+    if config.steps_per_epoch:
+        num_examples = train.known_size()
+        train.check_size(config.global_batch_size)
+        steps_per_epoch = config.steps_per_epoch
+    else:
+        num_examples = train.count()
+        steps_per_epoch = data_lib.batches_per_pass(num_examples, config.global_batch_size)
     if config.steps_per_execution != AUTO:
         check_steps_per_execution(config.steps_per_execution, steps_per_epoch)
-    return Inputs(train_examples=train, eval_examples=evaluation,
-                  num_train_examples=num_examples, steps_per_epoch=steps_per_epoch,
-                  global_batch_size=config.global_batch_size, seed=config.seed)
+    logging.info("Input: %s.", train.describe(num_workers))
+    return Inputs(train=train, evaluation=evaluation, num_train_examples=num_examples,
+                  steps_per_epoch=steps_per_epoch, global_batch_size=config.global_batch_size,
+                  seed=config.seed)
+
+
+def _check_split(split: data_lib.TaskInput, loaded: LoadedTask, *, training: bool) -> None:
+    tasks_lib.check_examples(split.value, loaded.spec, training=training,
+                             element_spec=split.element_spec() if split.is_source else None)
 
 
 def check_settings_for_strategy(config: ExperimentConfig, strategy_name: str) -> None:
@@ -223,7 +249,7 @@ def tune_steps_per_execution(config: ExperimentConfig, model: keras.Model, input
         return int(model.steps_per_execution)
     first_step = todo.segments[0].first_step
     return execution_tuner.tune_steps_per_execution(
-        model, inputs.train_stream(first_step), steps_per_epoch=inputs.steps_per_epoch,
+        model, inputs.train_stream(first_step, model.distribute_strategy), steps_per_epoch=inputs.steps_per_epoch,
         backup_every_steps=config.backup_every_steps, first_step=first_step,
         other_step_counts=(config.validation_steps,) if config.validation_steps else (),
     ).steps_per_execution
@@ -246,6 +272,7 @@ def run_settings(config: ExperimentConfig, loaded: LoadedTask, inputs: Inputs,
     settings = {
         "task": loaded.identity,
         "num_train_examples": inputs.num_train_examples,
+        "input": inputs.train.kind,
         "global_batch_size": config.global_batch_size,
         "seed": config.seed,
         "steps_per_epoch": inputs.steps_per_epoch,
@@ -261,13 +288,18 @@ def run_settings(config: ExperimentConfig, loaded: LoadedTask, inputs: Inputs,
     return settings
 
 
-def changeable_settings(config: ExperimentConfig) -> dict:
-    """Settings a restart may change, each with why the change is safe (it is logged)."""
+def changeable_settings(config: ExperimentConfig, inputs: Inputs | None = None) -> dict:
+    """Settings a restart may change, each with why the change is safe (it is logged).
+
+    Files sharded per worker are read in an order that depends on the number
+    of workers: a restart with another number cannot resume exactly.
+    """
     changeable = {
-        "num_workers": _SAME_GLOBAL_BATCH,
-        "strategy": _SAME_GLOBAL_BATCH,
         "steps_per_execution": "an execution only groups steps; each step is the same",
     }
+    if inputs is None or not inputs.train.order_depends_on_workers():
+        changeable["num_workers"] = _SAME_GLOBAL_BATCH
+        changeable["strategy"] = _SAME_GLOBAL_BATCH
     if config.lr_decay == "constant":
         changeable["epochs"] = ("the learning rate does not decay, so no step depends on the "
                                 "total number of steps")
@@ -275,7 +307,8 @@ def changeable_settings(config: ExperimentConfig) -> dict:
 
 
 def make_backup(config: ExperimentConfig, dirs: OutputDirs, strategy: tf.distribute.Strategy,
-                cluster: Cluster, settings: dict) -> BackupAndRestore | None:
+                cluster: Cluster, settings: dict,
+                inputs: Inputs | None = None) -> BackupAndRestore | None:
     if not dirs.backup_dir:
         logging.warning("No --backup_dir (and no AIP_CHECKPOINT_DIR): training cannot resume "
                         "after a failure or preemption.")
@@ -285,7 +318,7 @@ def make_backup(config: ExperimentConfig, dirs: OutputDirs, strategy: tf.distrib
                             complete_on_train_end=False, strategy=strategy, cluster=cluster,
                             preemption=PreemptionOptions(
                                 grace_period_seconds=config.preemption_grace_seconds),
-                            run_settings=settings, changeable=changeable_settings(config))
+                            run_settings=settings, changeable=changeable_settings(config, inputs))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -463,13 +496,13 @@ def prepare(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, loaded
             environ: Mapping[str, str]) -> Prepared:
     """Inputs, model, restore and callbacks: everything before the first step."""
     seed_everything(config)
-    inputs = build_inputs(loaded, config)
+    inputs = build_inputs(loaded, config, num_workers=cluster.num_workers)
     jit_compile, why = resolve_jit_compile(config, strategy_name)
     logging.info("XLA %s: %s.", "on" if jit_compile else "off", why)
     with strategy.scope():
         model = build_model(loaded, config, inputs, jit_compile=jit_compile)
     backup = make_backup(config, dirs, strategy, cluster,
-                         run_settings(config, loaded, inputs, cluster, strategy_name))
+                         run_settings(config, loaded, inputs, cluster, strategy_name), inputs)
     todo = plan(backup, model, epochs=config.epochs, steps_per_epoch=inputs.steps_per_epoch)
     steps_per_execution = tune_steps_per_execution(config, model, inputs, todo)
     exporter = evaluation_exporter(config, cluster, dirs, environ) if cluster.is_chief else None

@@ -30,7 +30,7 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
     started = time.perf_counter()
     history = None
     for segment in run.todo.segments:
-        history = model.fit(inputs.train_stream(segment.first_step),
+        history = model.fit(inputs.train_stream(segment.first_step, strategy),
                             callbacks=list(run.callbacks), shuffle=False,
                             verbose=2 if cluster.is_chief else 0, **segment.fit_kwargs(),
                             **validation)

@@ -1,30 +1,21 @@
-"""Distributed input: global vs per-replica batches and deliberate sharding.
+"""Streaming input from a task's own `tf.data.Dataset` of decoded examples.
 
 Datasets given to Keras under a strategy are batched by the *global* batch
 size; the strategy splits each global batch among the replicas. With the
 `DATA` auto-shard policy every worker builds the same pipeline and keeps its
 own part of each global batch, so N workers together see exactly the examples
-one process sees at the same global batch size.
+one process sees at the same global batch size, at the cost of every worker
+decoding the whole global batch: a task avoids that by returning a source
+(`tfdist.data.sources`) instead.
 """
 
 import tensorflow as tf
 
+from tfdist.data.shards import batches_per_pass, check_global_batch
+from tfdist.data.sources import DEFAULT_SHUFFLE_BYTES
 from tfdist.errors import UsageError
 
-
-def per_replica_batch_size(global_batch_size: int, num_replicas: int) -> int:
-    """The batch each replica computes on.
-
-    Raises:
-        UsageError: `global_batch_size` is not a multiple of `num_replicas`.
-    """
-    if global_batch_size % num_replicas:
-        lower = global_batch_size - global_batch_size % num_replicas
-        raise UsageError(
-            f"--global_batch_size={global_batch_size} does not divide among "
-            f"{num_replicas} replicas, expected a multiple of {num_replicas}; use "
-            f"{lower or num_replicas} or {lower + num_replicas}")
-    return global_batch_size // num_replicas
+per_replica_batch_size = check_global_batch
 
 
 def with_shard_policy(dataset: tf.data.Dataset,
@@ -36,7 +27,8 @@ def with_shard_policy(dataset: tf.data.Dataset,
 
 
 # Examples held in the shuffle buffer at most: an epoch is still a permutation
-# (every example exactly once), drawn through a window of this size.
+# (every example exactly once), drawn through a window of this size, and of at
+# most `DEFAULT_SHUFFLE_BYTES` of examples.
 MAX_SHUFFLE_BUFFER = 16384
 # One pass of examples up to this size is kept in memory after its first read, so
 # later passes (and a resume's skipped batches) cost no decoding or file reads.
@@ -51,21 +43,8 @@ def count_examples(examples: tf.data.Dataset) -> int:
     return int(examples.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
 
 
-def batches_per_pass(num_examples: int, global_batch_size: int) -> int:
-    """Full global batches in one pass over `num_examples` examples.
-
-    Raises:
-        UsageError: Fewer examples than one global batch.
-    """
-    if num_examples < global_batch_size:
-        raise UsageError(
-            f"the training data has {num_examples} examples, fewer than one global batch "
-            f"of {global_batch_size}; lower --global_batch_size or provide more examples")
-    return num_examples // global_batch_size
-
-
 def training_batches(examples: tf.data.Dataset, *, global_batch_size: int, seed: int,
-                     num_examples: int, first_step: int = 0,
+                     num_examples: int | None, first_step: int = 0,
                      shuffle_buffer: int = MAX_SHUFFLE_BUFFER) -> tf.data.Dataset:
     """The endless, deterministic stream of global training batches.
 
@@ -79,17 +58,23 @@ def training_batches(examples: tf.data.Dataset, *, global_batch_size: int, seed:
         examples: One pass of unbatched examples.
         global_batch_size: Examples per step across all replicas.
         seed: Fixes every pass's order.
-        num_examples: Examples in one pass (see `count_examples`).
+        num_examples: Examples in one pass (see `count_examples`), or None
+            when not counted: the stream is the same, but a start at
+            `first_step` then reads (and decodes) every batch before it, and
+            nothing is cached.
         first_step: Index of the first batch to yield.
         shuffle_buffer: Upper bound of the shuffle window.
     """
-    per_pass = batches_per_pass(num_examples, global_batch_size)
-    first_pass, offset = divmod(first_step, per_pass)
-    buffer = max(1, min(num_examples, shuffle_buffer))
-
     _check_dense(examples)
-    if _pass_bytes(examples, num_examples) <= MAX_CACHED_BYTES:
-        examples = examples.cache()
+    if num_examples is None:
+        first_pass, offset = 0, 0
+        buffer = shuffle_window(examples, shuffle_buffer, shuffle_buffer)
+    else:
+        per_pass = batches_per_pass(num_examples, global_batch_size)
+        first_pass, offset = divmod(first_step, per_pass)
+        buffer = shuffle_window(examples, num_examples, shuffle_buffer)
+        if _pass_bytes(examples, num_examples) <= MAX_CACHED_BYTES:
+            examples = examples.cache()
 
     def one_pass(pass_index, skipped_examples=0):
         # Skipping examples before batching copies nothing into the skipped batches.
@@ -100,10 +85,20 @@ def training_batches(examples: tf.data.Dataset, *, global_batch_size: int, seed:
                               num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
     rest = tf.data.Dataset.range(first_pass + 1, tf.int64.max).flat_map(one_pass)
-    stream = (one_pass(tf.constant(first_pass, tf.int64), offset * global_batch_size)
-              .concatenate(rest)
-              .prefetch(tf.data.AUTOTUNE))
-    return with_shard_policy(stream)
+    stream = one_pass(tf.constant(first_pass, tf.int64), offset * global_batch_size).concatenate(rest)
+    if num_examples is None and first_step:
+        stream = stream.skip(first_step)
+    return with_shard_policy(stream.prefetch(tf.data.AUTOTUNE))
+
+
+def shuffle_window(examples: tf.data.Dataset, num_examples: int,
+                   max_examples: int = MAX_SHUFFLE_BUFFER,
+                   max_bytes: int = DEFAULT_SHUFFLE_BYTES) -> int:
+    """Examples in the shuffle window: at most `max_examples` and `max_bytes` of them."""
+    example_bytes = _pass_bytes(examples, 1)
+    by_bytes = max_examples if example_bytes == float("inf") else max(
+        1, int(max_bytes // max(1.0, example_bytes)))
+    return max(1, min(num_examples, max_examples, by_bytes))
 
 
 def _pass_bytes(examples: tf.data.Dataset, num_examples: int) -> float:
