@@ -153,3 +153,45 @@ def test_parameter_server_lock_spares_only_metrics_that_keras_increments():
     for locked in (keras.metrics.Precision(), keras.metrics.AUC(), DocstringCount(),
                    OwnAccuracy()):
         assert compiled(["accuracy", locked]) == {"loss": True, "compile_metrics": False}, locked
+
+
+def _pipeline_starts_in_fit() -> int:
+    """How many times `fit` starts a 1-device MirroredStrategy model's input pipeline."""
+    import keras  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    starts = []
+
+    def started(_):
+        starts.append(1)
+        return np.int64(0)
+
+    examples = tf.data.Dataset.from_tensor_slices(
+        (np.ones((32, 3), np.float32), np.zeros((32, 1), np.float32))).batch(8)
+    dataset = tf.data.Dataset.range(1).map(
+        lambda i: tf.numpy_function(started, [i], tf.int64)).flat_map(lambda _: examples)
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+        model.compile(optimizer="sgd", loss="mse")
+    model.fit(dataset, epochs=1, steps_per_epoch=4, verbose=0)
+    return len(starts)
+
+
+def test_upstream_symbolic_build_still_starts_the_input_pipeline_twice():
+    from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
+
+    if not keras_compat.needs_patch():
+        pytest.skip(f"keras {keras_compat.keras_version()} is not patched")
+    was_applied = keras_compat.is_applied()
+    keras_compat.remove()
+    try:
+        upstream = _pipeline_starts_in_fit()
+        keras_compat.apply()
+        corrected = _pipeline_starts_in_fit()
+    finally:
+        keras_compat.remove()
+        if was_applied:
+            keras_compat.apply()
+    assert upstream == 2, "upstream reads a batch for the build from an iterator it discards"
+    assert corrected == 1
