@@ -496,7 +496,9 @@ def prepare(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, loaded
             environ: Mapping[str, str]) -> Prepared:
     """Inputs, model, restore and callbacks: everything before the first step."""
     seed_everything(config)
-    inputs = build_inputs(loaded, config, num_workers=cluster.num_workers)
+    # Parameter-server workers cannot tell themselves apart: each reads all of the input.
+    pipelines = 1 if strategy_name == "parameter_server" else cluster.num_workers
+    inputs = build_inputs(loaded, config, num_workers=pipelines)
     jit_compile, why = resolve_jit_compile(config, strategy_name)
     logging.info("XLA %s: %s.", "on" if jit_compile else "off", why)
     with strategy.scope():
