@@ -51,7 +51,7 @@ class BuiltinTask(Task):
             return tf.data.Dataset.from_tensor_slices(
                 datasets.synthetic_arrays(size, self.seed, split))
         split = "train" if training else datasets.tfds_test_split(self._builder)
-        return datasets.tfds_examples(self._builder, split)
+        return datasets.tfds_input(self._builder, split)
 
     def loss(self):
         return keras.losses.SparseCategoricalCrossentropy(from_logits=True)

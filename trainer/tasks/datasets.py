@@ -89,6 +89,35 @@ def tfds_test_split(builder) -> str:
     return "test" if "test" in builder.info.splits else "validation"
 
 
+def is_array_record(builder) -> bool:
+    """Whether the prepared dataset's files are ArrayRecord (random access)."""
+    file_format = getattr(builder.info, "file_format", None)
+    return getattr(file_format, "value", file_format) == "array_record"
+
+
+def tfds_input(builder, split: str):
+    """The split as tfdist reads it: random access for ArrayRecord, streaming otherwise."""
+    if is_array_record(builder):
+        return tfds_source(builder, split)
+    return tfds_examples(builder, split)
+
+
+def tfds_source(builder, split: str):
+    """A `RandomAccessSource` over the prepared ArrayRecord files of `split`."""
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tfdist.data import RandomAccessSource  # pylint: disable=g-import-not-at-top
+
+    image_key, label_key = builder.info.supervised_keys
+
+    def preprocess(record):
+        return (tf.cast(record[image_key], tf.float32) / 255.0,
+                tf.cast(record[label_key], tf.int32))
+
+    return RandomAccessSource(builder.as_data_source(split=split), preprocess=preprocess,
+                              name=f"{builder.name}:{builder.info.version}:{split}")
+
+
 def tfds_examples(builder, split: str):
     """Unbatched `(image in [0, 1], int32 label)` examples of `split`, in file order."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
