@@ -208,3 +208,41 @@ def test_tensorflows_runtime_still_starts_when_a_dataset_function_is_traced_in_a
         print(json.dumps(keras_compat.runtime_initialized()))
     """)], env=clean_environment(), capture_output=True, text=True, timeout=120, check=True)
     assert json.loads(fixed.stdout.splitlines()[-1]) is False
+
+
+def _record_task_config(pattern: str, kind: str, **overrides):
+    from trainer.config import ExperimentConfig  # pylint: disable=g-import-not-at-top
+
+    return ExperimentConfig(task="tests.tasks.record_tasks:RecordImages",
+                            task_config=json.dumps({"pattern": pattern, "kind": kind}),
+                            global_batch_size=16, steps_per_execution=1, **overrides)
+
+
+@pytest.mark.parametrize("kind", ["files", "dataset"])
+def test_the_trainer_counts_nothing_with_steps_per_epoch_and_counts_once_without(kind, tmp_path):
+    from trainer import tasks  # pylint: disable=g-import-not-at-top
+    from trainer.run import pipeline  # pylint: disable=g-import-not-at-top
+
+    pattern = record_tasks.write_tfrecords(str(tmp_path / "tf"), 80, num_files=2)
+    given = pipeline.build_inputs(tasks.load(_record_task_config(pattern, kind,
+                                                                 steps_per_epoch=3)),
+                                  _record_task_config(pattern, kind, steps_per_epoch=3),
+                                  count_dir=str(tmp_path / "backup"))
+    assert (given.num_train_examples, given.steps_per_epoch) == (None, 3)
+    assert not (tmp_path / "backup").exists(), "nothing was counted, nothing recorded"
+
+    config = _record_task_config(pattern, kind)
+    counted = pipeline.build_inputs(tasks.load(config), config, count_dir=str(tmp_path / "backup"))
+    assert (counted.num_train_examples, counted.steps_per_epoch) == (80, 5)
+    record = json.loads((tmp_path / "backup" / "input_count.json").read_text())
+    assert record["count"] == 80
+    # A restart reads the record: make it say something no count would, and see it used.
+    (tmp_path / "backup" / "input_count.json").write_text(json.dumps({**record, "count": 64}))
+    again = pipeline.build_inputs(tasks.load(config), config, count_dir=str(tmp_path / "backup"))
+    assert again.num_train_examples == 64
+    if kind == "files":
+        # Other files (another size): counted anew.
+        record_tasks.write_tfrecords(str(tmp_path / "tf"), 96, num_files=2)
+        fresh = pipeline.build_inputs(tasks.load(config), config,
+                                      count_dir=str(tmp_path / "backup"))
+        assert fresh.num_train_examples == 96

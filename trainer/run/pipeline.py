@@ -18,6 +18,7 @@ import keras
 import tensorflow as tf
 
 from tfdist import data as data_lib
+from tfdist.data import counts as data_counts
 from tfdist import export as export_lib
 from tfdist import hypertune
 from tfdist import execution_tuner
@@ -128,12 +129,14 @@ class Inputs:
         return self.evaluation.evaluation_stream(self.global_batch_size)
 
 
-def build_inputs(loaded: LoadedTask, config: ExperimentConfig, num_workers: int = 1) -> Inputs:
+def build_inputs(loaded: LoadedTask, config: ExperimentConfig, num_workers: int = 1, *,
+                 count_dir: str = "", is_chief: bool = True) -> Inputs:
     """Calls the task's `build_inputs` for both splits and sizes the epoch.
 
     The training data is counted only when `--steps_per_epoch` is not given and
     its size is unknown without a pass (a source's length is read; a file
-    source's records are counted without decoding).
+    source's records are counted without decoding), and only once: the count
+    is kept in `count_dir` (the backup directory) for restarts.
 
     Raises:
         UsageError: The task broke the contract, the data is smaller than one
@@ -151,7 +154,8 @@ def build_inputs(loaded: LoadedTask, config: ExperimentConfig, num_workers: int 
         train.check_size(config.global_batch_size)
         steps_per_epoch = config.steps_per_epoch
     else:
-        num_examples = train.count()
+        num_examples = data_counts.count_once(train, identity=loaded.identity,
+                                              directory=count_dir, is_chief=is_chief)
         steps_per_epoch = data_lib.batches_per_pass(num_examples, config.global_batch_size)
     if config.steps_per_execution != AUTO:
         check_steps_per_execution(config.steps_per_execution, steps_per_epoch)
@@ -498,7 +502,8 @@ def prepare(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, loaded
     seed_everything(config)
     # Parameter-server workers cannot tell themselves apart: each reads all of the input.
     pipelines = 1 if strategy_name == "parameter_server" else cluster.num_workers
-    inputs = build_inputs(loaded, config, num_workers=pipelines)
+    inputs = build_inputs(loaded, config, num_workers=pipelines, count_dir=dirs.backup_dir,
+                          is_chief=cluster.is_chief)
     jit_compile, why = resolve_jit_compile(config, strategy_name)
     logging.info("XLA %s: %s.", "on" if jit_compile else "off", why)
     with strategy.scope():
