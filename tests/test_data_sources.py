@@ -246,3 +246,16 @@ def test_the_trainer_counts_nothing_with_steps_per_epoch_and_counts_once_without
         fresh = pipeline.build_inputs(tasks.load(config), config,
                                       count_dir=str(tmp_path / "backup"))
         assert fresh.num_train_examples == 96
+
+
+def test_a_restart_with_another_worker_count_is_refused_only_for_file_sources(tmp_path):
+    from trainer.run import pipeline  # pylint: disable=g-import-not-at-top
+
+    pattern = record_tasks.write_tfrecords(str(tmp_path / "tf"), 32, num_files=2)
+    config = _record_task_config(pattern, "files")
+    for value, changeable in ((tfdist.data.FileSource(pattern), False),
+                              (_array_source(), True)):
+        inputs = pipeline.Inputs(train=TaskInput(value), evaluation=None, num_train_examples=None,
+                                 steps_per_epoch=2, global_batch_size=16, seed=0)
+        settings = pipeline.changeable_settings(config, inputs)
+        assert ("num_workers" in settings) is changeable, type(value).__name__
