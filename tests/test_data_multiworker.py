@@ -113,8 +113,8 @@ def _mkdir(path: pathlib.Path) -> pathlib.Path:
 
 
 @pytest.mark.slow
-def test_a_file_source_trains_under_parameter_servers_and_default(local_cluster, record_files,
-                                                                  tmp_path):
+def test_file_based_tasks_train_under_parameter_servers_default_and_mirrored(
+        local_cluster, record_files, tmp_path):
     flags = [*_task_flags(record_files, "files"), "--epochs=1", "--steps_per_epoch=20"]
     cluster = local_cluster(num_workers=1, num_ps=1, has_chief=True, env=CLUSTER_ENV,
                             command=_trainer(*flags, "--strategy=parameter_server",
@@ -123,14 +123,24 @@ def test_a_file_source_trains_under_parameter_servers_and_default(local_cluster,
     default = start_logged(_trainer(*_task_flags(record_files, "dataset"), "--epochs=1",
                                     "--steps_per_epoch=20", f"--model_dir={tmp_path / 'one'}"),
                            _mkdir(tmp_path / "one"), cwd=REPO)
+    mirrored = start_logged(_trainer(*flags, "--strategy=mirrored", "--num_cpu_devices=2",
+                                     "--task_config=" + json.dumps(
+                                         {"pattern": record_files["tfrecord"], "kind": "files",
+                                          "evaluation": True}),
+                                     f"--model_dir={tmp_path / 'mirrored'}"),
+                            _mkdir(tmp_path / "mirrored"), cwd=REPO)
     try:
         codes = cluster.wait(timeout=WAIT_SECONDS)
         # Workers and parameter servers serve until the launcher stops them.
         assert codes["chief:0"] == 0, cluster.format_logs()
     finally:
         assert finish(default, timeout=WAIT_SECONDS) == 0, log_tail(default)
+        assert finish(mirrored, timeout=WAIT_SECONDS) == 0, log_tail(mirrored)
     assert _summary(tmp_path / "ps")["steps_completed"] == 20
     assert _summary(tmp_path / "one")["steps_completed"] == 20
+    mirrored_summary = _summary(tmp_path / "mirrored")
+    assert (mirrored_summary["num_replicas"], mirrored_summary["steps_completed"]) == (2, 20)
+    assert "accuracy" in mirrored_summary["metrics"]["test"], mirrored_summary
 
 
 @pytest.mark.slow
