@@ -92,12 +92,12 @@ def test_file_based_tasks_train_under_multiworker_and_sources_decode_each_worker
     for kind in clusters:
         summary = _summary(tmp_path / kind / "model")
         assert (summary["num_workers"], summary["steps_completed"]) == (2, STEPS), summary
-    whole = _decodes(tmp_path / "dataset" / "counts")
-    assert len(whole) == 2 and min(whole) >= STEPS * GLOBAL_BATCH, whole
-    for kind in ("files", "array_record"):
+    for kind in ("dataset", "files", "array_record"):
+        # The task's own TFRecordDataset(4 files).map(decode) is sharded by file: on
+        # today's main every worker decoded the whole global batch (and a 1,024-example
+        # window before the first step).
         shares = _decodes(tmp_path / kind / "counts")
-        print(f"{kind}: decodes per worker for {STEPS} steps of {GLOBAL_BATCH}: {shares}; "
-              f"the task's own dataset: {whole}")
+        print(f"{kind}: decodes per worker for {STEPS} steps of {GLOBAL_BATCH}: {shares}")
         assert len(shares) == 2, shares
         assert all(STEPS * GLOBAL_BATCH // 2 <= share <= STEPS * GLOBAL_BATCH // 2 + READ_AHEAD
                    for share in shares), shares

@@ -195,3 +195,31 @@ def test_upstream_symbolic_build_still_starts_the_input_pipeline_twice():
             keras_compat.apply()
     assert upstream == 2, "upstream reads a batch for the build from an iterator it discards"
     assert corrected == 1
+
+
+def test_upstream_public_sharding_of_a_tasks_dataset_still_decodes_every_example(tmp_path):
+    """`Dataset.shard`, the public op, shards by element: every worker decodes everything.
+
+    Why `keras_compat.shard_by_file` uses TensorFlow's private auto-shard rewrite.
+    """
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    from tests.tasks import record_tasks  # pylint: disable=g-import-not-at-top
+    from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
+
+    pattern = record_tasks.write_tfrecords(str(tmp_path), 64, num_files=4)
+    decoded = []
+
+    def counted(record):
+        tick = tf.numpy_function(lambda: decoded.append(1) or np.int64(0), [], tf.int64)
+        with tf.control_dependencies([tick]):
+            return tf.identity(record)
+
+    dataset = tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(pattern))).map(counted)
+    assert sum(1 for _ in dataset.shard(2, 0)) == 32
+    assert len(decoded) == 64, "the public shard decodes every example"
+    decoded.clear()
+    assert sum(1 for _ in keras_compat.shard_by_file(dataset, 2, 0)) == 32
+    assert len(decoded) == 32
+    assert not keras_compat.can_shard_by_file(tf.data.Dataset.range(8), 2)
+    assert not keras_compat.can_shard_by_file(dataset, 5), "4 files cannot feed 5 shards"

@@ -28,6 +28,7 @@ class TaskInput:
     """A split's input: a `tf.data.Dataset` of examples or a `tfdist.data` source."""
 
     value: object
+    file_shards: int = 0
 
     @property
     def kind(self) -> str:
@@ -112,9 +113,32 @@ class TaskInput:
                 tf.constant(0, tf.int64), lambda count, _: count + 1))
         streaming.batches_per_pass(size, global_batch_size)
 
+    def sharded_by_file(self, num_pipelines: int) -> "TaskInput":
+        """This input, its dataset sharded by file among `num_pipelines` when it reads enough files.
+
+        A source is returned as it is (it shards itself). A task's own dataset is
+        sharded when it has a file reader with at least `num_pipelines` files
+        (one example is read to find out); otherwise every worker keeps the
+        whole pipeline.
+        """
+        from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
+
+        if (self.kind != DATASET or num_pipelines < 2
+                or not keras_compat.can_shard_by_file(self.value, num_pipelines)):
+            return self
+        return dataclasses.replace(self, file_shards=num_pipelines)
+
     def order_depends_on_workers(self) -> bool:
-        """Whether the examples' order changes with the number of workers (file sharding)."""
-        return self.kind == FILES
+        """Whether the examples' order changes with the number of workers (file sharding).
+
+        A task's own dataset that can be sharded by file among 2 workers can
+        be read in another order under another number of workers.
+        """
+        from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
+
+        if self.kind == FILES or self.file_shards:
+            return True
+        return self.kind == DATASET and keras_compat.can_shard_by_file(self.value, 2)
 
     def describe(self, num_pipelines: int) -> str:
         """One line for the log: what each worker reads and decodes."""
@@ -123,11 +147,15 @@ class TaskInput:
                     f"and decodes only its replicas' examples; resume is index arithmetic")
         if self.kind == FILES:
             return files_lib.describe(self.value, num_pipelines)
+        if self.file_shards:
+            return (f"the task's tf.data.Dataset, sharded by file among {self.file_shards} "
+                    f"workers (each reads and decodes only its files; the order depends on the "
+                    f"number of workers)")
         if num_pipelines > 1:
-            return ("the task's tf.data.Dataset: every worker builds the whole pipeline and "
-                    "keeps its part of each global batch (it decodes the whole batch); return "
-                    "a tfdist.data source so that each worker decodes only its own "
-                    "(docs/data.md)")
+            return ("the task's tf.data.Dataset reads fewer files than workers (or no files): "
+                    "every worker builds the whole pipeline and keeps its part of each global "
+                    "batch (it decodes the whole batch); use more files or return a tfdist.data "
+                    "source so that each worker decodes only its own (docs/data.md)")
         return "the task's tf.data.Dataset of examples"
 
     def replica_batches(self, *, global_batch_size: int, seed: int, first_step: int,
@@ -149,6 +177,11 @@ class TaskInput:
         A source under a strategy with several replicas is distributed with
         `distribute_datasets_from_function`, each worker building only its part.
         """
+        if self.kind == DATASET and self.file_shards:
+            return strategy.distribute_datasets_from_function(
+                lambda context: streaming.file_sharded_batches(
+                    self.value, shard=Shard.of(context), global_batch_size=global_batch_size,
+                    seed=seed, first_step=first_step))
         if self.kind == DATASET:
             return streaming.training_batches(
                 self.value, global_batch_size=global_batch_size, seed=seed,

@@ -141,3 +141,29 @@ def _seeded_shuffle(examples: tf.data.Dataset, buffer_size: int, seed: int,
 def evaluation_batches(examples: tf.data.Dataset, *, global_batch_size: int) -> tf.data.Dataset:
     """One pass over evaluation examples in global batches (the last may be partial)."""
     return with_shard_policy(examples.batch(global_batch_size).prefetch(tf.data.AUTOTUNE))
+
+
+def file_sharded_batches(examples: tf.data.Dataset, *, shard, global_batch_size: int, seed: int,
+                         first_step: int = 0,
+                         shuffle_buffer: int = MAX_SHUFFLE_BUFFER) -> tf.data.Dataset:
+    """This input pipeline's per-replica batches of the examples of its share of the files.
+
+    The task's pipeline is rewritten to read only file shard `shard.index` of
+    `shard.count` (`keras_compat.shard_by_file`); every pass over that share is
+    shuffled with seed `(seed, pass)` in a window bounded in examples and bytes,
+    and the passes follow one another. The order depends on the number of
+    workers; a start at `first_step` skips (and so decodes) this shard's
+    examples before it. Check `keras_compat.can_shard_by_file` first.
+    """
+    from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
+
+    _check_dense(examples)
+    per_replica = check_global_batch(global_batch_size, shard.num_replicas)
+    span = per_replica * shard.local_replicas
+    mine = keras_compat.shard_by_file(examples, shard.count, shard.index)
+    window = shuffle_window(mine, shuffle_buffer, shuffle_buffer)
+    stream = tf.data.Dataset.range(tf.int64.max).flat_map(
+        lambda pass_index: _seeded_shuffle(mine, window, seed * 1009 + shard.index, pass_index))
+    if first_step:
+        stream = stream.skip(first_step * span)
+    return stream.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)

@@ -49,6 +49,11 @@ The one package of tfdist that touches private Keras internals. Upstream Keras
    configure its collectives. `runtime_left_unstarted()` resets the eager
    context after such a build (`_eager_runtime`).
 
+7. Not Keras either: no public op gives one input pipeline its share of the
+   files of a task's own `tf.data` pipeline; `shard_by_file` uses the
+   rewrite behind `experimental_distribute_dataset`'s FILE policy
+   (`_file_sharding`).
+
 `apply()` installs the corrections once, only on Keras versions that need
 them; each one hands every call under any other strategy (and any model that
 does not need it) to the original Keras code unchanged. Nothing happens at
@@ -64,6 +69,8 @@ from keras.src.backend.tensorflow import trainer as tf_trainer
 from tfdist.keras_compat import _multiworker
 from tfdist.keras_compat._eager_runtime import runtime_initialized  # noqa: F401
 from tfdist.keras_compat._eager_runtime import runtime_left_unstarted  # noqa: F401
+from tfdist.keras_compat._file_sharding import can_shard_by_file  # noqa: F401
+from tfdist.keras_compat._file_sharding import shard_by_file  # noqa: F401
 from tfdist.keras_compat import _parameter_server
 from tfdist.keras_compat import _patching
 from tfdist.keras_compat import _replica_jit

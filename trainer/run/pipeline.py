@@ -144,6 +144,7 @@ def build_inputs(loaded: LoadedTask, config: ExperimentConfig, num_workers: int 
     """
     train = data_lib.TaskInput(loaded.task.build_inputs(True))
     _check_split(train, loaded, training=True)
+    train = train.sharded_by_file(num_workers)
     evaluation_value = loaded.task.build_inputs(False)
     evaluation = None if evaluation_value is None else data_lib.TaskInput(evaluation_value)
     tasks_lib.check_examples(evaluation_value, loaded.spec, training=False)
