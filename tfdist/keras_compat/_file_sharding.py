@@ -13,10 +13,23 @@ public API still has no such op.
 """
 
 import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
 from tensorflow.python.data.experimental.ops import distribute as tf_data_distribute
 
 # What a FILE-policy rewrite raises when it cannot shard the pipeline by file.
 UNSHARDABLE = (tf.errors.NotFoundError, tf.errors.InvalidArgumentError)
+# Reader datasets the FILE rewrite shards (their first input is the file names).
+READER_OPS = frozenset({"TFRecordDataset", "TFRecordDatasetV2", "TextLineDataset",
+                        "FixedLengthRecordDataset", "FixedLengthRecordDatasetV2"})
+
+
+def reads_files(dataset: tf.data.Dataset) -> bool:
+    """Whether the pipeline's graph holds a file reader (in any of its functions too)."""
+    graph = graph_pb2.GraphDef()
+    graph.ParseFromString(dataset._as_serialized_graph().numpy())  # pylint: disable=protected-access
+    ops = {node.op for node in graph.node}
+    ops.update(node.op for function in graph.library.function for node in function.node_def)
+    return bool(ops & READER_OPS)
 
 
 def shard_by_file(dataset: tf.data.Dataset, num_shards: int, index: int) -> tf.data.Dataset:
@@ -35,8 +48,11 @@ def can_shard_by_file(dataset: tf.data.Dataset, num_shards: int) -> bool:
     """Whether the pipeline reads at least `num_shards` files (reads one example to know).
 
     The last shard gets the fewest files: none when there are fewer files than
-    shards, and then it yields nothing.
+    shards, and then it yields nothing. A pipeline without a file reader is
+    not rewritten at all (the rewrite would log an error).
     """
+    if not reads_files(dataset):
+        return False
     try:
         for _ in shard_by_file(dataset, num_shards, num_shards - 1).take(1):
             return True
