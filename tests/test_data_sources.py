@@ -259,3 +259,23 @@ def test_a_restart_with_another_worker_count_is_refused_only_for_file_sources(tm
                                  steps_per_epoch=2, global_batch_size=16, seed=0)
         settings = pipeline.changeable_settings(config, inputs)
         assert ("num_workers" in settings) is changeable, type(value).__name__
+
+
+def test_a_grain_source_is_read_as_a_random_access_source(tmp_path):
+    grain = pytest.importorskip("grain")
+    pattern = record_tasks.write_array_records(str(tmp_path / "ar"), 40, num_files=2)
+    records = grain.sources.ArrayRecordDataSource(sorted(str(p) for p in tmp_path.glob("ar/*")))
+    split = TaskInput(tfdist.data.RandomAccessSource(records,
+                                                     preprocess=record_tasks.decoder(False)))
+    assert pattern and split.known_size() == 40
+    images, labels = next(iter(split.training_stream(None, global_batch_size=8, seed=0)))
+    assert images.shape == (8, record_tasks.SIZE, record_tasks.SIZE, 3)
+    reference = [int(label) for _, label in split.examples()]
+    assert sorted(labels.numpy().tolist()) == sorted(reference[i] for i in
+                                                     _first_batch_indices(40, 8, seed=0))
+
+
+def _first_batch_indices(count: int, batch: int, seed: int) -> list[int]:
+    return tf.random.experimental.index_shuffle(
+        tf.range(batch, dtype=tf.int64), tf.constant([seed, 0], tf.int64),
+        tf.fill([batch], tf.constant(count - 1, tf.int64))).numpy().tolist()
