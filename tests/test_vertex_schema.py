@@ -73,7 +73,7 @@ SHAPES = {
     "default cpu": {"strategy": "default"},
     "mirrored a100": {"strategy": "mirrored", **A100},
     "multiworker reduction server": {"strategy": "multiworker", "workers": 2,
-                                     "reduction_servers": 4, **A100},
+                                     "reduction_servers": 10, **A100},
     "parameter servers + evaluator": {"strategy": "parameter_server", "workers": 3,
                                       "parameter_servers": 2, "evaluators": 1,
                                       "parameter_server_machine_type": "n2-highmem-8",
@@ -106,7 +106,8 @@ EXTRAS = {
         "service_account": "trainer@my-project.iam.gserviceaccount.com",
         "env": ("API_KEY=secret",), "labels": "team=vision", "enable_web_access": True},
     "hyperdisk": {"boot_disk_type": "hyperdisk-balanced", "boot_disk_size_gb": 500},
-    "prebuilt image with a task package": {"container_uri": PREBUILT},
+    "prebuilt image with a task package": {"container_uri": PREBUILT,
+                                           "allow_ended_image": True},
 }
 STUDY = tuning.TuningSpec(
     metric="val_accuracy", goal="maximize", max_trial_count=8, parallel_trial_count=2,

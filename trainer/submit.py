@@ -35,7 +35,7 @@ from absl import flags
 
 from tfdist import cli
 from tfdist.errors import UsageError
-from trainer.vertex import config_files, options, serving, staging, tuning
+from trainer.vertex import bill, config_files, images, options, serving, staging, tuning
 from trainer.vertex.checks import ServiceError, quoted
 from trainer.vertex.dependencies import check_installed, require_module
 from trainer.vertex.rendering import build_custom_job, redact_env
@@ -83,6 +83,8 @@ def main(argv, trainer_args=()):
     study = _tuning_spec()
     endpoint, is_emulator = parse_api_endpoint(FLAGS.api_endpoint)
     staging_bucket = _sdk_staging_bucket(merged["staging_bucket"], spec)
+    if FLAGS.serving_commands:
+        images.check_prediction_image(FLAGS.serving_container_uri, today=spec.as_of)
     if not FLAGS.dry_run:
         check_installed("google.auth", "requests", "google.cloud.aiplatform_v1",
                         *(["google.cloud.storage"] if spec.uses_python_package else []),
@@ -97,6 +99,8 @@ def main(argv, trainer_args=()):
         else:
             kind, job = "customJobs", build_custom_job(spec, package_uris=package_uris)
         _describe(spec, kind, packages, package_uris, endpoint, is_emulator, FLAGS.dry_run)
+        for line in bill.bill_lines(spec, tuning=study):
+            print(line, file=sys.stderr)
         if FLAGS.dry_run:
             print(json.dumps(redact_env(job), indent=2))
             return
@@ -231,7 +235,14 @@ def _shortened(message: str) -> str:
                                          f"({len(match.group(0))} characters)", message)
 
 
+_HELP_FLAGS = {"--help": True, "-help": True, "-h": True, "-?": True, "--helpshort": True,
+               "--helpfull": False, "-helpfull": False}
+
+
 def _parse_flags(argv):
+    for arg in argv[1:]:
+        if arg in _HELP_FLAGS:  # absl exits 1 after --help; asking for help is not an error
+            app.usage(shorthelp=_HELP_FLAGS[arg], writeto_stdout=True, exitcode=0)
     try:
         return FLAGS(list(argv))
     except flags.Error as error:

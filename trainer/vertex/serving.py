@@ -8,7 +8,9 @@ Prediction's prebuilt TensorFlow containers serve.
 
 import shlex
 
-DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-17:latest"
+# The newest TensorFlow prediction image Vertex AI lists (2026-12-01; end of
+# availability 2027-01-14; trainer.vertex.images.PREDICTION_IMAGES).
+DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
 DEFAULT_SERVING_MACHINE = "n1-standard-4"
 
 

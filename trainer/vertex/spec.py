@@ -14,9 +14,11 @@ Worker pools, in Vertex AI's order:
 """
 
 import dataclasses
+import datetime
 import re
 from typing import Any, Mapping
 
+from tfdist import cluster
 from trainer.vertex import machines, option_values, validation
 from trainer.vertex.checks import require
 from trainer.vertex.options import (DEFAULT_BOOT_DISK_SIZE_GB, DEFAULT_BOOT_DISK_TYPE,
@@ -123,6 +125,12 @@ class JobSpec:
     env: tuple[tuple[str, str], ...] = ()
     trainer_args: tuple[str, ...] = ()
     task_package: str = ""
+    image_architecture: str = ""
+    allow_ended_image: bool = False
+    # The day the image table is read for (today, UTC, unless a test fixes it).
+    as_of: datetime.date = dataclasses.field(
+        default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).date(),
+        compare=False)
 
     def __post_init__(self):
         validation.check_job(self)
@@ -157,7 +165,17 @@ class JobSpec:
         extra = ()
         if self.strategy == "tpu" and not option_values.has_flag(self.trainer_args, "tpu"):
             extra = ("--tpu=local",)  # a Vertex TPU job runs on a TPU VM
+        if self.reduction_servers and option_values.flag_value(
+                self.trainer_args, "all_reduce") is None:
+            extra += ("--all_reduce=nccl",)  # reducers serve NCCL only (validation refuses ring)
         return (f"--strategy={self.strategy}",) + extra + tuple(self.trainer_args)
+
+    @property
+    def pool2_role(self) -> str:
+        """What worker pool 2 runs, told to every replica (`tfdist.cluster.POOL2_ROLE`); "" for none."""
+        if self.reduction_servers:
+            return cluster.POOL2_REDUCTION_SERVER
+        return cluster.POOL2_PARAMETER_SERVERS if self.parameter_servers else ""
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, timestamp: str) -> "JobSpec":
@@ -175,6 +193,7 @@ class JobSpec:
             "accelerator_type", "tpu_topology", "parameter_server_machine_type",
             "reduction_server_machine_type", "reduction_server_image",
             "evaluator_machine_type", "boot_disk_type", "container_uri", "task_package",
+            "image_architecture",
             "service_account", "scheduling", "base_output_dir", "tensorboard", "network",
             "reservation_affinity", "kms_key_name")}
         strategy = text["strategy"].lower()
@@ -224,7 +243,10 @@ class JobSpec:
             labels=option_values.parse_labels(options["labels"]),
             env=option_values.parse_env(options["env"]),
             trainer_args=option_values.trainer_args(options["trainer_args"]),
-            task_package=text["task_package"])
+            task_package=text["task_package"],
+            image_architecture=text["image_architecture"].lower(),
+            allow_ended_image=option_values.boolean("allow_ended_image",
+                                                    options["allow_ended_image"]))
 
 
 def _slug(text: str) -> str:

@@ -9,14 +9,14 @@ ranges) and our trainer's (which pools each strategy needs).
 import re
 
 from tfdist.strategy_choice import STRATEGIES
-from trainer.vertex import machines, option_values
+from trainer.vertex import images, machines, network, option_values
 from trainer.vertex.checks import quoted, require
 from trainer.vertex.options import SCHEDULING_STRATEGIES
 from trainer.vertex.regions import check_region
 
 MAX_REPLICAS = 1000  # per worker pool; beyond it is a typo, not a job
 MIN_BOOT_DISK_GB, MAX_BOOT_DISK_GB = 100, 64_000
-BOOT_DISK_TYPES = ("pd-ssd", "pd-standard", "hyperdisk-balanced")
+BOOT_DISK_TYPES = ("", "pd-ssd", "pd-standard", "hyperdisk-balanced")
 MAX_FLEX_START_TIMEOUT_SECONDS = 7 * 24 * 3600
 _SINGLE_MACHINE_STRATEGIES = ("default", "one_device", "mirrored")
 # A project ID, optionally domain-scoped (example.com:my-project).
@@ -81,6 +81,7 @@ def check_job(spec) -> None:
     _check_outputs(spec)
     _check_scheduling_with_shape(spec)
     _check_networking_and_encryption(spec)
+    _check_reducer_capacity(spec)
 
 
 def _check_where_and_who(spec) -> None:
@@ -108,6 +109,20 @@ def _check_counts_and_disks(spec) -> None:
     for machine, replicas in used.items():
         if replicas:
             getattr(spec, machine)
+    for machine in _used_machines(spec):
+        machines.check_disk_type(machine.machine_type, spec.boot_disk_type)
+
+
+def _used_machines(spec, *, ours_only: bool = False) -> list:
+    """The machine of every non-empty pool (of those running our code, with `ours_only`)."""
+    used = [spec.machine]
+    if spec.parameter_servers:
+        used.append(spec.parameter_server_machine)
+    if spec.evaluators:
+        used.append(spec.evaluator_machine)
+    if spec.reduction_servers and not ours_only:
+        used.append(spec.reduction_server_machine)
+    return used
 
 
 def _check_strategy(spec) -> None:
@@ -130,6 +145,8 @@ def _check_strategy(spec) -> None:
     require(not spec.reduction_servers or strategy == "multiworker",
             f"--reduction_servers={spec.reduction_servers} needs --strategy=multiworker "
             f"(NCCL all-reduce), got --strategy={strategy}")
+    if spec.reduction_servers:
+        _check_reduction_server_all_reduce(spec)
     require(strategy != "parameter_server" or (spec.parameter_servers and spec.workers),
             f"--strategy=parameter_server needs parameter servers and workers, got "
             f"--parameter_servers={spec.parameter_servers} --workers={spec.workers}; set both, "
@@ -153,6 +170,36 @@ def _check_strategy(spec) -> None:
             "which passes it to every replica")
 
 
+def _check_reduction_server_all_reduce(spec) -> None:
+    """Reducers serve NCCL all-reduce only."""
+    all_reduce = option_values.flag_value(spec.trainer_args, "all_reduce")
+    require(all_reduce in (None, "nccl"),
+            f"--all_reduce={all_reduce} after -- with --reduction_servers="
+            f"{spec.reduction_servers}, expected nccl: TensorFlow then runs its own ring over "
+            f"gRPC and the {spec.reduction_servers} reducers are billed and idle; drop "
+            f"--all_reduce (the submitter sets nccl) or drop --reduction_servers")
+
+
+def _check_reducer_capacity(spec) -> None:
+    """The reducers' combined egress must match the chief's and workers'."""
+    if not spec.reduction_servers:
+        return
+    replicas = 1 + spec.workers
+    needed = network.reducers_needed(worker_machine=spec.machine.machine_type,
+                                     training_replicas=replicas,
+                                     reducer_machine=spec.reduction_server_machine_type)
+    if needed is None:
+        return
+    worker_gbps = network.egress_gbps(spec.machine.machine_type)
+    reducer_gbps = network.egress_gbps(spec.reduction_server_machine_type)
+    require(spec.reduction_servers >= needed,
+            f"--reduction_servers={spec.reduction_servers} x {reducer_gbps:g} Gbps "
+            f"({spec.reduction_server_machine_type}) cannot carry {replicas} x "
+            f"{worker_gbps:g} Gbps ({spec.machine.machine_type}), expected at least {needed} "
+            f"reducers (bandwidths as of {network.TABLE_DATE}, docs/vertex.md); set "
+            f"--reduction_servers={needed}")
+
+
 def _check_tpu(spec) -> None:
     machine = spec.machine
     require(spec.strategy == "tpu",
@@ -172,6 +219,12 @@ def _check_tpu(spec) -> None:
 
 def _check_code(spec) -> None:
     check_image_uri("container_uri", spec.container_uri)
+    images.check_training_image(spec.container_uri, today=spec.as_of,
+                                allow_ended=spec.allow_ended_image)
+    architecture = images.image_architecture(spec.container_uri, spec.image_architecture)
+    for machine in _used_machines(spec, ours_only=True):
+        images.check_architecture(flag=machine.flag, machine_type=machine.machine_type,
+                                  architecture=architecture)
     if spec.reduction_servers:
         check_image_uri("reduction_server_image", spec.reduction_server_image)
     require(not spec.task_package or spec.uses_python_package,
@@ -198,6 +251,11 @@ def _check_scheduling_with_shape(spec) -> None:
         require(spec.machine.is_gpu,
                 f"--scheduling=flex_start needs GPU machines, got --accelerator_type="
                 f"{spec.machine.accelerator_type or 'none'}; use --scheduling=standard or spot")
+        require(spec.machine.accelerator_type in machines.FLEX_START_ACCELERATORS,
+                f"--scheduling=flex_start with --accelerator_type="
+                f"{spec.machine.accelerator_type}, which Dynamic Workload Scheduler does not "
+                f"provision, expected one of: {', '.join(machines.FLEX_START_ACCELERATORS)}; "
+                f"use --scheduling=standard or spot, or one of those GPUs")
         require(not (spec.reduction_servers or spec.parameter_server_machine_type
                      or spec.evaluator_machine_type),
                 "--scheduling=flex_start needs the same machine in every worker pool, got a "
