@@ -243,12 +243,20 @@ class VertexStandIn(http.server.ThreadingHTTPServer):
 class _VertexHandler(http.server.BaseHTTPRequestHandler):
     _path = re.compile(
         r"^/v1/projects/([^/]+)/locations/([^/]+)/(customJobs|hyperparameterTuningJobs)$")
+    _upload = re.compile(r"^/v1/projects/([^/]+)/locations/([^/]+)/models:upload$")
 
     def do_POST(self):  # noqa: N802 (http.server's naming)
         path = self.path.split("?", 1)[0]
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.server.requests.append({"path": path, "headers": dict(self.headers),
                                      "body": json.loads(body or b"{}")})
+        upload = self._upload.match(path)
+        if upload:  # Model.upload: a finished long-running operation naming the new model
+            model = f"projects/{upload[1]}/locations/{upload[2]}/models/77"
+            self._reply(200, {"name": f"{model}/operations/1", "done": True, "response": {
+                "@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
+                "model": model}})
+            return
         match = self._path.match(path)
         if not match:
             self._reply(404, {"error": {"code": 404, "message": f"no route {path}",
@@ -266,6 +274,17 @@ class _VertexHandler(http.server.BaseHTTPRequestHandler):
         job.update(name=f"projects/{match[1]}/locations/{match[2]}/{match[3]}/4242",
                    state="JOB_STATE_QUEUED", createTime="2026-11-30T00:00:00Z")
         self._reply(200, job)
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        path = self.path.split("?", 1)[0]
+        self.server.requests.append({"path": path, "headers": dict(self.headers), "body": None})
+        upload = next((request["body"] for request in self.server.requests
+                       if request["path"].endswith("/models:upload")), None)
+        if not re.match(r"^/v1/projects/[^/]+/locations/[^/]+/models/77$", path) or not upload:
+            self._reply(404, {"error": {"code": 404, "message": f"no route {path}",
+                                        "status": "NOT_FOUND"}})
+            return
+        self._reply(200, {**upload["model"], "name": path[len("/v1/"):]})
 
     def _reply(self, status, payload):
         data = json.dumps(payload).encode()
@@ -527,3 +546,32 @@ def test_every_dry_run_prints_the_bill_on_stderr():
     assert "  in all: 9 machines, 16 x NVIDIA_TESLA_A100, 7 reducers" in stderr
     assert ("  tuning: 20 trials, 4 at once: peak 36 machines, 64 x NVIDIA_TESLA_A100, "
             "28 reducers") in stderr
+
+
+def test_upload_sends_the_saved_model_through_the_sdk(vertex_stand_in):
+    flags = [f"--project={PROJECT}", f"--region={REGION}", "--upload",
+             f"--artifact_uri=gs://{BUCKET}/runs/r1/model", "--display_name=my-model"]
+    preview = submit(*flags, "--dry_run")
+    assert preview.returncode == 0, preview.stderr
+    assert "Dry run, nothing sent: would upload" in preview.stderr
+    result = submit(*flags, f"--api_endpoint={vertex_stand_in.url}", timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"projects/{PROJECT}/locations/{REGION}/models/77\n", result.stdout
+    upload, fetch = vertex_stand_in.requests
+    assert upload["path"] == f"/v1/projects/{PROJECT}/locations/{REGION}/models:upload"
+    assert upload["body"]["model"]["artifactUri"] == f"gs://{BUCKET}/runs/r1/model/"
+    assert upload["body"]["model"]["containerSpec"]["imageUri"] == \
+        "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
+    assert upload["body"]["model"]["displayName"] == "my-model"
+    assert fetch["path"] == f"/v1/projects/{PROJECT}/locations/{REGION}/models/77"
+    assert "authorization" not in {key.lower() for key in upload["headers"]}
+    assert json.loads(preview.stdout)["containerSpec"] == upload["body"]["model"]["containerSpec"]
+
+
+def test_upload_refuses_a_serving_image_vertex_does_not_list():
+    result = submit(f"--project={PROJECT}", f"--region={REGION}", "--upload",
+                    f"--artifact_uri=gs://{BUCKET}/m", "--dry_run",
+                    "--serving_container_uri=us-docker.pkg.dev/vertex-ai/prediction/"
+                    "tf2-cpu.2-17:latest")
+    assert result.returncode == 2, result.stderr
+    assert "is not a TensorFlow image Vertex AI lists" in result.stderr
