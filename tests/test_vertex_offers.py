@@ -193,3 +193,49 @@ def test_the_default_serving_image_is_one_vertex_lists():
     with pytest.raises(UsageError, match="end of availability on 2027-01-14"):
         images.check_prediction_image(serving.DEFAULT_SERVING_IMAGE,
                                       today=datetime.date(2027, 1, 15))
+
+
+# ------------------------------------------------- job options users reach for
+
+NETWORK = "projects/42/global/networks/peered"
+
+
+def test_persistent_resource_experiment_and_nfs_reach_the_job_spec():
+    spec = make_spec(persistent_resource_id="pool-1", experiment="exp-1",
+                     experiment_run="run-1", network=NETWORK,
+                     nfs_mount=("10.0.0.2:/share:data",))
+    job_spec = rendering.build_custom_job(spec)["jobSpec"]
+    assert job_spec["persistentResourceId"] == "pool-1"
+    contexts = "projects/my-project/locations/us-central1/metadataStores/default/contexts"
+    assert job_spec["experiment"] == f"{contexts}/exp-1"
+    assert job_spec["experimentRun"] == f"{contexts}/exp-1-run-1"
+    assert job_spec["workerPoolSpecs"][0]["nfsMounts"] == [
+        {"server": "10.0.0.2", "path": "/share", "mountPoint": "data"}]
+    assert any("on persistent resource pool-1" in line and "/mnt/nfs/data" in line
+               for line in bill.bill_lines(spec))
+
+
+@pytest.mark.parametrize("values, expected", [
+    ({"persistent_resource_id": "projects/p/locations/l/persistentResources/x"},
+     "expected the resource's ID"),
+    ({"experiment_run": "run-1"}, "--experiment_run='run-1' needs --experiment"),
+    ({"experiment": "Exp 1"}, "--experiment is 'Exp 1'"),
+    ({"nfs_mount": ("10.0.0.2:/share:data",)}, "--nfs_mount needs --network"),
+    ({"nfs_mount": ("10.0.0.2/share",), "network": NETWORK}, "expected SERVER:/PATH:MOUNT_POINT"),
+])
+def test_bad_job_options_are_one_line(values, expected):
+    assert expected in refused(**values)
+
+
+def test_tpu_v5e_replicas_get_the_pjrt_variables():
+    tpu = {"strategy": "tpu", "machine_type": "ct5lp-hightpu-4t",
+           "accelerator_type": "TPU_V5_LITEPOD", "accelerator_count": 4, "tpu_topology": "2x2"}
+    (pool,) = pools_of(make_spec(**tpu))
+    assert pool["containerSpec"]["env"] == [
+        {"name": "NEXT_PLUGGABLE_DEVICE_USE_C_API", "value": "true"},
+        {"name": "TF_PLUGGABLE_DEVICE_LIBRARY_PATH", "value": "/lib/libtpu.so"}]
+    shown = rendering.redact_env(rendering.build_custom_job(make_spec(**tpu)))
+    assert shown["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"] == pool[
+        "containerSpec"]["env"], "ours, not secrets: the dry run shows them"
+    assert "which the submitter sets for TPU v5e" in refused(
+        **tpu, env=("TF_PLUGGABLE_DEVICE_LIBRARY_PATH=/x.so",))

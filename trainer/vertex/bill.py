@@ -95,6 +95,12 @@ def bill_lines(spec: JobSpec, *, tuning=None, disk_type: str | None = None) -> l
         given = option_values.flag_value(spec.trainer_args, "all_reduce")
         extra.append("all-reduce NCCL" + ("" if given else
                                           " (--all_reduce=nccl set by the submitter)"))
+    if spec.persistent_resource_id:
+        extra.append(f"on persistent resource {spec.persistent_resource_id} (its machines, "
+                     f"not new ones)")
+    if spec.nfs_mounts:
+        extra.append("NFS " + ", ".join(f"{server}:{path} at /mnt/nfs/{point}"
+                                        for server, path, point in spec.nfs_mounts))
     lines.append(f"  scheduling {_SCHEDULING.get(spec.scheduling.strategy, spec.scheduling.strategy)}"
                  + "".join(f"; {item}" for item in extra))
     machines, accelerators, reducers = totals(spec)

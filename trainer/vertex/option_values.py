@@ -139,6 +139,27 @@ def has_flag(args: Sequence[str], name: str) -> bool:
     return any(re.match(rf"^--?{name}(=|$)", arg) for arg in args)
 
 
+_NFS = re.compile(r"^([A-Za-z0-9.-]{1,253}|\[[0-9a-fA-F:]+\]):(/[^:\s]{0,1000}):([A-Za-z0-9_.-]{1,100})$")
+
+
+def parse_nfs_mounts(value) -> tuple[tuple[str, str, str], ...]:
+    """`(server, path, mount_point)` from `SERVER:/PATH:MOUNT_POINT` items."""
+    if not value:
+        return ()
+    require(not isinstance(value, str), "nfs_mount is a string, expected a list of "
+                                        "SERVER:/PATH:MOUNT_POINT items")
+    mounts = []
+    for item in value:
+        match = _NFS.match(str(item))
+        require(bool(match), f"--nfs_mount is {quoted(item)}, expected SERVER:/PATH:MOUNT_POINT "
+                             f"such as 10.0.0.2:/share:data (mounted at /mnt/nfs/data)")
+        mounts.append(match.groups())
+    points = [point for _, _, point in mounts]
+    require(len(set(points)) == len(points),
+            f"--nfs_mount mount points repeat in {quoted(points)}, expected one per mount")
+    return tuple(mounts)
+
+
 def flag_value(args: Sequence[str], name: str) -> str | None:
     """The value the last `--name=VALUE` (or `--name VALUE`) in `args` gives, else None."""
     found = None

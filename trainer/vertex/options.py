@@ -122,6 +122,15 @@ OPTIONS = (
     Option("kms_key_name", "string", "", "Customer-managed encryption key: "
            "projects/P/locations/REGION/keyRings/R/cryptoKeys/K.", templated=True),
     Option("labels", "string", "", "Job labels: key=value,key=value."),
+    Option("persistent_resource_id", "string", "", "Run on this Vertex AI persistent "
+           "resource (its ID, in the job's project and region) instead of new machines."),
+    Option("experiment", "string", "", "Vertex AI Experiment to associate the job with: "
+           "its name or projects/P/locations/R/metadataStores/default/contexts/NAME.",
+           templated=True),
+    Option("experiment_run", "string", "", "With --experiment: the run's name within it."),
+    Option("nfs_mount", "multi_string", (), "SERVER:/PATH:MOUNT_POINT, mounted at "
+           "/mnt/nfs/MOUNT_POINT on every replica of ours (needs --network; repeatable).",
+           accumulates=True),
     Option("env", "multi_string", (), "NAME=VALUE for our replicas (values never printed).",
            accumulates=True),
     Option("trainer_args", "list", (), "trainer.task flags (config files; on the command "

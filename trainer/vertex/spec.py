@@ -127,6 +127,10 @@ class JobSpec:
     task_package: str = ""
     image_architecture: str = ""
     allow_ended_image: bool = False
+    persistent_resource_id: str = ""
+    experiment: str = ""
+    experiment_run: str = ""
+    nfs_mounts: tuple[tuple[str, str, str], ...] = ()
     # The day the image table is read for (today, UTC, unless a test fixes it).
     as_of: datetime.date = dataclasses.field(
         default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).date(),
@@ -171,6 +175,19 @@ class JobSpec:
         return (f"--strategy={self.strategy}",) + extra + tuple(self.trainer_args)
 
     @property
+    def tpu_env(self) -> tuple[tuple[str, str], ...]:
+        """What TensorFlow needs on a TPU VM without a prebuilt image (TPU v5e): PJRT's C API."""
+        if self.machine.accelerator_type != "TPU_V5_LITEPOD":
+            return ()
+        return (("NEXT_PLUGGABLE_DEVICE_USE_C_API", "true"),
+                ("TF_PLUGGABLE_DEVICE_LIBRARY_PATH", "/lib/libtpu.so"))
+
+    @property
+    def experiment_name(self) -> str:
+        """`--experiment` as the resource name the API takes, "" for none."""
+        return validation.experiment_resource(self.experiment, self.project, self.region)
+
+    @property
     def pool2_role(self) -> str:
         """What worker pool 2 runs, told to every replica (`tfdist.cluster.POOL2_ROLE`); "" for none."""
         if self.reduction_servers:
@@ -193,7 +210,7 @@ class JobSpec:
             "accelerator_type", "tpu_topology", "parameter_server_machine_type",
             "reduction_server_machine_type", "reduction_server_image",
             "evaluator_machine_type", "boot_disk_type", "container_uri", "task_package",
-            "image_architecture",
+            "image_architecture", "persistent_resource_id", "experiment", "experiment_run",
             "service_account", "scheduling", "base_output_dir", "tensorboard", "network",
             "reservation_affinity", "kms_key_name")}
         strategy = text["strategy"].lower()
@@ -245,6 +262,9 @@ class JobSpec:
             trainer_args=option_values.trainer_args(options["trainer_args"]),
             task_package=text["task_package"],
             image_architecture=text["image_architecture"].lower(),
+            persistent_resource_id=text["persistent_resource_id"],
+            experiment=text["experiment"], experiment_run=text["experiment_run"],
+            nfs_mounts=option_values.parse_nfs_mounts(options["nfs_mount"]),
             allow_ended_image=option_values.boolean("allow_ended_image",
                                                     options["allow_ended_image"]))
 

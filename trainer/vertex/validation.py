@@ -33,6 +33,28 @@ _NETWORK = re.compile(r"^projects/[0-9]{1,20}/global/networks/[a-z]([-a-z0-9]{0,
 _KMS_KEY = re.compile(r"^projects/[^/\s]+/locations/([^/\s]+)/keyRings/[A-Za-z0-9_-]{1,63}/"
                       r"cryptoKeys/[A-Za-z0-9_-]{1,63}$")
 _MAX_IMAGE_URI = 1024
+_RESOURCE_ID = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
+_EXPERIMENT_PATH = re.compile(r"^projects/([^/\s]+)/locations/([^/\s]+)/metadataStores/"
+                              r"default/contexts/([a-z0-9][a-z0-9-]{0,127})$")
+_EXPERIMENT_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,127}$")
+# The variables tfdist sets itself on TPU v5e replicas (TPU_ENV).
+TPU_ENV_NAMES = ("NEXT_PLUGGABLE_DEVICE_USE_C_API", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH")
+
+
+def experiment_resource(experiment: str, project: str, region: str) -> str:
+    """The experiment's resource name from a name or a full path ("" for none)."""
+    if not experiment:
+        return ""
+    match = _EXPERIMENT_PATH.match(experiment)
+    if match:
+        require(match.group(2) == region,
+                f"--experiment is in {quoted(match.group(2))}, expected the job's region "
+                f"{region}")
+        return experiment
+    require(bool(_EXPERIMENT_NAME.match(experiment)),
+            f"--experiment is {quoted(experiment)}, expected a name of lowercase letters, "
+            f"digits and hyphens, or projects/P/locations/R/metadataStores/default/contexts/NAME")
+    return f"projects/{project}/locations/{region}/metadataStores/default/contexts/{experiment}"
 
 
 def check_gcs_uri(name: str, value: str) -> str:
@@ -81,6 +103,7 @@ def check_job(spec) -> None:
     _check_outputs(spec)
     _check_scheduling_with_shape(spec)
     _check_networking_and_encryption(spec)
+    _check_resources_and_tracking(spec)
     _check_reducer_capacity(spec)
 
 
@@ -267,6 +290,30 @@ def _check_scheduling_with_shape(spec) -> None:
         require(not spec.reservation_affinity,
                 "--reservation_affinity does not apply with --scheduling=flex_start (Dynamic "
                 "Workload Scheduler provisions on demand); drop one of them")
+
+
+def _check_resources_and_tracking(spec) -> None:
+    require(not spec.persistent_resource_id or bool(_RESOURCE_ID.match(
+        spec.persistent_resource_id)),
+        f"--persistent_resource_id is {quoted(spec.persistent_resource_id)}, expected the "
+        f"resource's ID (lowercase letters, digits, hyphens), not its full name")
+    require(not (spec.persistent_resource_id and spec.scheduling.strategy == "flex_start"),
+            "--persistent_resource_id runs on machines already provisioned, so "
+            "--scheduling=flex_start does not apply; drop one of them")
+    experiment_resource(spec.experiment, spec.project, spec.region)
+    require(not spec.experiment_run or bool(spec.experiment),
+            f"--experiment_run={quoted(spec.experiment_run)} needs --experiment; set it")
+    require(not spec.experiment_run or bool(_EXPERIMENT_NAME.match(spec.experiment_run)),
+            f"--experiment_run is {quoted(spec.experiment_run)}, expected lowercase letters, "
+            f"digits and hyphens")
+    require(not spec.nfs_mounts or bool(spec.network),
+            "--nfs_mount needs --network (Vertex AI reaches NFS servers over a peered VPC), "
+            "expected --network=projects/PROJECT_NUMBER/global/networks/NAME")
+    names = {name for name, _ in spec.env}
+    clash = sorted(names & set(TPU_ENV_NAMES)) if spec.machine.accelerator_type == \
+        "TPU_V5_LITEPOD" else []
+    require(not clash, f"--env sets {', '.join(clash)}, which the submitter sets for TPU v5e "
+                       f"(PJRT); drop it")
 
 
 def _check_networking_and_encryption(spec) -> None:
