@@ -14,7 +14,7 @@ every real submission, so what is billed is read before it is sent.
 
 import dataclasses
 
-from trainer.vertex import option_values
+from trainer.vertex import option_values, rendering
 from trainer.vertex.spec import JobSpec, MachineSpec
 
 _SCHEDULING = {"standard": "STANDARD (on-demand VMs)",
@@ -67,17 +67,17 @@ def _accelerators(accelerators: dict[str, int]) -> str:
         "no accelerators"
 
 
-def bill_lines(spec: JobSpec, *, tuning=None, disk_type: str | None = None) -> list[str]:
+def _machines(count: int) -> str:
+    return f"{count} machine{'' if count == 1 else 's'}"
+
+
+def bill_lines(spec: JobSpec, *, tuning=None) -> list[str]:
     """The bill, one line per pool and a few summary lines.
 
     Args:
         spec: The checked job.
         tuning: A `trainer.vertex.tuning.TuningSpec`, for the peak over parallel trials.
-        disk_type: The boot disk type sent for the chief's machine ("" when left to
-            Vertex AI's default); None reads `spec.boot_disk_type`.
     """
-    from trainer.vertex import rendering  # pylint: disable=g-import-not-at-top
-
     lines = ["Will run" + (" (per trial):" if tuning else ":")]
     for pool in pools(spec):
         machine = pool.machine
@@ -104,7 +104,7 @@ def bill_lines(spec: JobSpec, *, tuning=None, disk_type: str | None = None) -> l
     lines.append(f"  scheduling {_SCHEDULING.get(spec.scheduling.strategy, spec.scheduling.strategy)}"
                  + "".join(f"; {item}" for item in extra))
     machines, accelerators, reducers = totals(spec)
-    summary = f"  in all: {machines} machines, {_accelerators(accelerators)}"
+    summary = f"  in all: {_machines(machines)}, {_accelerators(accelerators)}"
     if reducers:
         summary += f", {reducers} reducers"
     lines.append(summary)
@@ -112,7 +112,7 @@ def bill_lines(spec: JobSpec, *, tuning=None, disk_type: str | None = None) -> l
         parallel = tuning.parallel_trial_count
         peak = {name: count * parallel for name, count in accelerators.items()}
         line = (f"  tuning: {tuning.max_trial_count} trials, {parallel} at once: peak "
-                f"{machines * parallel} machines, {_accelerators(peak)}")
+                f"{_machines(machines * parallel)}, {_accelerators(peak)}")
         if reducers:
             line += f", {reducers * parallel} reducers"
         lines.append(line)

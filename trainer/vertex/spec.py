@@ -19,21 +19,19 @@ import re
 from typing import Any, Mapping
 
 from tfdist import cluster
-from trainer.vertex import machines, option_values, validation
+from trainer.vertex import images, machines, option_values, validation
 from trainer.vertex.checks import require
 from trainer.vertex.options import (DEFAULT_BOOT_DISK_SIZE_GB, DEFAULT_BOOT_DISK_TYPE,
                                     DEFAULT_REDUCTION_SERVER_IMAGE,
                                     DEFAULT_REDUCTION_SERVER_MACHINE_TYPE)
 
-# Vertex AI's prebuilt training images run a Python package (python_package_spec);
-# any other image is ours and runs as a container (container_spec).
-_PREBUILT_IMAGE = re.compile(
-    r"^([a-z0-9]+-docker\.pkg\.dev/vertex-ai/training/|gcr\.io/cloud-aiplatform/training/)")
-
-
 def is_prebuilt_image(image_uri: str) -> bool:
-    """Whether `image_uri` is one of Vertex AI's prebuilt training images."""
-    return bool(_PREBUILT_IMAGE.match(image_uri))
+    """Whether `image_uri` is one of Vertex AI's prebuilt training images.
+
+    Those run a Python package (python_package_spec); any other image is ours
+    and runs as a container (container_spec).
+    """
+    return images.is_prebuilt_training_uri(image_uri)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
