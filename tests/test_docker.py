@@ -129,3 +129,50 @@ def test_cloud_build_pushes_the_image_the_job_configs_name():
               .replace("${_TAG}", values["TAG"]))
     with open(os.path.join(REPO, "configs", "jobs", "mirrored_1x8_gpu.json")) as handle:
         assert json.load(handle)["container_uri"] == pushed
+
+
+def _build_config(name):
+    yaml = pytest.importorskip("yaml")
+    with open(os.path.join(REPO, "docker", name), encoding="utf-8") as handle:
+        return yaml.safe_load(handle)
+
+
+def _instructions(name):
+    with open(os.path.join(REPO, "docker", name), encoding="utf-8") as handle:
+        text = handle.read()
+    lines = [line for line in text.splitlines() if not line.lstrip().startswith("#")]
+    return re.sub(r"\\\n", " ", "\n".join(lines))
+
+
+def test_the_tpu_image_the_tpu_job_names_is_built_by_our_build_config():
+    build = _build_config("cloudbuild-tpu.yaml")
+    (step,) = build["steps"]
+    assert "--file=docker/Dockerfile.tpu" in step["args"]
+    values = {key.lstrip("_"): value for key, value in build["substitutions"].items()}
+    pushed = (build["images"][0].replace("$PROJECT_ID", "{project}")
+              .replace("${_REGION}", "{region}").replace("${_REPOSITORY}", values["REPOSITORY"])
+              .replace("${_TAG}", values["TAG"]))
+    with open(os.path.join(REPO, "configs", "jobs", "tpu_v5e_2x2.json")) as handle:
+        assert json.load(handle)["container_uri"] == pushed
+    text = _instructions("Dockerfile.tpu")
+    assert values["TF_VERSION"] == build_args(dockerfile_instructions())["TF_VERSION"]
+    assert 'tensorflow-tpu==${TF_VERSION}' in text and "ARG TF_VERSION=2.21.0" in text
+    # The PJRT variables Vertex AI documents for TensorFlow on TPU v5e, as the submitter sets them.
+    spec = spec_lib.JobSpec.from_options(options.merge_options({}, {
+        "project": "p-123456", "region": "us-central1", "staging_bucket": "gs://my-bucket",
+        "strategy": "tpu", "machine_type": "ct5lp-hightpu-4t",
+        "accelerator_type": "TPU_V5_LITEPOD", "accelerator_count": 4, "tpu_topology": "2x2",
+        "container_uri": "us-central1-docker.pkg.dev/p/tfdist/trainer-tpu:0.1.0"}), timestamp="t")
+    for name, value in spec.tpu_env:
+        assert f"{name}={value}" in text
+    assert "/lib/libtpu.so" in text and "--no-deps /opt/tfdist" in text
+
+
+def test_the_multiarch_build_makes_amd64_and_arm64():
+    build = _build_config("cloudbuild-multiarch.yaml")
+    args = build["steps"][-1]["args"]
+    assert "--platform=linux/amd64,linux/arm64" in args and "--push" in args
+    assert "--file=docker/Dockerfile.multiarch" in args
+    text = _instructions("Dockerfile.multiarch")
+    assert "FROM python:3.11-slim" in text  # a base image published for both architectures
+    assert "TARGETARCH" in text and "tensorflow[and-cuda]==${TF_VERSION}" in text

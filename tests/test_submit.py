@@ -133,7 +133,8 @@ def test_flags_override_the_job_config():
 
 
 def test_dry_run_with_prebuilt_image_names_the_package_it_would_stage():
-    job, stderr = dry_run("parameter_server_cpu_evaluator.json", f"--container_uri={PREBUILT}")
+    job, stderr = dry_run("parameter_server_cpu_evaluator.json", f"--container_uri={PREBUILT}",
+                          "--allow_ended_image")
     uris = {tuple(pool["pythonPackageSpec"]["packageUris"])
             for pool in job["jobSpec"]["workerPoolSpecs"]}
     assert len(uris) == 1, "every pool runs the same package"
@@ -149,7 +150,7 @@ def test_dry_run_with_prebuilt_image_names_the_package_it_would_stage():
 IMPORT_CHECKS = {
     "our image": [],
     "prebuilt image, task package, tuning, serving lines": [
-        f"--container_uri={PREBUILT}", "--task_package={user_project}",
+        f"--container_uri={PREBUILT}", "--allow_ended_image", "--task_package={user_project}",
         f"--hparam_tuning={os.path.join(REPO, 'configs', 'tuning', 'warmup_grid.json')}",
         "--serving_commands", "--network=projects/1/global/networks/vpc",
         "--kms_key_name=projects/p/locations/us-central1/keyRings/r/cryptoKeys/k"],
@@ -242,12 +243,20 @@ class VertexStandIn(http.server.ThreadingHTTPServer):
 class _VertexHandler(http.server.BaseHTTPRequestHandler):
     _path = re.compile(
         r"^/v1/projects/([^/]+)/locations/([^/]+)/(customJobs|hyperparameterTuningJobs)$")
+    _upload = re.compile(r"^/v1/projects/([^/]+)/locations/([^/]+)/models:upload$")
 
     def do_POST(self):  # noqa: N802 (http.server's naming)
         path = self.path.split("?", 1)[0]
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         self.server.requests.append({"path": path, "headers": dict(self.headers),
                                      "body": json.loads(body or b"{}")})
+        upload = self._upload.match(path)
+        if upload:  # Model.upload: a finished long-running operation naming the new model
+            model = f"projects/{upload[1]}/locations/{upload[2]}/models/77"
+            self._reply(200, {"name": f"{model}/operations/1", "done": True, "response": {
+                "@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
+                "model": model}})
+            return
         match = self._path.match(path)
         if not match:
             self._reply(404, {"error": {"code": 404, "message": f"no route {path}",
@@ -265,6 +274,17 @@ class _VertexHandler(http.server.BaseHTTPRequestHandler):
         job.update(name=f"projects/{match[1]}/locations/{match[2]}/{match[3]}/4242",
                    state="JOB_STATE_QUEUED", createTime="2026-11-30T00:00:00Z")
         self._reply(200, job)
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        path = self.path.split("?", 1)[0]
+        self.server.requests.append({"path": path, "headers": dict(self.headers), "body": None})
+        upload = next((request["body"] for request in self.server.requests
+                       if request["path"].endswith("/models:upload")), None)
+        if not re.match(r"^/v1/projects/[^/]+/locations/[^/]+/models/77$", path) or not upload:
+            self._reply(404, {"error": {"code": 404, "message": f"no route {path}",
+                                        "status": "NOT_FOUND"}})
+            return
+        self._reply(200, {**upload["model"], "name": path[len("/v1/"):]})
 
     def _reply(self, status, payload):
         data = json.dumps(payload).encode()
@@ -348,7 +368,7 @@ def test_real_submission_reaches_vertex_stand_in_and_stages_package(
     config = tmp_path / "job.json"
     config.write_text(json.dumps({
         "strategy": "parameter_server", "machine_type": "n2-standard-4", "workers": 2,
-        "parameter_servers": 1, "evaluators": 1, "container_uri": PREBUILT,
+        "parameter_servers": 1, "evaluators": 1, "container_uri": PREBUILT, "allow_ended_image": True,
         "scheduling": "spot", "labels": "app=tfdist", "env": {"API_KEY": FAKE_KEY}}))
     flags = [f"--job_config={config}", *COMMON, f"--base_output_dir=gs://{BUCKET}/runs/r1",
              "--timeout=1h", "--restart_job_on_worker_restart"]
@@ -372,14 +392,17 @@ def test_real_submission_reaches_vertex_stand_in_and_stages_package(
     (package_uri,) = package_uris
     assert package_uri.startswith(f"gs://{BUCKET}/tfdist/packages/tfdist-0.1.0-")
     assert package_uri in result.stderr, "what is uploaded, and where, is printed"
-    assert {var["value"] for pool in pools for var in pool["pythonPackageSpec"]["env"]} == \
-        {FAKE_KEY}, "the job's env is sent, only its printing is redacted"
+    assert {(var["name"], var["value"]) for pool in pools
+            for var in pool["pythonPackageSpec"]["env"]} == \
+        {("API_KEY", FAKE_KEY), ("TFDIST_POOL2_ROLE", "parameter_server")}, \
+        "the job's env is sent, only its printing is redacted; every replica is told pool 2's role"
 
     # What was sent is exactly what the dry run showed (env values aside).
     shown = json.loads(preview.stdout)
     for pool in sent["jobSpec"]["workerPoolSpecs"]:
         for var in pool["pythonPackageSpec"]["env"]:
-            var["value"] = "<redacted>"
+            if var["name"] != "TFDIST_POOL2_ROLE":
+                var["value"] = "<redacted>"
     assert _normalized(sent) == _normalized(shown)
 
     with tarfile.open(fileobj=io.BytesIO(_download(storage_emulator, package_uri))) as archive:
@@ -411,6 +434,8 @@ def test_real_submission_with_our_image_sends_a_container_spec(vertex_stand_in):
     pool["containerSpec"]["env"][0]["value"] = "<redacted>"
     assert _normalized(sent) == _normalized(json.loads(preview.stdout))
     assert "Uploading" not in result.stderr, "our own image needs no package"
+    assert "  pool 0 chief      1 x a2-highgpu-8g, 8 x NVIDIA_TESLA_A100 each" in result.stderr, \
+        "the bill is printed before a real submission too"
     for output in (preview.stdout, preview.stderr, result.stdout, result.stderr):
         assert FAKE_KEY not in output
         assert FAKE_TOKEN not in output
@@ -483,7 +508,7 @@ def test_real_submission_stages_the_task_package_too(vertex_stand_in, storage_em
 
     project = make_user_project(tmp_path / "user")
     env = base_env(STORAGE_EMULATOR_HOST=storage_emulator)
-    result = submit(*COMMON, f"--container_uri={PREBUILT}", f"--task_package={project}",
+    result = submit(*COMMON, f"--container_uri={PREBUILT}", "--allow_ended_image", f"--task_package={project}",
                     f"--base_output_dir=gs://{BUCKET}/runs/r3",
                     f"--api_endpoint={vertex_stand_in.url}", "--",
                     "--task=my_pkg.mod:MyTask", env=env, timeout=300)
@@ -505,3 +530,48 @@ def test_without_an_emulator_credentials_come_from_adc():
     assert result.stderr.strip().splitlines()[-1].startswith(
         "error: no Application Default Credentials found"), result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_help_exits_0_and_lists_the_job_flags():
+    result = submit("--help")
+    assert result.returncode == 0, result.stderr
+    assert "--machine_type" in result.stdout and "--image_architecture" in result.stdout
+
+
+def test_every_dry_run_prints_the_bill_on_stderr():
+    _, stderr = dry_run("multiworker_2x8_gpu_reduction_server.json", "--hparam_tuning="
+                        + os.path.join(REPO, "configs", "tuning", "learning_rate_optimizer.json"))
+    assert "Will run (per trial):" in stderr
+    assert "  pool 2 reducers   7 x n1-highcpu-16, pd-ssd 100 GB, Reduction Server" in stderr
+    assert "  in all: 9 machines, 16 x NVIDIA_TESLA_A100, 7 reducers" in stderr
+    assert ("  tuning: 20 trials, 4 at once: peak 36 machines, 64 x NVIDIA_TESLA_A100, "
+            "28 reducers") in stderr
+
+
+def test_upload_sends_the_saved_model_through_the_sdk(vertex_stand_in):
+    flags = [f"--project={PROJECT}", f"--region={REGION}", "--upload",
+             f"--artifact_uri=gs://{BUCKET}/runs/r1/model", "--display_name=my-model"]
+    preview = submit(*flags, "--dry_run")
+    assert preview.returncode == 0, preview.stderr
+    assert "Dry run, nothing sent: would upload" in preview.stderr
+    result = submit(*flags, f"--api_endpoint={vertex_stand_in.url}", timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"projects/{PROJECT}/locations/{REGION}/models/77\n", result.stdout
+    upload, fetch = vertex_stand_in.requests
+    assert upload["path"] == f"/v1/projects/{PROJECT}/locations/{REGION}/models:upload"
+    assert upload["body"]["model"]["artifactUri"] == f"gs://{BUCKET}/runs/r1/model/"
+    assert upload["body"]["model"]["containerSpec"]["imageUri"] == \
+        "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
+    assert upload["body"]["model"]["displayName"] == "my-model"
+    assert fetch["path"] == f"/v1/projects/{PROJECT}/locations/{REGION}/models/77"
+    assert "authorization" not in {key.lower() for key in upload["headers"]}
+    assert json.loads(preview.stdout)["containerSpec"] == upload["body"]["model"]["containerSpec"]
+
+
+def test_upload_refuses_a_serving_image_vertex_does_not_list():
+    result = submit(f"--project={PROJECT}", f"--region={REGION}", "--upload",
+                    f"--artifact_uri=gs://{BUCKET}/m", "--dry_run",
+                    "--serving_container_uri=us-docker.pkg.dev/vertex-ai/prediction/"
+                    "tf2-cpu.2-17:latest")
+    assert result.returncode == 2, result.stderr
+    assert "is not a TensorFlow image Vertex AI lists" in result.stderr

@@ -73,7 +73,7 @@ SHAPES = {
     "default cpu": {"strategy": "default"},
     "mirrored a100": {"strategy": "mirrored", **A100},
     "multiworker reduction server": {"strategy": "multiworker", "workers": 2,
-                                     "reduction_servers": 4, **A100},
+                                     "reduction_servers": 10, **A100},
     "parameter servers + evaluator": {"strategy": "parameter_server", "workers": 3,
                                       "parameter_servers": 2, "evaluators": 1,
                                       "parameter_server_machine_type": "n2-highmem-8",
@@ -86,6 +86,10 @@ SHAPES = {
                "accelerator_count": 8},
     "l4 multiworker": {"strategy": "multiworker", "workers": 1, "machine_type": "g2-standard-24",
                        "accelerator_type": "NVIDIA_L4", "accelerator_count": 2},
+    "a4x multi-arch image, no disk type sent": {
+        "strategy": "mirrored", "machine_type": "a4x-highgpu-4g",
+        "accelerator_type": "NVIDIA_GB200", "accelerator_count": 4,
+        "image_architecture": "multi"},
 }
 EXTRAS = {
     "plain": {},
@@ -106,7 +110,12 @@ EXTRAS = {
         "service_account": "trainer@my-project.iam.gserviceaccount.com",
         "env": ("API_KEY=secret",), "labels": "team=vision", "enable_web_access": True},
     "hyperdisk": {"boot_disk_type": "hyperdisk-balanced", "boot_disk_size_gb": 500},
-    "prebuilt image with a task package": {"container_uri": PREBUILT},
+    "persistent resource, experiment, nfs": {
+        "persistent_resource_id": "pool-1", "experiment": "exp-1", "experiment_run": "run-1",
+        "network": "projects/42/global/networks/peered",
+        "nfs_mount": ("10.0.0.2:/share:data", "nfs.example.com:/x/y:more")},
+    "prebuilt image with a task package": {"container_uri": PREBUILT,
+                                           "allow_ended_image": True},
 }
 STUDY = tuning.TuningSpec(
     metric="val_accuracy", goal="maximize", max_trial_count=8, parallel_trial_count=2,
@@ -143,4 +152,9 @@ def test_a_matrix_of_flag_combinations_parses_strictly():
         rendered += 1
     # Only flex_start is refused, where the documented rule says so (GPUs, one machine type).
     assert rendered == len(SHAPES) * len(EXTRAS) - len(refused) >= 85, refused
-    assert {extra_name for _, extra_name, _ in refused} == {"flex start"}, refused
+    # ... and the ARM machine with a prebuilt (amd64-only) image.
+    assert {extra_name for shape_name, extra_name, _ in refused
+            if not shape_name.startswith("a4x")} == {"flex start"}, refused
+    assert {extra_name for shape_name, extra_name, message in refused
+            if shape_name.startswith("a4x") and "amd64" in message} == {
+        "prebuilt image with a task package"}, refused

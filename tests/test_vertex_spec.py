@@ -119,12 +119,12 @@ def test_single_replica_job_has_only_pool_zero():
 
 
 def test_reduction_server_pool_runs_the_configured_image_not_our_code():
-    spec = make_spec(strategy="multiworker", workers=1, reduction_servers=3,
+    spec = make_spec(strategy="multiworker", workers=1, reduction_servers=7,
                      reduction_server_image="europe-docker.pkg.dev/vertex-ai-restricted/"
                                             "training/reductionserver:latest", **GPU)
     pools = rendering.build_custom_job(spec)["jobSpec"]["workerPoolSpecs"]
     assert pools[2] == {
-        "machineSpec": {"machineType": "n1-highcpu-16"}, "replicaCount": 3,
+        "machineSpec": {"machineType": "n1-highcpu-16"}, "replicaCount": 7,
         "diskSpec": {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100},
         "containerSpec": {"imageUri": "europe-docker.pkg.dev/vertex-ai-restricted/training/"
                                       "reductionserver:latest"}}
@@ -137,13 +137,15 @@ def test_default_reduction_server_image_is_the_documented_one():
 
 def test_prebuilt_image_runs_the_staged_package_in_every_pool_of_ours():
     spec = make_spec(strategy="parameter_server", workers=2, parameter_servers=1, evaluators=1,
-                     container_uri=PREBUILT, trainer_args=("--epochs=3",))
+                     container_uri=PREBUILT, allow_ended_image=True,
+                     trainer_args=("--epochs=3",))
     assert spec.uses_python_package
     pools = rendering.build_custom_job(spec, package_uris=[PACKAGE])["jobSpec"]["workerPoolSpecs"]
     for pool in pools:
         assert pool["pythonPackageSpec"] == {
             "executorImageUri": PREBUILT, "packageUris": [PACKAGE],
-            "pythonModule": "trainer.task", "args": ["--strategy=parameter_server", "--epochs=3"]}
+            "pythonModule": "trainer.task", "args": ["--strategy=parameter_server", "--epochs=3"],
+            "env": [{"name": "TFDIST_POOL2_ROLE", "value": "parameter_server"}]}
     with pytest.raises(UsageError, match="runs a Python package"):
         rendering.build_custom_job(spec)
 

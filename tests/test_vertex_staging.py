@@ -49,7 +49,7 @@ def submit(*args):
 
 def test_dry_run_stages_the_task_package_next_to_the_trainer(tmp_path):
     project = make_user_project(tmp_path / "user")
-    result = submit(*COMMON, f"--container_uri={PREBUILT}", f"--task_package={project}",
+    result = submit(*COMMON, f"--container_uri={PREBUILT}", "--allow_ended_image", f"--task_package={project}",
                     "--dry_run", "--", "--task=my_pkg.mod:MyTask")
     assert result.returncode == 0, result.stderr
     (pool,) = json.loads(result.stdout)["jobSpec"]["workerPoolSpecs"]
@@ -108,7 +108,7 @@ def test_a_task_package_must_be_a_project_directory(tmp_path, layout, expected):
         path.mkdir()
     else:
         path.write_text("x")
-    result = submit(*COMMON, f"--container_uri={PREBUILT}", f"--task_package={path}",
+    result = submit(*COMMON, f"--container_uri={PREBUILT}", "--allow_ended_image", f"--task_package={path}",
                     "--dry_run")
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()

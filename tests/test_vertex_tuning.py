@@ -154,3 +154,92 @@ def test_shipped_studies_tune_real_trainer_flags(study):
     with open(os.path.join(TUNING, study), encoding="utf-8") as handle:
         names = set(json.load(handle)["hparam"])
     assert names <= set(trainer_config.FIELDS), names - set(trainer_config.FIELDS)
+
+
+def _study_job(tmp_path, study):
+    path = tmp_path / "study.json"
+    path.write_text(json.dumps(study))
+    result = submit(*COMMON, f"--container_uri={OUR_IMAGE}", f"--hparam_tuning={path}",
+                    "--dry_run")
+    return result
+
+
+CONDITIONAL_STUDY = {
+    "hparam_metric": "val_loss", "hparam_goal": "minimize", "hparam_early_stopping": "median",
+    "hparam": {
+        "optimizer": "categorical:sgd,adam,lamb",
+        "weight_decay": {"type": "double", "min": 0.0, "max": 0.1,
+                         "when": {"optimizer": ["lamb"]}},
+        "epochs": "integer:1:4",
+        "warmup_epochs": {"type": "integer", "min": 0, "max": 1, "when": {"epochs": [3, 4]}},
+    }}
+
+
+def test_early_stopping_and_conditional_parameters_parse_as_the_sdks_study(tmp_path):
+    from tests.test_vertex_schema import strict_tuning_job
+
+    result = _study_job(tmp_path, CONDITIONAL_STUDY)
+    assert result.returncode == 0, result.stderr
+    job = json.loads(result.stdout)
+    study = job["studySpec"]
+    assert study["medianAutomatedStoppingSpec"] == {"useElapsedDuration": False}
+    assert [p["parameterId"] for p in study["parameters"]] == ["optimizer", "epochs"]
+    (decay,) = study["parameters"][0]["conditionalParameterSpecs"]
+    assert decay["parentCategoricalValues"] == {"values": ["lamb"]}
+    assert decay["parameterSpec"]["parameterId"] == "weight_decay"
+    (warmup,) = study["parameters"][1]["conditionalParameterSpecs"]
+    assert warmup["parentIntValues"] == {"values": ["3", "4"]}
+    parsed = strict_tuning_job(job)
+    child = parsed.study_spec.parameters[1].conditional_parameter_specs[0]
+    assert list(child.parent_int_values.values) == [3, 4]
+    decay_curve = _study_job(tmp_path, {**CONDITIONAL_STUDY,
+                                        "hparam_early_stopping": "decay_curve"})
+    assert decay_curve.returncode == 0, decay_curve.stderr
+    assert json.loads(decay_curve.stdout)["studySpec"]["decayCurveStoppingSpec"] == {
+        "useElapsedDuration": False}
+    decay_study = strict_tuning_job(json.loads(decay_curve.stdout)).study_spec
+    assert "decay_curve_stopping_spec" in decay_study
+    assert "median_automated_stopping_spec" not in decay_study
+    assert "median_automated_stopping_spec" in parsed.study_spec
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"weight_decay": {"type": "double", "min": 0, "max": 0.1, "when": {"lr": ["x"]}}},
+     "conditional on 'lr', which is not a tuned parameter"),
+    ({"weight_decay": {"type": "double", "min": 0, "max": 0.1, "when": {"optimizer": ["lars"]}}},
+     "expected some of the values optimizer takes"),
+    ({"warmup_epochs": {"type": "integer", "min": 0, "max": 1, "when": {"epochs": [9]}}},
+     "expected some of the values epochs takes"),
+])
+def test_bad_conditions_are_one_line(tmp_path, change, expected):
+    study = {**CONDITIONAL_STUDY, "hparam": {**CONDITIONAL_STUDY["hparam"], **change}}
+    result = _study_job(tmp_path, study)
+    assert result.returncode == 2 and expected in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_early_stopping_is_refused(tmp_path):
+    result = _study_job(tmp_path, {**CONDITIONAL_STUDY, "hparam_early_stopping": "eager"})
+    assert result.returncode == 2
+    assert "--hparam_early_stopping is 'eager', expected one of: median, decay_curve" \
+        in result.stderr
+
+
+def test_a_trial_value_sent_as_an_integral_float_reaches_the_trainer_as_an_integer(tmp_path):
+    """Vertex AI passes discrete values as doubles: --global_batch_size=128.0."""
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")}
+    env.update(PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
+
+    def trainer(*flags):
+        return subprocess.run([sys.executable, "-m", "trainer.task", "--epochs=1",
+                               "--steps_per_epoch=1.0", "--num_examples=256",
+                               f"--model_dir={tmp_path / 'model'}", *flags],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+    half = trainer("--global_batch_size=128.5")
+    assert half.returncode == 2 and "--global_batch_size=128.5" in half.stderr, half.stderr
+    result = trainer("--global_batch_size=128.0")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "model" / "summary.json").read_text())
+    assert (summary["global_batch_size"], summary["steps_completed"]) == (128, 1)

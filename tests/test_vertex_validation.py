@@ -181,7 +181,8 @@ def test_missing_build_names_the_extra(tmp_path):
         "raise ModuleNotFoundError(\"No module named 'build'\", name='build')\n")
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(shim), REPO]))
     for extra in (["--dry_run"], ["--api_endpoint=http://127.0.0.1:9"]):
-        result = submit(*COMMON, f"--container_uri={PREBUILT}", *extra, env=env)
+        result = submit(*COMMON, f"--container_uri={PREBUILT}", "--allow_ended_image", *extra,
+                        env=env)
         assert_one_line_usage_error(result, "'build'", "pip install 'tfdist[vertex]'")
 
 

@@ -88,7 +88,33 @@ class FlagSpec:
         return "string"
 
 
-_DEFINERS = {"string": flags.DEFINE_string, "integer": flags.DEFINE_integer,
+class _WholeNumberParser(flags.IntegerParser):
+    """absl's integer parser, also taking integral floats such as "128.0".
+
+    A Vertex AI tuning study passes discrete values as doubles
+    (`--global_batch_size=128.0`); "128.5" is still refused.
+    """
+
+    def convert(self, argument):
+        try:
+            return super().convert(argument)
+        except ValueError:
+            if isinstance(argument, str):
+                try:
+                    value = float(argument)
+                except ValueError:
+                    value = None
+                if value is not None and value.is_integer():
+                    return int(value)
+            raise
+
+
+def _define_whole_number(name, default, help, *, flag_values, module_name, lower_bound=None):  # pylint: disable=redefined-builtin
+    return flags.DEFINE(_WholeNumberParser(lower_bound=lower_bound), name, default, help,
+                        flag_values, flags.ArgumentSerializer(), module_name=module_name)
+
+
+_DEFINERS = {"string": flags.DEFINE_string, "integer": _define_whole_number,
              "float": flags.DEFINE_float, "boolean": flags.DEFINE_boolean,
              "list": flags.DEFINE_list, "multi_string": flags.DEFINE_multi_string}
 

@@ -30,6 +30,14 @@ ROLES = (CHIEF, WORKER, PS, EVALUATOR)
 
 TF_CONFIG = "TF_CONFIG"
 CLUSTER_SPEC = "CLUSTER_SPEC"
+# Set by `trainer.submit` on every replica that runs our code, when the job has
+# a worker pool 2: what that pool runs. `pool2_is_reduction_server` reads it.
+POOL2_ROLE = "TFDIST_POOL2_ROLE"
+POOL2_PARAMETER_SERVERS = "parameter_server"
+POOL2_REDUCTION_SERVER = "reduction_server"
+POOL2_ROLES = (POOL2_PARAMETER_SERVERS, POOL2_REDUCTION_SERVER)
+# Vertex's Reduction Server image path ends in this name (any registry mirror).
+_REDUCTION_SERVER_IMAGE = re.compile(r"/reductionserver(?::[^/]*)?(?:@sha256:[0-9a-f]+)?$")
 
 # Vertex AI worker pools, in order: primary replica, workers, parameter
 # servers (or Reduction Server), evaluators.
@@ -171,6 +179,99 @@ def resolve_cluster(environ: Mapping[str, str], *,
     if cluster_spec:
         return _parse_cluster_spec(cluster_spec, pool2_is_reduction_server)
     return Cluster()
+
+
+def pool2_is_reduction_server(environ: Mapping[str, str], strategy: str) -> bool:
+    """The one policy for what Vertex AI's worker pool 2 runs, for every entry point.
+
+    Pool 2 holds either parameter servers (our trainer) or Vertex's Reduction
+    Server (not our code). Every replica must reach the same answer, so the
+    policy looks, in order, at:
+
+    1. `TFDIST_POOL2_ROLE` (`parameter_server` or `reduction_server`), which
+       `python -m trainer.submit` sets on every replica that runs our code;
+    2. the strategy asked for: `parameter_server` means parameter servers, any
+       other named strategy means Reduction Server (the only other use of
+       pool 2 with our trainer);
+    3. for `auto`: this replica itself running in pool 2 (so pool 2 runs our
+       code), else the job spec Vertex passes in `CLUSTER_SPEC["job"]`
+       (pool 2's image is Vertex's `reductionserver` or something else).
+
+    When none of these decides, `auto` would be a guess that trains as the
+    wrong strategy, so it is refused.
+
+    Args:
+        environ: The environment, usually `os.environ`.
+        strategy: The strategy name the user asked for (`auto` included).
+
+    Returns:
+        The `pool2_is_reduction_server` argument of `resolve_cluster`.
+
+    Raises:
+        ClusterConfigError: `TFDIST_POOL2_ROLE` has another value, or `auto`
+            cannot tell what pool 2 runs.
+    """
+    strategy = str(strategy).strip().lower()
+    role = (environ.get(POOL2_ROLE) or "").strip().lower()
+    if role:
+        if role not in POOL2_ROLES:
+            raise ClusterConfigError(
+                f"{POOL2_ROLE} is {role[:40]!r}, expected {' or '.join(POOL2_ROLES)}; "
+                f"fix or unset it (trainer.submit sets it)")
+        return role == POOL2_REDUCTION_SERVER
+    if strategy == "parameter_server":
+        return False
+    if strategy != "auto":
+        return True
+    spec = _json_or_none(environ.get(CLUSTER_SPEC))
+    cluster = spec.get("cluster") if isinstance(spec, dict) else None
+    if not isinstance(cluster, dict) or not cluster.get("workerpool2"):
+        return True  # No pool 2 (or no CLUSTER_SPEC): nothing to decide.
+    task = spec.get("task") if isinstance(spec.get("task"), dict) else {}
+    tf_task = (_json_or_none(environ.get(TF_CONFIG)) or {})
+    tf_task = tf_task.get("task") if isinstance(tf_task, dict) else None
+    if task.get("type") == "workerpool2" or (
+            isinstance(tf_task, dict) and tf_task.get("type") == PS):
+        return False  # This replica runs our code in pool 2: a parameter server.
+    from_job = _pool2_image_is_reduction_server(spec.get("job"))
+    if from_job is not None:
+        return from_job
+    raise ClusterConfigError(
+        f"--strategy=auto found {len(cluster['workerpool2'])} replica(s) in CLUSTER_SPEC's "
+        f"workerpool2 and nothing saying whether they are parameter servers or Reduction "
+        f"Server, expected {POOL2_ROLE}=parameter_server or reduction_server (trainer.submit "
+        f"sets it); pass --strategy=parameter_server or --strategy=multiworker")
+
+
+def resolve_cluster_for_strategy(environ: Mapping[str, str], strategy: str) -> Cluster:
+    """`resolve_cluster` with pool 2 read by `pool2_is_reduction_server`."""
+    return resolve_cluster(
+        environ, pool2_is_reduction_server=pool2_is_reduction_server(environ, strategy))
+
+
+def _json_or_none(text):
+    try:
+        return json.loads(text) if text and text.strip() else None
+    except (json.JSONDecodeError, TypeError):
+        return None  # resolve_cluster reports malformed variables.
+
+
+def _pool2_image_is_reduction_server(job) -> bool | None:
+    """From Vertex's job spec in CLUSTER_SPEC: whether pool 2 runs Reduction Server."""
+    if not isinstance(job, dict):
+        return None
+    pools = job.get("worker_pool_specs", job.get("workerPoolSpecs"))
+    if not isinstance(pools, list) or len(pools) < 3 or not isinstance(pools[2], dict):
+        return None
+    pool = pools[2]
+    if isinstance(pool.get("python_package_spec", pool.get("pythonPackageSpec")), dict):
+        return False
+    container = pool.get("container_spec", pool.get("containerSpec"))
+    image = container.get("image_uri", container.get("imageUri")) \
+        if isinstance(container, dict) else None
+    if not isinstance(image, str) or not image:
+        return None
+    return bool(_REDUCTION_SERVER_IMAGE.search(image))
 
 
 def _load_json_object(text: str, variable: str) -> dict:

@@ -20,7 +20,7 @@ from absl import flags
 
 from tfdist.cli import FlagSpec, define_flags
 from tfdist.cli import run  # re-exported: exit code 2 on usage errors  # noqa: F401
-from tfdist.cluster import resolve_cluster
+from tfdist.cluster import resolve_cluster_for_strategy
 from tfdist.strategy_choice import STRATEGIES
 
 __all__ = ["define_strategy_flags", "strategy_from_flags", "run"]
@@ -48,8 +48,7 @@ def strategy_from_flags(flag_values: flags.FlagValues = flags.FLAGS):
     """
     from tfdist import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
 
-    cluster = resolve_cluster(os.environ,
-                              pool2_is_reduction_server=flag_values.strategy != "parameter_server")
+    cluster = resolve_cluster_for_strategy(os.environ, flag_values.strategy)
     options = strategy_lib.StrategyOptions(all_reduce=flag_values.all_reduce,
                                            num_cpu_devices=flag_values.num_cpu_devices,
                                            tpu=flag_values.tpu)

@@ -29,7 +29,7 @@ import tensorflow as tf
 
 from tfdist import strategy as strategy_lib
 from tfdist.callbacks import BackupAndRestore
-from tfdist.cluster import resolve_cluster
+from tfdist.cluster import resolve_cluster_for_strategy
 from tfdist.errors import UsageError
 from tfdist.preemption import PreemptionOptions
 
@@ -47,7 +47,7 @@ def strategy_from_environment(name: str = "auto", *,
         options: Implementation choices.
     """
     options = options or strategy_lib.StrategyOptions()
-    cluster = resolve_cluster(os.environ, pool2_is_reduction_server=name != "parameter_server")
+    cluster = resolve_cluster_for_strategy(os.environ, name)
     return strategy_lib.make_strategy(name, cluster, options)
 
 

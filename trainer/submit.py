@@ -35,7 +35,7 @@ from absl import flags
 
 from tfdist import cli
 from tfdist.errors import UsageError
-from trainer.vertex import config_files, options, serving, staging, tuning
+from trainer.vertex import bill, config_files, images, options, serving, staging, tuning
 from trainer.vertex.checks import ServiceError, quoted
 from trainer.vertex.dependencies import check_installed, require_module
 from trainer.vertex.rendering import build_custom_job, redact_env
@@ -57,7 +57,11 @@ cli.define_flags((
     cli.FlagSpec("serving_commands", False, "Also print the gcloud/SDK lines that upload and "
                  "deploy the exported SavedModel."),
     cli.FlagSpec("serving_container_uri", serving.DEFAULT_SERVING_IMAGE,
-                 "Prediction image for --serving_commands."),
+                 "Prediction image for --serving_commands and --upload."),
+    cli.FlagSpec("upload", False, "Instead of a job: upload the SavedModel at --artifact_uri "
+                 "as a Vertex AI Model (aiplatform.Model.upload); prints its resource name."),
+    cli.FlagSpec("artifact_uri", "", "With --upload: the gs:// directory of the exported "
+                 "SavedModel, e.g. BASE_OUTPUT_DIR/model/."),
 ))
 
 _LOOPBACK_NAMES = ("localhost",)
@@ -71,6 +75,9 @@ def main(argv, trainer_args=()):
     if len(argv) > 1:
         raise UsageError(f"unexpected argument(s) {quoted(' '.join(argv[1:]))} before --, "
                          f"expected trainer.task flags after --, e.g. -- --epochs=10")
+    if FLAGS.upload:
+        _upload_model()
+        return
     file_values = config_files.read_json_object(
         FLAGS.job_config, flag="--job_config", keys=options.CONFIG_KEYS,
         example="configs/jobs/mirrored_1x8_gpu.json") if FLAGS.job_config else {}
@@ -83,6 +90,8 @@ def main(argv, trainer_args=()):
     study = _tuning_spec()
     endpoint, is_emulator = parse_api_endpoint(FLAGS.api_endpoint)
     staging_bucket = _sdk_staging_bucket(merged["staging_bucket"], spec)
+    if FLAGS.serving_commands:
+        images.check_prediction_image(FLAGS.serving_container_uri, today=spec.as_of)
     if not FLAGS.dry_run:
         check_installed("google.auth", "requests", "google.cloud.aiplatform_v1",
                         *(["google.cloud.storage"] if spec.uses_python_package else []),
@@ -97,6 +106,8 @@ def main(argv, trainer_args=()):
         else:
             kind, job = "customJobs", build_custom_job(spec, package_uris=package_uris)
         _describe(spec, kind, packages, package_uris, endpoint, is_emulator, FLAGS.dry_run)
+        for line in bill.bill_lines(spec, tuning=study):
+            print(line, file=sys.stderr)
         if FLAGS.dry_run:
             print(json.dumps(redact_env(job), indent=2))
             return
@@ -107,6 +118,38 @@ def main(argv, trainer_args=()):
 
     print(client.create_job(kind, job, project=spec.project, region=spec.region,
                             api_endpoint=endpoint, credentials=credentials))
+
+
+def _upload_model() -> None:
+    """--upload: the exported SavedModel becomes a Vertex AI Model."""
+    from trainer.vertex.regions import check_region  # pylint: disable=g-import-not-at-top
+    from trainer.vertex.validation import check_project  # pylint: disable=g-import-not-at-top
+
+    check_project(FLAGS.project)
+    check_region(FLAGS.region)
+    if not FLAGS.artifact_uri:
+        raise UsageError("--upload needs --artifact_uri, expected the gs:// directory of the "
+                         "exported SavedModel, e.g. --artifact_uri=gs://my-bucket/run/model/")
+    artifact_uri = check_gcs_uri("artifact_uri", FLAGS.artifact_uri) + "/"
+    image = FLAGS.serving_container_uri
+    images.check_prediction_image(image, today=datetime.datetime.now(
+        datetime.timezone.utc).date())
+    display_name = FLAGS.display_name or "tfdist-model"
+    endpoint, is_emulator = parse_api_endpoint(FLAGS.api_endpoint)
+    prefix = "Dry run, nothing sent: would upload" if FLAGS.dry_run else "Uploading"
+    print(f"{prefix} the SavedModel in {artifact_uri} as Model {display_name!r} in "
+          f"projects/{FLAGS.project}/locations/{FLAGS.region}, served by {image}",
+          file=sys.stderr)
+    if FLAGS.dry_run:
+        print(json.dumps({"displayName": display_name, "artifactUri": artifact_uri,
+                          "containerSpec": {"imageUri": image}}, indent=2))
+        return
+    check_installed("google.auth", "requests", "google.cloud.aiplatform",
+                    purpose="uploading a model to Vertex AI")
+    credentials = _anonymous() if is_emulator else _application_default_credentials()
+    print(serving.upload_model(project=FLAGS.project, region=FLAGS.region,
+                               display_name=display_name, artifact_uri=artifact_uri,
+                               image=image, api_endpoint=endpoint, credentials=credentials))
 
 
 def _tuning_spec() -> tuning.TuningSpec | None:
@@ -231,7 +274,14 @@ def _shortened(message: str) -> str:
                                          f"({len(match.group(0))} characters)", message)
 
 
+_HELP_FLAGS = {"--help": True, "-help": True, "-h": True, "-?": True, "--helpshort": True,
+               "--helpfull": False, "-helpfull": False}
+
+
 def _parse_flags(argv):
+    for arg in argv[1:]:
+        if arg in _HELP_FLAGS:  # absl exits 1 after --help; asking for help is not an error
+            app.usage(shorthelp=_HELP_FLAGS[arg], writeto_stdout=True, exitcode=0)
     try:
         return FLAGS(list(argv))
     except flags.Error as error:

@@ -16,7 +16,7 @@ from tfdist import cli
 from tfdist import startup_logs
 from tfdist.errors import UsageError
 from tfdist import flags as tfdist_flags
-from tfdist.cluster import check_cluster_for_strategy, resolve_cluster
+from tfdist.cluster import check_cluster_for_strategy, resolve_cluster_for_strategy
 from trainer import config as config_lib
 
 FLAGS = flags.FLAGS
@@ -110,8 +110,7 @@ def main(argv) -> None:
         raise UsageError(f"unexpected argument {argv[1]!r}, expected only --flags; "
                              f"run with --helpfull to list them")
     config = config_from_flags()
-    cluster = resolve_cluster(
-        os.environ, pool2_is_reduction_server=config.strategy != "parameter_server")
+    cluster = resolve_cluster_for_strategy(os.environ, config.strategy)
     if config.strategy != "auto":
         check_cluster_for_strategy(cluster, config.strategy)
     if not cluster.is_chief:

@@ -6,16 +6,20 @@ One job per module, in the order a submission uses them:
     config_files   reading --job_config and --hparam_tuning files (size-capped)
     option_values  turning raw option values into typed ones (durations, labels, env)
     spec           the job model: MachineSpec, Scheduling, JobSpec (frozen, checked)
-    machines       which accelerators, counts and TPU topologies each machine takes
+    machines       which accelerators, counts and TPU topologies each machine takes;
+                   boot disks per family, ARM machines, the GPUs DWS provisions
+    network        machines' egress bandwidth, for sizing Reduction Server (dated)
+    images         prebuilt images Vertex lists (dated), image architecture
     regions        the regions Vertex AI runs in (the SDK's own list)
     validation     every rule a JobSpec is checked against, before anything is built
     rendering      JobSpec -> the CustomJob JSON the REST API takes
     tuning         hyperparameter tuning: its options, model and HyperparameterTuningJob JSON
     staging        building our sdist and the user's task package, uploading them
     client         sending a job through the Vertex AI client library
-    serving        the gcloud lines that upload and deploy the exported SavedModel
+    bill           what a job will run, printed before every submission
+    serving        uploading the exported SavedModel (Model.upload), and the gcloud lines
     dependencies   optional packages, named by the extra that installs them
 
-Nothing here imports TensorFlow; only `client` and `staging`'s upload import
-`google.cloud`, and only for a real submission.
+Nothing here imports TensorFlow; only `client`, `serving.upload_model` and `staging`'s
+upload import `google.cloud`, and only for a real submission.
 """

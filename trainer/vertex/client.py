@@ -54,7 +54,7 @@ def create_job(kind: str, resource: Mapping[str, Any], *, project: str, region: 
     from google.protobuf import json_format
     requests = require_module("requests", purpose="submitting a job to Vertex AI")
 
-    _keep_stdout_for_the_result()
+    keep_stdout_for_the_result()
     endpoint = api_endpoint or f"{region}-aiplatform.googleapis.com"
     parent = f"projects/{project}/locations/{region}"
     try:
@@ -101,7 +101,7 @@ def _last_line(error: BaseException) -> str:
     return (str(error).strip().splitlines() or [type(error).__name__])[-1]
 
 
-def _keep_stdout_for_the_result() -> None:
+def keep_stdout_for_the_result() -> None:
     """Sends the library's progress lines to stderr instead of stdout.
 
     Our stdout carries only the created job's resource name, so scripts can

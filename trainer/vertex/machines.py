@@ -76,12 +76,32 @@ N1_ATTACHABLE = {
     "NVIDIA_TESLA_V100": (1, 2, 4, 8),
     "NVIDIA_TESLA_P100": (1, 2, 4),
     "NVIDIA_TESLA_P4": (1, 2, 4),
-    "NVIDIA_TESLA_K80": (1, 2, 4, 8),
 }
 _N1 = re.compile(r"^n1-(standard|highmem|highcpu)-[0-9]+$")
 
-# In the API's enum but not offered for custom training on the machines above.
-NOT_OFFERED_FOR_TRAINING = ()
+# In the API's enum but not offered for custom training on the machines above,
+# or not usable by our trainer: the reason is the error message.
+NOT_OFFERED_FOR_TRAINING = {
+    "NVIDIA_TESLA_K80": "is deprecated on Vertex AI and TensorFlow 2.21 has no kernels for it "
+                        "(K80 is compute capability 3.7); use NVIDIA_TESLA_T4 or NVIDIA_L4",
+}
+
+# GPUs the Dynamic Workload Scheduler (--scheduling=flex_start) provisions, as
+# Vertex AI lists them on 2026-12-01 (docs/vertex.md, "What Vertex offers").
+FLEX_START_ACCELERATORS = ("NVIDIA_L4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB",
+                           "NVIDIA_H100_80GB", "NVIDIA_H100_MEGA_80GB", "NVIDIA_H200_141GB",
+                           "NVIDIA_B200")
+
+# Boot disks by machine family (prefix of the machine type). Vertex AI's
+# DiskSpec: "For non-A3U machines, the default value is pd-ssd, for A3U
+# machines hyperdisk-balanced". A3 Ultra takes Hyperdisk only. For A4, A4X and
+# G4 we found no documented default: no disk type is sent, Vertex AI decides.
+HYPERDISK_ONLY_FAMILIES = ("a3-ultragpu-",)
+VERTEX_DECIDES_DISK_FAMILIES = ("a4-highgpu-", "a4x-highgpu-", "g4-standard-")
+DEFAULT_DISK_TYPE = "pd-ssd"
+
+# Machines with ARM (aarch64) host CPUs: they run arm64 images only.
+ARM_MACHINE_FAMILIES = ("a4x-",)
 
 GPU_ACCELERATORS = tuple(sorted(
     {machine.accelerator for machine in BUILT_IN.values() if
@@ -124,6 +144,9 @@ def check_machine(*, flag: str, machine_type: str, accelerator_type: str = "",
                                 f"n2-standard-8 or a2-highgpu-8g")
     require(len(machine_type) <= 63 and bool(_MACHINE_TYPE.match(machine_type)),
             f"{flag} is {quoted(machine_type)}, expected a machine type such as n2-standard-8")
+    require(accelerator_type not in NOT_OFFERED_FOR_TRAINING,
+            f"--accelerator_type={accelerator_type} "
+            f"{NOT_OFFERED_FOR_TRAINING.get(accelerator_type, '')}")
     require(not accelerator_type or accelerator_type in ACCELERATORS,
             f"--accelerator_type is {quoted(accelerator_type)}, expected one of: "
             f"{', '.join(ACCELERATORS)}")
@@ -191,6 +214,28 @@ def _check_count(machine_type, accelerator_type, count, allowed):
     require(count in allowed,
             f"--accelerator_count is {count}, expected {' or '.join(map(str, allowed))} "
             f"{accelerator_type} on {machine_type}")
+
+
+def default_disk_type(machine_type: str) -> str:
+    """The boot disk type to send when none was asked for; "" sends none (Vertex AI decides)."""
+    if machine_type.startswith(HYPERDISK_ONLY_FAMILIES):
+        return "hyperdisk-balanced"
+    if machine_type.startswith(VERTEX_DECIDES_DISK_FAMILIES):
+        return ""
+    return DEFAULT_DISK_TYPE
+
+
+def check_disk_type(machine_type: str, disk_type: str) -> None:
+    """Refuses a Persistent Disk boot disk on a machine that takes Hyperdisk only."""
+    require(not (disk_type.startswith("pd-") and machine_type.startswith(HYPERDISK_ONLY_FAMILIES)),
+            f"--boot_disk_type={disk_type} on {machine_type} (A3 Ultra), which boots from "
+            f"Hyperdisk only, expected hyperdisk-balanced; drop --boot_disk_type (Vertex AI's "
+            f"default there is hyperdisk-balanced)")
+
+
+def is_arm(machine_type: str) -> bool:
+    """Whether the machine's host CPU is ARM (it runs arm64 images only)."""
+    return machine_type.startswith(ARM_MACHINE_FAMILIES)
 
 
 def is_gpu(accelerator_type: str) -> bool:

@@ -107,9 +107,9 @@ def parse_env(value: Sequence[str] | Mapping[str, str] | None) -> tuple[tuple[st
         require(bool(_ENV_NAME.match(name)),
                 f"--env name {quoted(name)} is not a valid environment variable name, "
                 f"expected letters, digits and _")
-        require(name not in ("TF_CONFIG", "CLUSTER_SPEC") and not name.startswith(
-            ("AIP_", "CLOUD_ML_")), f"--env sets {name}, which Vertex AI sets on every "
-                                    f"replica; drop it")
+        require(name not in ("TF_CONFIG", "CLUSTER_SPEC", "TFDIST_POOL2_ROLE") and not name.startswith(
+            ("AIP_", "CLOUD_ML_")), f"--env sets {name}, which Vertex AI (or the "
+                                    f"submitter) sets on every replica; drop it")
     return tuple(pairs)
 
 
@@ -137,6 +137,40 @@ def parse_reservation_affinity(value: str) -> dict:
 def has_flag(args: Sequence[str], name: str) -> bool:
     """Whether `args` set the flag `--name` (or `-name`)."""
     return any(re.match(rf"^--?{name}(=|$)", arg) for arg in args)
+
+
+_NFS = re.compile(r"^([A-Za-z0-9.-]{1,253}|\[[0-9a-fA-F:]+\]):(/[^:\s]{0,1000}):([A-Za-z0-9_.-]{1,100})$")
+
+
+def parse_nfs_mounts(value) -> tuple[tuple[str, str, str], ...]:
+    """`(server, path, mount_point)` from `SERVER:/PATH:MOUNT_POINT` items."""
+    if not value:
+        return ()
+    require(not isinstance(value, str), "nfs_mount is a string, expected a list of "
+                                        "SERVER:/PATH:MOUNT_POINT items")
+    mounts = []
+    for item in value:
+        match = _NFS.match(str(item))
+        require(bool(match), f"--nfs_mount is {quoted(item)}, expected SERVER:/PATH:MOUNT_POINT "
+                             f"such as 10.0.0.2:/share:data (mounted at /mnt/nfs/data)")
+        mounts.append(match.groups())
+    points = [point for _, _, point in mounts]
+    require(len(set(points)) == len(points),
+            f"--nfs_mount mount points repeat in {quoted(points)}, expected one per mount")
+    return tuple(mounts)
+
+
+def flag_value(args: Sequence[str], name: str) -> str | None:
+    """The value the last `--name=VALUE` (or `--name VALUE`) in `args` gives, else None."""
+    found = None
+    for index, arg in enumerate(args):
+        match = re.match(rf"^--?{name}(=(.*))?$", arg)
+        if match:
+            if match.group(1) is not None:
+                found = match.group(2)
+            elif index + 1 < len(args):
+                found = args[index + 1]
+    return found
 
 
 def trainer_args(value: Any) -> tuple[str, ...]:

@@ -24,7 +24,7 @@ DEFAULT_MACHINE_TYPE = "n2-standard-4"
 DEFAULT_REDUCTION_SERVER_IMAGE = (
     "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest")
 DEFAULT_REDUCTION_SERVER_MACHINE_TYPE = "n1-highcpu-16"
-DEFAULT_BOOT_DISK_TYPE = "pd-ssd"
+DEFAULT_BOOT_DISK_TYPE = ""  # per machine family: trainer.vertex.machines.default_disk_type
 DEFAULT_BOOT_DISK_SIZE_GB = 100
 SCHEDULING_STRATEGIES = ("standard", "spot", "flex_start")
 
@@ -82,12 +82,19 @@ OPTIONS = (
     Option("evaluator_machine_type", "string", "",
            "CPU machine type of the evaluator (default: the chief's machine)."),
     Option("boot_disk_type", "string", DEFAULT_BOOT_DISK_TYPE,
-           "Boot disk type of every replica: pd-ssd, pd-standard or hyperdisk-balanced."),
+           "Boot disk type of every replica: pd-ssd, pd-standard or hyperdisk-balanced "
+           "(default: per machine family: pd-ssd, hyperdisk-balanced on A3 Ultra, none sent "
+           "on A4, A4X and G4 so that Vertex AI decides)."),
     Option("boot_disk_size_gb", "integer", DEFAULT_BOOT_DISK_SIZE_GB,
            "Boot disk size of every replica, 100 to 64000 GB."),
     Option("container_uri", "string", "", "Our trainer image, or a Vertex AI prebuilt "
            "training image (then the sdist is built, staged and run from it).",
            templated=True),
+    Option("image_architecture", "string", "", "CPU architecture of --container_uri: "
+           "amd64 (default), arm64 or multi (a multi-arch image); ARM machines (A4X) need "
+           "arm64 or multi."),
+    Option("allow_ended_image", "boolean", False, "Accept a Vertex AI prebuilt training "
+           "image past its end of availability (Vertex AI may refuse it)."),
     Option("task_package", "string", "", "Directory of your own Python project (with "
            "pyproject.toml, setup.cfg or setup.py) holding the --task code: built and "
            "staged next to the trainer package (prebuilt images only)."),
@@ -115,6 +122,15 @@ OPTIONS = (
     Option("kms_key_name", "string", "", "Customer-managed encryption key: "
            "projects/P/locations/REGION/keyRings/R/cryptoKeys/K.", templated=True),
     Option("labels", "string", "", "Job labels: key=value,key=value."),
+    Option("persistent_resource_id", "string", "", "Run on this Vertex AI persistent "
+           "resource (its ID, in the job's project and region) instead of new machines."),
+    Option("experiment", "string", "", "Vertex AI Experiment to associate the job with: "
+           "its name or projects/P/locations/R/metadataStores/default/contexts/NAME.",
+           templated=True),
+    Option("experiment_run", "string", "", "With --experiment: the run's name within it."),
+    Option("nfs_mount", "multi_string", (), "SERVER:/PATH:MOUNT_POINT, mounted at "
+           "/mnt/nfs/MOUNT_POINT on every replica of ours (needs --network; repeatable).",
+           accumulates=True),
     Option("env", "multi_string", (), "NAME=VALUE for our replicas (values never printed).",
            accumulates=True),
     Option("trainer_args", "list", (), "trainer.task flags (config files; on the command "

@@ -9,11 +9,13 @@ import copy
 import json
 from typing import Any, Mapping, Sequence
 
-from trainer.vertex import option_values
+from tfdist.cluster import POOL2_ROLE
+from trainer.vertex import machines, option_values
 from trainer.vertex.checks import require
 from trainer.vertex.spec import JobSpec, MachineSpec
 
 TRAINER_MODULE = "trainer.task"
+_OURS = (POOL2_ROLE, "NEXT_PLUGGABLE_DEVICE_USE_C_API", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH")
 REDACTED = "<redacted>"
 
 
@@ -57,6 +59,12 @@ def build_job_spec(spec: JobSpec, package_uris: Sequence[str] = ()) -> dict:
     while not pools[-1]:
         pools.pop()
     job_spec = {"workerPoolSpecs": pools}
+    if spec.persistent_resource_id:
+        job_spec["persistentResourceId"] = spec.persistent_resource_id
+    if spec.experiment:
+        job_spec["experiment"] = spec.experiment_name
+        if spec.experiment_run:
+            job_spec["experimentRun"] = f"{spec.experiment_name}-{spec.experiment_run}"
     if spec.service_account:
         job_spec["serviceAccount"] = spec.service_account
     if spec.network:
@@ -77,12 +85,16 @@ def redact_env(resource: Mapping[str, Any]) -> dict:
     for pool in job_spec.get("workerPoolSpecs", []):
         for key in ("containerSpec", "pythonPackageSpec"):
             for variable in pool.get(key, {}).get("env", []):
-                variable["value"] = REDACTED
+                if variable["name"] not in _OURS:  # ours, not secrets
+                    variable["value"] = REDACTED
     return job
 
 
 def _code_spec(spec: JobSpec, package_uris: Sequence[str]) -> tuple[str, dict]:
     env = [{"name": name, "value": value} for name, value in spec.env]
+    if spec.pool2_role:
+        env.append({"name": POOL2_ROLE, "value": spec.pool2_role})
+    env.extend({"name": name, "value": value} for name, value in spec.tpu_env)
     if spec.uses_python_package:
         code = {"executorImageUri": spec.container_uri, "packageUris": list(package_uris),
                 "pythonModule": TRAINER_MODULE, "args": list(spec.task_args)}
@@ -115,21 +127,34 @@ def _pool(spec: JobSpec, machine: MachineSpec, replicas: int, code: tuple[str, d
     key, body = code
     # The reservation is for the chief's and workers' machine type only.
     reserved = reservation if machine == spec.machine else {}
-    return {"machineSpec": _machine_json(machine, reserved), "replicaCount": replicas,
-            "diskSpec": _disk(spec), key: json.loads(json.dumps(body))}
+    pool = {"machineSpec": _machine_json(machine, reserved), "replicaCount": replicas,
+            "diskSpec": _disk(spec, machine), key: json.loads(json.dumps(body))}
+    if spec.nfs_mounts:
+        pool["nfsMounts"] = [{"server": server, "path": path, "mountPoint": point}
+                             for server, path, point in spec.nfs_mounts]
+    return pool
 
 
 def _server_pool(spec: JobSpec, code: tuple[str, dict], reservation) -> dict:
     if spec.reduction_servers:
         return {"machineSpec": _machine_json(spec.reduction_server_machine, {}),
-                "replicaCount": spec.reduction_servers, "diskSpec": _disk(spec),
+                "replicaCount": spec.reduction_servers,
+                "diskSpec": _disk(spec, spec.reduction_server_machine),
                 "containerSpec": {"imageUri": spec.reduction_server_image}}
     return _pool(spec, spec.parameter_server_machine, spec.parameter_servers, code,
                  reservation)
 
 
-def _disk(spec: JobSpec) -> dict:
-    return {"bootDiskType": spec.boot_disk_type, "bootDiskSizeGb": spec.boot_disk_size_gb}
+def disk_type_for(spec: JobSpec, machine: MachineSpec) -> str:
+    """The boot disk type sent for `machine`: the one asked for, else its family's ("" none)."""
+    return spec.boot_disk_type or machines.default_disk_type(machine.machine_type)
+
+
+def _disk(spec: JobSpec, machine: MachineSpec) -> dict:
+    disk_type = disk_type_for(spec, machine)
+    body = {"bootDiskType": disk_type} if disk_type else {}
+    body["bootDiskSizeGb"] = spec.boot_disk_size_gb
+    return body
 
 
 def _scheduling(spec: JobSpec) -> dict:

@@ -8,7 +8,9 @@ Prediction's prebuilt TensorFlow containers serve.
 
 import shlex
 
-DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-17:latest"
+# The newest TensorFlow prediction image Vertex AI lists (2026-12-01; end of
+# availability 2027-01-14; trainer.vertex.images.PREDICTION_IMAGES).
+DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
 DEFAULT_SERVING_MACHINE = "n1-standard-4"
 
 
@@ -41,3 +43,62 @@ def serving_commands(*, project: str, region: str, display_name: str, base_outpu
         f"aiplatform.Model.upload(display_name={display_name!r}, artifact_uri={artifacts!r}, "
         f"serving_container_image_uri={image!r}).deploy(machine_type={machine_type!r})",
     ]
+
+
+def upload_model(*, project: str, region: str, display_name: str, artifact_uri: str,
+                 image: str = DEFAULT_SERVING_IMAGE, api_endpoint: str = "",
+                 credentials=None, labels: dict | None = None) -> str:
+    """Uploads the exported SavedModel as a Vertex AI Model (`aiplatform.Model.upload`).
+
+    Args:
+        project, region: Where the model goes.
+        display_name: The model's name.
+        artifact_uri: The gs:// directory holding the SavedModel (`AIP_MODEL_DIR`).
+        image: The prediction image that serves it.
+        api_endpoint: Endpoint override (a loopback http:// URL for a stand-in).
+        credentials: `google.auth` credentials.
+        labels: Model labels.
+
+    Returns:
+        The model's resource name, projects/P/locations/R/models/ID.
+
+    Raises:
+        UsageError: Vertex AI refused the upload (4xx) or the credentials failed.
+        ServiceError: Vertex AI failed (5xx) or could not be reached.
+    """
+    from tfdist.errors import UsageError  # pylint: disable=g-import-not-at-top
+    from trainer.vertex.checks import ServiceError, quoted  # pylint: disable=g-import-not-at-top
+    from trainer.vertex.dependencies import require_module  # pylint: disable=g-import-not-at-top
+
+    aiplatform = require_module("google.cloud.aiplatform", purpose="uploading a model")
+    from google.api_core import exceptions as api_exceptions  # pylint: disable=g-import-not-at-top
+    from google.auth import exceptions as auth_exceptions  # pylint: disable=g-import-not-at-top
+    requests = require_module("requests", purpose="uploading a model")
+
+    from trainer.vertex.client import keep_stdout_for_the_result  # pylint: disable=g-import-not-at-top
+
+    keep_stdout_for_the_result()
+    init = {"project": project, "location": region, "credentials": credentials}
+    if api_endpoint:
+        init.update(api_endpoint=api_endpoint, api_transport="rest")
+    try:
+        aiplatform.init(**init)
+        model = aiplatform.Model.upload(
+            display_name=display_name, artifact_uri=artifact_uri,
+            serving_container_image_uri=image, labels=labels or None, sync=True)
+        return model.resource_name
+    except auth_exceptions.DefaultCredentialsError:
+        raise UsageError("no Application Default Credentials found, expected credentials to "
+                         "call Vertex AI; run `gcloud auth application-default login`") from None
+    except api_exceptions.GoogleAPICallError as error:
+        summary = quoted(" ".join(str(error.message or "").split()), 300)
+        if error.code is not None and 400 <= int(error.code) < 500:
+            raise UsageError(f"Vertex AI refused the model upload ({int(error.code)}: "
+                             f"{summary}); expected a SavedModel directory and an image it "
+                             f"accepts") from None
+        raise ServiceError(f"Vertex AI failed to upload the model ({error.code}: {summary}); "
+                           f"try again later") from None
+    except (requests.exceptions.RequestException, auth_exceptions.TransportError) as error:
+        raise ServiceError(f"Vertex AI at {quoted(api_endpoint or region)} could not be reached "
+                           f"({quoted(type(error).__name__)}); check the network and "
+                           f"--api_endpoint") from None

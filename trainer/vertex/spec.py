@@ -14,24 +14,24 @@ Worker pools, in Vertex AI's order:
 """
 
 import dataclasses
+import datetime
 import re
 from typing import Any, Mapping
 
-from trainer.vertex import machines, option_values, validation
+from tfdist import cluster
+from trainer.vertex import images, machines, option_values, validation
 from trainer.vertex.checks import require
 from trainer.vertex.options import (DEFAULT_BOOT_DISK_SIZE_GB, DEFAULT_BOOT_DISK_TYPE,
                                     DEFAULT_REDUCTION_SERVER_IMAGE,
                                     DEFAULT_REDUCTION_SERVER_MACHINE_TYPE)
 
-# Vertex AI's prebuilt training images run a Python package (python_package_spec);
-# any other image is ours and runs as a container (container_spec).
-_PREBUILT_IMAGE = re.compile(
-    r"^([a-z0-9]+-docker\.pkg\.dev/vertex-ai/training/|gcr\.io/cloud-aiplatform/training/)")
-
-
 def is_prebuilt_image(image_uri: str) -> bool:
-    """Whether `image_uri` is one of Vertex AI's prebuilt training images."""
-    return bool(_PREBUILT_IMAGE.match(image_uri))
+    """Whether `image_uri` is one of Vertex AI's prebuilt training images.
+
+    Those run a Python package (python_package_spec); any other image is ours
+    and runs as a container (container_spec).
+    """
+    return images.is_prebuilt_training_uri(image_uri)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -123,6 +123,16 @@ class JobSpec:
     env: tuple[tuple[str, str], ...] = ()
     trainer_args: tuple[str, ...] = ()
     task_package: str = ""
+    image_architecture: str = ""
+    allow_ended_image: bool = False
+    persistent_resource_id: str = ""
+    experiment: str = ""
+    experiment_run: str = ""
+    nfs_mounts: tuple[tuple[str, str, str], ...] = ()
+    # The day the image table is read for (today, UTC, unless a test fixes it).
+    as_of: datetime.date = dataclasses.field(
+        default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).date(),
+        compare=False)
 
     def __post_init__(self):
         validation.check_job(self)
@@ -157,7 +167,30 @@ class JobSpec:
         extra = ()
         if self.strategy == "tpu" and not option_values.has_flag(self.trainer_args, "tpu"):
             extra = ("--tpu=local",)  # a Vertex TPU job runs on a TPU VM
+        if self.reduction_servers and option_values.flag_value(
+                self.trainer_args, "all_reduce") is None:
+            extra += ("--all_reduce=nccl",)  # reducers serve NCCL only (validation refuses ring)
         return (f"--strategy={self.strategy}",) + extra + tuple(self.trainer_args)
+
+    @property
+    def tpu_env(self) -> tuple[tuple[str, str], ...]:
+        """What TensorFlow needs on a TPU VM without a prebuilt image (TPU v5e): PJRT's C API."""
+        if self.machine.accelerator_type != "TPU_V5_LITEPOD":
+            return ()
+        return (("NEXT_PLUGGABLE_DEVICE_USE_C_API", "true"),
+                ("TF_PLUGGABLE_DEVICE_LIBRARY_PATH", "/lib/libtpu.so"))
+
+    @property
+    def experiment_name(self) -> str:
+        """`--experiment` as the resource name the API takes, "" for none."""
+        return validation.experiment_resource(self.experiment, self.project, self.region)
+
+    @property
+    def pool2_role(self) -> str:
+        """What worker pool 2 runs, told to every replica (`tfdist.cluster.POOL2_ROLE`); "" for none."""
+        if self.reduction_servers:
+            return cluster.POOL2_REDUCTION_SERVER
+        return cluster.POOL2_PARAMETER_SERVERS if self.parameter_servers else ""
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any], *, timestamp: str) -> "JobSpec":
@@ -175,6 +208,7 @@ class JobSpec:
             "accelerator_type", "tpu_topology", "parameter_server_machine_type",
             "reduction_server_machine_type", "reduction_server_image",
             "evaluator_machine_type", "boot_disk_type", "container_uri", "task_package",
+            "image_architecture", "persistent_resource_id", "experiment", "experiment_run",
             "service_account", "scheduling", "base_output_dir", "tensorboard", "network",
             "reservation_affinity", "kms_key_name")}
         strategy = text["strategy"].lower()
@@ -224,7 +258,13 @@ class JobSpec:
             labels=option_values.parse_labels(options["labels"]),
             env=option_values.parse_env(options["env"]),
             trainer_args=option_values.trainer_args(options["trainer_args"]),
-            task_package=text["task_package"])
+            task_package=text["task_package"],
+            image_architecture=text["image_architecture"].lower(),
+            persistent_resource_id=text["persistent_resource_id"],
+            experiment=text["experiment"], experiment_run=text["experiment_run"],
+            nfs_mounts=option_values.parse_nfs_mounts(options["nfs_mount"]),
+            allow_ended_image=option_values.boolean("allow_ended_image",
+                                                    options["allow_ended_image"]))
 
 
 def _slug(text: str) -> str:

@@ -20,6 +20,17 @@ Parameter specs (flag `--hparam=NAME=SPEC`, or `"hparam": {NAME: SPEC}` in a fil
 SCALE is linear (default), log or reverse_log. In a file a SPEC may also be an
 object: {"type": "double", "min": 1e-4, "max": 0.1, "scale": "log"},
 {"type": "categorical", "values": ["sgd", "adam"]}.
+
+Conditional parameters (files only): an object with "when": {PARENT: [VALUES]}
+is tuned only in trials whose PARENT (a categorical, integer or discrete
+parameter) takes one of VALUES, e.g. "weight_decay": {"type": "double", "min": 0,
+"max": 0.1, "when": {"optimizer": ["lamb", "lars"]}}. It is sent nested under its
+parent (`conditionalParameterSpecs`); other trials get the flag's default.
+
+Automated early stopping (`--hparam_early_stopping`): `median` stops a trial
+whose metric falls below the median of earlier trials at the same step;
+`decay_curve` stops one whose predicted final metric is worse than the best so
+far. Both read the metric the trainer reports at each evaluation, by step.
 """
 
 import dataclasses
@@ -38,6 +49,10 @@ ALGORITHMS = {"bayesian": None, "grid": "GRID_SEARCH", "random": "RANDOM_SEARCH"
 SCALES = {"linear": "UNIT_LINEAR_SCALE", "log": "UNIT_LOG_SCALE",
           "reverse_log": "UNIT_REVERSE_LOG_SCALE"}
 KINDS = ("double", "integer", "discrete", "categorical")
+EARLY_STOPPING = {"median": "medianAutomatedStoppingSpec",
+                  "decay_curve": "decayCurveStoppingSpec"}
+_PARENT_VALUES = {"categorical": "parentCategoricalValues", "integer": "parentIntValues",
+                  "discrete": "parentDiscreteValues"}
 MAX_TRIALS = 1000
 MAX_PARAMETERS = 100
 MAX_VALUES = 1000
@@ -59,6 +74,8 @@ TUNING_OPTIONS = (
     Option("parallel_trial_count", "integer", 1, "Tuning: trials running at once."),
     Option("max_failed_trial_count", "integer", 0, "Tuning: failed trials before the job "
            "fails (0: Vertex AI decides)."),
+    Option("hparam_early_stopping", "string", "", "Tuning: automated early stopping of "
+           "trials: median or decay_curve (empty: none)."),
 )
 TUNING_KEYS = tuple(option.name for option in TUNING_OPTIONS)
 TUNING_DEFAULTS = {option.name: option.default for option in TUNING_OPTIONS}
@@ -74,6 +91,9 @@ class ParameterSpec:
     high: float | int | None = None
     values: tuple = ()
     scale: str = ""
+    # Conditional parameters: (parent parameter id, the parent's values that enable it).
+    parent: str = ""
+    parent_values: tuple = ()
 
     def __post_init__(self):
         name = self.parameter_id
@@ -123,7 +143,8 @@ class ParameterSpec:
         require(self.scale not in ("log", "reverse_log") or min(values) > 0,
                 f"--hparam {name} uses a {self.scale} scale, expected values > 0")
 
-    def to_json(self) -> dict:
+    def to_json(self, children: Sequence["ParameterSpec"] = ()) -> dict:
+        """The API's ParameterSpec, with `children` nested as conditional parameters."""
         body = {"parameterId": self.parameter_id}
         if self.kind == "double":
             body["doubleValueSpec"] = {"minValue": float(self.low), "maxValue": float(self.high)}
@@ -135,7 +156,17 @@ class ParameterSpec:
             body["categoricalValueSpec"] = {"values": list(self.values)}
         if self.scale:
             body["scaleType"] = SCALES[self.scale]
+        if children:
+            body["conditionalParameterSpecs"] = [child.conditional_json(self) for child in children]
         return body
+
+    def conditional_json(self, parent: "ParameterSpec") -> dict:
+        values = list(self.parent_values)
+        if parent.kind == "integer":
+            values = [str(value) for value in values]
+        elif parent.kind == "discrete":
+            values = [float(value) for value in values]
+        return {_PARENT_VALUES[parent.kind]: {"values": values}, "parameterSpec": self.to_json()}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -149,6 +180,7 @@ class TuningSpec:
     max_trial_count: int = 10
     parallel_trial_count: int = 1
     max_failed_trial_count: int = 0
+    early_stopping: str = ""
 
     def __post_init__(self):
         require(bool(self.metric), "--hparam_metric is not set, expected the metric the "
@@ -171,11 +203,47 @@ class TuningSpec:
             parameter.kind != "double" for parameter in self.parameters),
             "--hparam_algorithm=grid needs integer, discrete or categorical parameters, got a "
             "double; use discrete values or another algorithm")
+        require(not self.early_stopping or self.early_stopping in EARLY_STOPPING,
+                f"--hparam_early_stopping is {quoted(self.early_stopping)}, expected one of: "
+                f"{', '.join(EARLY_STOPPING)} (or empty for none)")
+        self._check_conditions()
         option_values.integer("max_trial_count", self.max_trial_count, low=1, high=MAX_TRIALS)
         option_values.integer("parallel_trial_count", self.parallel_trial_count, low=1,
                               high=self.max_trial_count)
         option_values.integer("max_failed_trial_count", self.max_failed_trial_count, low=0,
                               high=self.max_trial_count)
+
+    def _check_conditions(self) -> None:
+        by_id = {parameter.parameter_id: parameter for parameter in self.parameters}
+        for child in self.parameters:
+            if not child.parent:
+                continue
+            name, parent = child.parameter_id, by_id.get(child.parent)
+            require(parent is not None and parent is not child,
+                    f"--hparam {name} is conditional on {quoted(child.parent)}, which is not a "
+                    f"tuned parameter, expected one of: {', '.join(sorted(by_id))}")
+            require(not parent.parent,
+                    f"--hparam {name} is conditional on {parent.parameter_id}, itself "
+                    f"conditional, expected a parent that is always tuned")
+            require(parent.kind in _PARENT_VALUES,
+                    f"--hparam {name} is conditional on {parent.parameter_id}, a "
+                    f"{parent.kind} parameter, expected a categorical, integer or discrete one")
+            allowed = (range(parent.low, parent.high + 1) if parent.kind == "integer"
+                       else parent.values)
+            require(bool(child.parent_values) and all(
+                value in allowed and not isinstance(value, bool) for value in child.parent_values),
+                f"--hparam {name} is enabled by {parent.parameter_id} values "
+                f"{quoted(list(child.parent_values))}, expected some of the values "
+                f"{parent.parameter_id} takes")
+
+    def parameters_json(self) -> list[dict]:
+        """The study's parameters: conditional ones nested under their parents."""
+        children: dict[str, list[ParameterSpec]] = {}
+        for parameter in self.parameters:
+            if parameter.parent:
+                children.setdefault(parameter.parent, []).append(parameter)
+        return [parameter.to_json(children.get(parameter.parameter_id, ()))
+                for parameter in self.parameters if not parameter.parent]
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> "TuningSpec":
@@ -195,7 +263,9 @@ class TuningSpec:
                 "parallel_trial_count", options["parallel_trial_count"], low=1,
                 high=MAX_TRIALS),
             max_failed_trial_count=option_values.integer(
-                "max_failed_trial_count", options["max_failed_trial_count"], high=MAX_TRIALS))
+                "max_failed_trial_count", options["max_failed_trial_count"], high=MAX_TRIALS),
+            early_stopping=option_values.string(
+                "hparam_early_stopping", options["hparam_early_stopping"]).lower())
 
 
 def merge_tuning_options(file_values: Mapping[str, Any],
@@ -233,13 +303,15 @@ def _parameter_items(value: Any) -> list[tuple[str, Any]]:
 def parse_parameter(name: str, spec: Any) -> ParameterSpec:
     """A `ParameterSpec` from `double:MIN:MAX[:SCALE]`-style text or a JSON object."""
     if isinstance(spec, Mapping):
-        unknown = sorted(set(spec) - {"type", "min", "max", "values", "scale"})
+        unknown = sorted(set(spec) - {"type", "min", "max", "values", "scale", "when"})
         require(not unknown, f"--hparam {quoted(name)} has unknown key(s) {quoted(unknown)}, "
-                             f"expected type, min, max, values, scale")
+                             f"expected type, min, max, values, scale, when")
         kind = str(spec.get("type", ""))
+        parent, parent_values = _condition(name, spec.get("when"))
         return ParameterSpec(parameter_id=name, kind=kind, low=spec.get("min"),
                              high=spec.get("max"), values=tuple(spec.get("values") or ()),
-                             scale=str(spec.get("scale", "")))
+                             scale=str(spec.get("scale", "")), parent=parent,
+                             parent_values=parent_values)
     require(isinstance(spec, str) and len(spec) <= 10_000,
             f"--hparam {quoted(name)} spec {quoted(spec)}, expected e.g. double:1e-4:1e-1:log")
     kind, _, rest = spec.partition(":")
@@ -261,6 +333,18 @@ def parse_parameter(name: str, spec: Any) -> ParameterSpec:
             values = [_number(name, spec, value, float) for value in values]
         return ParameterSpec(parameter_id=name, kind=kind, values=tuple(values), scale=scale)
     _spec_error(name, spec)
+
+
+def _condition(name: str, when: Any) -> tuple[str, tuple]:
+    """`(parent, values)` from a parameter object's `"when": {PARENT: [VALUES]}`."""
+    if when is None:
+        return "", ()
+    require(isinstance(when, Mapping) and len(when) == 1 and all(
+        isinstance(values, list) for values in when.values()),
+        f"--hparam {quoted(name)} has when {quoted(when)}, expected one parent and its "
+        f"values, e.g. {{\"optimizer\": [\"lamb\"]}}")
+    (parent, values), = when.items()
+    return str(parent), tuple(values)
 
 
 def _number(name: str, spec: str, text: str, convert) -> float | int:
@@ -288,9 +372,11 @@ def build_tuning_job(spec: JobSpec, tuning: TuningSpec, *,
     """The HyperparameterTuningJob resource (JSON-able) for the REST API."""
     trial_spec = dataclasses.replace(spec, trainer_args=trial_args(spec, tuning))
     study = {"metrics": [{"metricId": tuning.metric, "goal": tuning.goal.upper()}],
-             "parameters": [parameter.to_json() for parameter in tuning.parameters]}
+             "parameters": tuning.parameters_json()}
     if ALGORITHMS[tuning.algorithm]:
         study["algorithm"] = ALGORITHMS[tuning.algorithm]
+    if tuning.early_stopping:
+        study[EARLY_STOPPING[tuning.early_stopping]] = {"useElapsedDuration": False}
     job = {"displayName": spec.display_name, "studySpec": study,
            "maxTrialCount": tuning.max_trial_count,
            "parallelTrialCount": tuning.parallel_trial_count}

@@ -9,14 +9,14 @@ ranges) and our trainer's (which pools each strategy needs).
 import re
 
 from tfdist.strategy_choice import STRATEGIES
-from trainer.vertex import machines, option_values
+from trainer.vertex import images, machines, network, option_values
 from trainer.vertex.checks import quoted, require
 from trainer.vertex.options import SCHEDULING_STRATEGIES
 from trainer.vertex.regions import check_region
 
 MAX_REPLICAS = 1000  # per worker pool; beyond it is a typo, not a job
 MIN_BOOT_DISK_GB, MAX_BOOT_DISK_GB = 100, 64_000
-BOOT_DISK_TYPES = ("pd-ssd", "pd-standard", "hyperdisk-balanced")
+BOOT_DISK_TYPES = ("", "pd-ssd", "pd-standard", "hyperdisk-balanced")
 MAX_FLEX_START_TIMEOUT_SECONDS = 7 * 24 * 3600
 _SINGLE_MACHINE_STRATEGIES = ("default", "one_device", "mirrored")
 # A project ID, optionally domain-scoped (example.com:my-project).
@@ -33,6 +33,28 @@ _NETWORK = re.compile(r"^projects/[0-9]{1,20}/global/networks/[a-z]([-a-z0-9]{0,
 _KMS_KEY = re.compile(r"^projects/[^/\s]+/locations/([^/\s]+)/keyRings/[A-Za-z0-9_-]{1,63}/"
                       r"cryptoKeys/[A-Za-z0-9_-]{1,63}$")
 _MAX_IMAGE_URI = 1024
+_RESOURCE_ID = re.compile(r"^[a-z]([a-z0-9-]{0,61}[a-z0-9])?$")
+_EXPERIMENT_PATH = re.compile(r"^projects/([^/\s]+)/locations/([^/\s]+)/metadataStores/"
+                              r"default/contexts/([a-z0-9][a-z0-9-]{0,127})$")
+_EXPERIMENT_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,127}$")
+# The variables tfdist sets itself on TPU v5e replicas (TPU_ENV).
+TPU_ENV_NAMES = ("NEXT_PLUGGABLE_DEVICE_USE_C_API", "TF_PLUGGABLE_DEVICE_LIBRARY_PATH")
+
+
+def experiment_resource(experiment: str, project: str, region: str) -> str:
+    """The experiment's resource name from a name or a full path ("" for none)."""
+    if not experiment:
+        return ""
+    match = _EXPERIMENT_PATH.match(experiment)
+    if match:
+        require(match.group(2) == region,
+                f"--experiment is in {quoted(match.group(2))}, expected the job's region "
+                f"{region}")
+        return experiment
+    require(bool(_EXPERIMENT_NAME.match(experiment)),
+            f"--experiment is {quoted(experiment)}, expected a name of lowercase letters, "
+            f"digits and hyphens, or projects/P/locations/R/metadataStores/default/contexts/NAME")
+    return f"projects/{project}/locations/{region}/metadataStores/default/contexts/{experiment}"
 
 
 def check_gcs_uri(name: str, value: str) -> str:
@@ -81,6 +103,8 @@ def check_job(spec) -> None:
     _check_outputs(spec)
     _check_scheduling_with_shape(spec)
     _check_networking_and_encryption(spec)
+    _check_resources_and_tracking(spec)
+    _check_reducer_capacity(spec)
 
 
 def _check_where_and_who(spec) -> None:
@@ -108,6 +132,20 @@ def _check_counts_and_disks(spec) -> None:
     for machine, replicas in used.items():
         if replicas:
             getattr(spec, machine)
+    for machine in _used_machines(spec):
+        machines.check_disk_type(machine.machine_type, spec.boot_disk_type)
+
+
+def _used_machines(spec, *, ours_only: bool = False) -> list:
+    """The machine of every non-empty pool (of those running our code, with `ours_only`)."""
+    used = [spec.machine]
+    if spec.parameter_servers:
+        used.append(spec.parameter_server_machine)
+    if spec.evaluators:
+        used.append(spec.evaluator_machine)
+    if spec.reduction_servers and not ours_only:
+        used.append(spec.reduction_server_machine)
+    return used
 
 
 def _check_strategy(spec) -> None:
@@ -130,6 +168,8 @@ def _check_strategy(spec) -> None:
     require(not spec.reduction_servers or strategy == "multiworker",
             f"--reduction_servers={spec.reduction_servers} needs --strategy=multiworker "
             f"(NCCL all-reduce), got --strategy={strategy}")
+    if spec.reduction_servers:
+        _check_reduction_server_all_reduce(spec)
     require(strategy != "parameter_server" or (spec.parameter_servers and spec.workers),
             f"--strategy=parameter_server needs parameter servers and workers, got "
             f"--parameter_servers={spec.parameter_servers} --workers={spec.workers}; set both, "
@@ -153,6 +193,36 @@ def _check_strategy(spec) -> None:
             "which passes it to every replica")
 
 
+def _check_reduction_server_all_reduce(spec) -> None:
+    """Reducers serve NCCL all-reduce only."""
+    all_reduce = option_values.flag_value(spec.trainer_args, "all_reduce")
+    require(all_reduce in (None, "nccl"),
+            f"--all_reduce={all_reduce} after -- with --reduction_servers="
+            f"{spec.reduction_servers}, expected nccl: TensorFlow then runs its own ring over "
+            f"gRPC and the {spec.reduction_servers} reducers are billed and idle; drop "
+            f"--all_reduce (the submitter sets nccl) or drop --reduction_servers")
+
+
+def _check_reducer_capacity(spec) -> None:
+    """The reducers' combined egress must match the chief's and workers'."""
+    if not spec.reduction_servers:
+        return
+    replicas = 1 + spec.workers
+    needed = network.reducers_needed(worker_machine=spec.machine.machine_type,
+                                     training_replicas=replicas,
+                                     reducer_machine=spec.reduction_server_machine_type)
+    if needed is None:
+        return
+    worker_gbps = network.egress_gbps(spec.machine.machine_type)
+    reducer_gbps = network.egress_gbps(spec.reduction_server_machine_type)
+    require(spec.reduction_servers >= needed,
+            f"--reduction_servers={spec.reduction_servers} x {reducer_gbps:g} Gbps "
+            f"({spec.reduction_server_machine_type}) cannot carry {replicas} x "
+            f"{worker_gbps:g} Gbps ({spec.machine.machine_type}), expected at least {needed} "
+            f"reducers (bandwidths as of {network.TABLE_DATE}, docs/vertex.md); set "
+            f"--reduction_servers={needed}")
+
+
 def _check_tpu(spec) -> None:
     machine = spec.machine
     require(spec.strategy == "tpu",
@@ -172,6 +242,12 @@ def _check_tpu(spec) -> None:
 
 def _check_code(spec) -> None:
     check_image_uri("container_uri", spec.container_uri)
+    images.check_training_image(spec.container_uri, today=spec.as_of,
+                                allow_ended=spec.allow_ended_image)
+    architecture = images.image_architecture(spec.container_uri, spec.image_architecture)
+    for machine in _used_machines(spec, ours_only=True):
+        images.check_architecture(flag=machine.flag, machine_type=machine.machine_type,
+                                  architecture=architecture)
     if spec.reduction_servers:
         check_image_uri("reduction_server_image", spec.reduction_server_image)
     require(not spec.task_package or spec.uses_python_package,
@@ -198,6 +274,11 @@ def _check_scheduling_with_shape(spec) -> None:
         require(spec.machine.is_gpu,
                 f"--scheduling=flex_start needs GPU machines, got --accelerator_type="
                 f"{spec.machine.accelerator_type or 'none'}; use --scheduling=standard or spot")
+        require(spec.machine.accelerator_type in machines.FLEX_START_ACCELERATORS,
+                f"--scheduling=flex_start with --accelerator_type="
+                f"{spec.machine.accelerator_type}, which Dynamic Workload Scheduler does not "
+                f"provision, expected one of: {', '.join(machines.FLEX_START_ACCELERATORS)}; "
+                f"use --scheduling=standard or spot, or one of those GPUs")
         require(not (spec.reduction_servers or spec.parameter_server_machine_type
                      or spec.evaluator_machine_type),
                 "--scheduling=flex_start needs the same machine in every worker pool, got a "
@@ -209,6 +290,30 @@ def _check_scheduling_with_shape(spec) -> None:
         require(not spec.reservation_affinity,
                 "--reservation_affinity does not apply with --scheduling=flex_start (Dynamic "
                 "Workload Scheduler provisions on demand); drop one of them")
+
+
+def _check_resources_and_tracking(spec) -> None:
+    require(not spec.persistent_resource_id or bool(_RESOURCE_ID.match(
+        spec.persistent_resource_id)),
+        f"--persistent_resource_id is {quoted(spec.persistent_resource_id)}, expected the "
+        f"resource's ID (lowercase letters, digits, hyphens), not its full name")
+    require(not (spec.persistent_resource_id and spec.scheduling.strategy == "flex_start"),
+            "--persistent_resource_id runs on machines already provisioned, so "
+            "--scheduling=flex_start does not apply; drop one of them")
+    experiment_resource(spec.experiment, spec.project, spec.region)
+    require(not spec.experiment_run or bool(spec.experiment),
+            f"--experiment_run={quoted(spec.experiment_run)} needs --experiment; set it")
+    require(not spec.experiment_run or bool(_EXPERIMENT_NAME.match(spec.experiment_run)),
+            f"--experiment_run is {quoted(spec.experiment_run)}, expected lowercase letters, "
+            f"digits and hyphens")
+    require(not spec.nfs_mounts or bool(spec.network),
+            "--nfs_mount needs --network (Vertex AI reaches NFS servers over a peered VPC), "
+            "expected --network=projects/PROJECT_NUMBER/global/networks/NAME")
+    names = {name for name, _ in spec.env}
+    clash = sorted(names & set(TPU_ENV_NAMES)) if spec.machine.accelerator_type == \
+        "TPU_V5_LITEPOD" else []
+    require(not clash, f"--env sets {', '.join(clash)}, which the submitter sets for TPU v5e "
+                       f"(PJRT); drop it")
 
 
 def _check_networking_and_encryption(spec) -> None:
