@@ -1,6 +1,6 @@
 """A Keras script on `tfdist.resumable.fit` with Keras's four stateful callbacks.
 
-    python tests/jobs/callbacks_script.py OUT [--kill_after_batches=N] [--steps_per_epoch=N|none]
+    python tests/jobs/callbacks_script.py OUT [--kill_after_batches=N] [--finite] [--multiworker]
 
 Trains on an endless (or, with `--steps_per_epoch=none`, a finite) dataset
 whose validation labels are noise, so that `ReduceLROnPlateau` lowers the
@@ -9,7 +9,9 @@ learning rate, `ModelCheckpoint(save_best_only=True)` keeps an early epoch and
 OUT/model.keras, OUT/best.keras, OUT/log.csv and OUT/result.json (the final
 learning rate, the callbacks' state, the history). `--kill_after_batches`
 SIGKILLs the process after that many batches of this run
-(tests/fault_injection.py).
+(tests/fault_injection.py); `--multiworker` builds the model under
+`tfdist.resumable.strategy_from_environment()` and appends to the CSV log.
+Tests also call `run` in their own process (`crash_after_batches` raises).
 """
 
 import argparse
@@ -23,7 +25,7 @@ import tensorflow as tf
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 import tfdist.resumable  # noqa: E402  pylint: disable=wrong-import-position
-from tests.fault_injection import KillAfterBatches  # noqa: E402  pylint: disable=wrong-import-position
+from tests.fault_injection import CrashAfterBatches, KillAfterBatches  # noqa: E402  pylint: disable=wrong-import-position
 
 EPOCHS = 12
 STEPS_PER_EPOCH = 8
@@ -42,7 +44,7 @@ def datasets(finite: bool):
     return train, tf.data.Dataset.from_tensor_slices((val_x, val_y)).batch(64)
 
 
-def make_callbacks(out: pathlib.Path):
+def make_callbacks(out: pathlib.Path, *, csv_append: bool = False):
     return {
         "early": keras.callbacks.EarlyStopping(monitor="val_loss", patience=3,
                                                restore_best_weights=True),
@@ -50,7 +52,7 @@ def make_callbacks(out: pathlib.Path):
                                                      patience=1, cooldown=1),
         "best": keras.callbacks.ModelCheckpoint(str(out / "best.keras"), monitor="val_loss",
                                                 save_best_only=True),
-        "csv": keras.callbacks.CSVLogger(str(out / "log.csv")),
+        "csv": keras.callbacks.CSVLogger(str(out / "log.csv"), append=csv_append),
     }
 
 
@@ -64,18 +66,25 @@ def build_model():
     return model
 
 
-def run(out: pathlib.Path, *, kill_after_batches: int = 0, finite: bool = False,
-        preemption=None) -> dict:
+def run(out: pathlib.Path, *, kill_after_batches: int = 0, crash_after_batches: int = 0,
+        finite: bool = False, save_freq=3, strategy=None, csv_append: bool = False,
+        extra_callbacks=(), preemption=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
-    model = build_model()
+    if strategy is None:
+        model = build_model()
+    else:
+        with strategy.scope():
+            model = build_model()
     train, val = datasets(finite)
-    named = make_callbacks(out)
-    callbacks = list(named.values())
+    named = make_callbacks(out, csv_append=csv_append)
+    callbacks = [*named.values(), *extra_callbacks]
     if kill_after_batches:
         callbacks.insert(0, KillAfterBatches(kill_after_batches))
+    if crash_after_batches:
+        callbacks.insert(0, CrashAfterBatches(crash_after_batches))
     history = tfdist.resumable.fit(
         model, train, epochs=EPOCHS, steps_per_epoch=None if finite else STEPS_PER_EPOCH,
-        save_freq=3, backup_dir=str(out / "backup"), callbacks=callbacks,
+        save_freq=save_freq, backup_dir=str(out / "backup"), callbacks=callbacks,
         validation_data=val, verbose=0, preemption=preemption)
     model.save(tfdist.resumable.write_path(str(out / "model.keras")))
     early, plateau = named["early"], named["plateau"]
@@ -100,8 +109,11 @@ def main() -> None:
     parser.add_argument("out", type=pathlib.Path)
     parser.add_argument("--kill_after_batches", type=int, default=0)
     parser.add_argument("--finite", action="store_true")
+    parser.add_argument("--multiworker", action="store_true")
     args = parser.parse_args()
+    strategy = tfdist.resumable.strategy_from_environment() if args.multiworker else None
     run(args.out, kill_after_batches=args.kill_after_batches, finite=args.finite,
+        strategy=strategy, csv_append=args.multiworker,
         preemption=tfdist.preemption.PreemptionOptions())
 
 

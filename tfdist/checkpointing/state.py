@@ -92,8 +92,8 @@ class ResumePoint:
     backup_path: str | None = None
     epoch_logs: Mapping | None = None
     finished: bool = False
-    steps_per_epoch: int | None = None
-    metadata: Mapping = dataclasses.field(default_factory=dict)
+    steps_per_epoch: int | None = dataclasses.field(default=None, compare=False)
+    metadata: Mapping = dataclasses.field(default_factory=dict, compare=False)
 
     def segments(self, *, epochs: int, steps_per_epoch: int | None) -> tuple[FitSegment, ...]:
         """The `fit` calls that run the rest of `epochs` epochs exactly once.
