@@ -12,7 +12,10 @@ strategy the cluster calls for (`auto`), with the Keras 3 multi-worker
 corrections applied. `fit` restores the newest backup in `backup_dir`, runs the
 `model.fit` calls that finish training exactly once, backs up atomically (the
 chief only), and on SIGTERM saves at an agreed step and exits with code 143.
-Run again after any stop: it resumes at the exact step.
+Run again after any stop: it resumes at the exact step, with the history and
+the state of the script's callbacks; a finished job's rerun trains nothing and
+leaves the trained weights in the model. With several workers, only the
+chief's callback files and `write_path(...)` files land where they were asked.
 
 Resume is exact when the dataset is deterministic: either an endless stream
 (`.repeat()`) iterated across epochs, which resumes by skipping the steps

@@ -9,13 +9,18 @@ restarted by accident does not train again; a restart under other settings
 (model, optimizer, precision, the caller's `run_settings`) is refused in one
 line without touching any backup; and a NaN/Inf loss or variable stops
 training with `NonFiniteError` before anything non-finite is backed up.
+Given the other callbacks (`resume(..., callbacks=...)`), it saves their
+state with every backup and writes it back after each `on_train_begin`
+(`tfdist.callbacks.callback_state`), and the metric sums of an interrupted
+epoch, so a resumed run's callbacks act as the uninterrupted run's did.
 
 Keras `fit` can only start at an epoch boundary, so resuming takes the callback's
 help before `fit`:
 
     backup = tfdist.callbacks.BackupAndRestore("/tmp/backup", save_freq=50)
-    for segment in backup.resume(model, epochs=10, steps_per_epoch=100):
-        model.fit(stream.skip(segment.first_step), callbacks=[backup],
+    for segment in backup.resume(model, epochs=10, steps_per_epoch=100,
+                                 callbacks=others):
+        model.fit(stream.skip(segment.first_step), callbacks=[*others, backup],
                   **segment.fit_kwargs())
 
 where `stream` is the deterministic, repeated input pipeline iterated once
@@ -456,15 +461,12 @@ class BackupAndRestore(keras.callbacks.Callback):
             _log.warning("The model's metrics differ from the backup's; the logs of "
                          "epoch %d cover only the steps run after the restart.", self._epoch)
             return
-        multi_worker = self._backup.sync.is_multi_worker
         for variable, value in zip(variables, saved):
-            if getattr(variable, "aggregation", None) != "sum":
-                variable.assign(value)
-                continue
-            total = np.asarray(variable.numpy()) + value
-            if multi_worker and not self._is_chief:
-                total = np.zeros_like(total)  # summed over workers when read: the chief's
-            variable.assign(total)
+            # Every worker assigns the same total: a sum-on-read variable splits
+            # an assignment across the replicas so that reading it sums back to it.
+            if getattr(variable, "aggregation", None) == "sum":
+                value = np.asarray(variable.numpy()) + value
+            variable.assign(value)
 
     def _last_backup_note(self) -> str:
         if self._last_saved_step:
