@@ -91,6 +91,17 @@ def test_a_finished_early_stopped_job_rerun_twice_returns_the_trained_model(
             assert (tmp_path / name).read_bytes() == data, name
 
 
+def test_a_job_killed_after_its_early_stop_before_its_completion_record_stays_stopped(
+        tmp_path, reference):
+    script.run(tmp_path)
+    (tmp_path / "backup" / "COMPLETED.json").unlink()  # what a kill in between leaves
+    csv = (tmp_path / "log.csv").read_bytes()
+    result = script.run(tmp_path)
+    _assert_like_reference(tmp_path, result, reference)
+    assert (tmp_path / "log.csv").read_bytes() == csv
+    assert (tmp_path / "backup" / "COMPLETED.json").exists()
+
+
 def test_a_finished_job_whose_final_backup_is_gone_is_refused(tmp_path):
     script.run(tmp_path)
     for backup in (tmp_path / "backup").glob("backup-*"):

@@ -25,7 +25,8 @@ import tensorflow as tf
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 import tfdist.resumable  # noqa: E402  pylint: disable=wrong-import-position
-from tests.fault_injection import CrashAfterBatches, KillAfterBatches  # noqa: E402  pylint: disable=wrong-import-position
+from tests.fault_injection import (  # noqa: E402  pylint: disable=wrong-import-position
+    CrashAfterBatches, KillAfterBatches)
 
 EPOCHS = 12
 STEPS_PER_EPOCH = 8

@@ -291,7 +291,7 @@ class BackupAndRestore(keras.callbacks.Callback):
             names = point.metadata.get("metric_arrays")
             if point.step_in_epoch and not point.completed and names:
                 self._pending_metrics = [arrays[name] for name in names]
-            if point.completed or point.finished:
+            if point.completed or not segments:
                 self._states.restore_pending()
         if not segments and not point.completed:
             _log.info("The backup is at step %d, past the %d planned steps; nothing to run.",
@@ -420,7 +420,7 @@ class BackupAndRestore(keras.callbacks.Callback):
             self._states.remember_current()
             self._states.keep_appending_csv()
         if finished and (self._final_pending or self._last_saved_step != self._global_step):
-            self._save(finished=True)
+            self._save(final=True)
             self._final_pending = False
         if finished and self.complete_on_train_end:
             self.complete()
@@ -474,11 +474,11 @@ class BackupAndRestore(keras.callbacks.Callback):
                     f"holds finite values")
         return " before backing it up"
 
-    def _save(self, finished: bool = False) -> None:
+    def _save(self, final: bool = False) -> None:
         states, arrays = self._states.capture()
         metadata = {"epoch_logs": self._epoch_logs, "history": self._history,
-                    "callbacks": states, "finished": finished}
-        if self._step_in_epoch and not finished:
+                    "callbacks": states, "stopped": final and bool(self.model.stop_training)}
+        if self._step_in_epoch and not final:
             values = [np.asarray(variable.numpy()) for variable in self.model.metrics_variables]
             metadata["metric_arrays"] = [f"metric{index}" for index in range(len(values))]
             arrays.update(zip(metadata["metric_arrays"], values))

@@ -104,7 +104,7 @@ def _handlers(callback):
 
 
 def _keys(callbacks) -> list[str]:
-    """A name per callback that callbacks without state do not shift: `EarlyStopping`, `EarlyStopping#1`."""
+    """A name per callback, not shifted by others: `EarlyStopping`, `EarlyStopping#1`."""
     seen: dict[str, int] = {}
     keys = []
     for callback in callbacks:

@@ -79,8 +79,9 @@ class ResumePoint:
         backup_path: The backup restored, if any.
         epoch_logs: The logs of the last epoch completed before the backup
             (what `fit` reported for it), if the backup recorded them.
-        finished: The backup was taken once training had ended (its last
-            step, or a callback stopped it), before completion was recorded.
+        stopped: A callback had stopped training (`model.stop_training`, e.g.
+            `EarlyStopping`) when the backup was taken: nothing is left to run,
+            whatever `epochs` the restart asks for.
         steps_per_epoch: The steps of one epoch, as the backup recorded them.
         metadata: The backup's metadata (empty without a backup).
     """
@@ -91,7 +92,7 @@ class ResumePoint:
     completed: bool = False
     backup_path: str | None = None
     epoch_logs: Mapping | None = None
-    finished: bool = False
+    stopped: bool = False
     steps_per_epoch: int | None = dataclasses.field(default=None, compare=False)
     metadata: Mapping = dataclasses.field(default_factory=dict, compare=False)
 
@@ -115,7 +116,7 @@ class ResumePoint:
                 `steps_per_epoch`.
         """
         _check_positive("epochs", epochs)
-        if self.completed or self.finished:
+        if self.completed or self.stopped:
             return ()
         if steps_per_epoch is None:
             if self.step_in_epoch and self.steps_per_epoch is None:
@@ -339,7 +340,7 @@ class TrainingBackup:
                            step_in_epoch=int(metadata.get("step_in_epoch", 0)),
                            completed=completed, backup_path=info.path,
                            epoch_logs=metadata.get("epoch_logs"),
-                           finished=bool(metadata.get("finished", False)),
+                           stopped=bool(metadata.get("stopped", False)),
                            steps_per_epoch=int(steps_per_epoch) if steps_per_epoch else None,
                            metadata=dict(metadata))
 
