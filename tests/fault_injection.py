@@ -1,5 +1,8 @@
 """Keras callbacks that break a run on purpose (not a test module)."""
 
+import os
+import signal
+
 import keras
 
 
@@ -14,3 +17,20 @@ class CrashAfterBatches(keras.callbacks.Callback):
         self.seen += 1
         if self.seen == self.at:
             raise RuntimeError("simulated crash")
+
+
+class KillAfterBatches(keras.callbacks.Callback):
+    """Kills its own process with SIGKILL after `at` batches of this process (kill -9).
+
+    Put it first among the callbacks: the kill lands at the end of that step,
+    before any other callback sees it (no backup of it, no log row).
+    """
+
+    def __init__(self, at: int):
+        super().__init__()
+        self.at, self.seen = at, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen += 1
+        if self.seen == self.at:
+            os.kill(os.getpid(), signal.SIGKILL)

@@ -55,7 +55,7 @@ def _run(backup_dir, stream, *, crash_at=0, before=()):
 def test_nan_loss_stops_the_job_and_the_last_finite_backup_stays(tmp_path):
     backup_dir = str(tmp_path / "backup")
     with pytest.raises(RuntimeError, match="simulated crash"):
-        _run(backup_dir, _stream(), crash_at=4)
+        _run(backup_dir, _stream(), crash_at=5)  # after the backup at the end of epoch 0
     finite = snapshot(backup_dir)
     assert sorted(os.listdir(backup_dir)) == ["backup-000000000002", "backup-000000000004"]
 

@@ -12,7 +12,10 @@ strategy the cluster calls for (`auto`), with the Keras 3 multi-worker
 corrections applied. `fit` restores the newest backup in `backup_dir`, runs the
 `model.fit` calls that finish training exactly once, backs up atomically (the
 chief only), and on SIGTERM saves at an agreed step and exits with code 143.
-Run again after any stop: it resumes at the exact step.
+Run again after any stop: it resumes at the exact step, with the history and
+the state of the script's callbacks; a finished job's rerun trains nothing and
+leaves the trained weights in the model. With several workers, only the
+chief's callback files and `write_path(...)` files land where they were asked.
 
 Resume is exact when the dataset is deterministic: either an endless stream
 (`.repeat()`) iterated across epochs, which resumes by skipping the steps
@@ -22,16 +25,20 @@ epoch. A dataset reshuffled every epoch with a random seed cannot resume
 exactly; use `tfdist.data.training_batches` for a seeded permutation per pass.
 """
 
+import logging
 import os
 
 import keras
 import tensorflow as tf
 
 from tfdist import strategy as strategy_lib
+from tfdist import worker_files
 from tfdist.callbacks import BackupAndRestore
 from tfdist.cluster import resolve_cluster_for_strategy
 from tfdist.errors import UsageError
 from tfdist.preemption import PreemptionOptions
+
+_log = logging.getLogger(__name__)
 
 
 def strategy_from_environment(name: str = "auto", *,
@@ -51,11 +58,36 @@ def strategy_from_environment(name: str = "auto", *,
     return strategy_lib.make_strategy(name, cluster, options)
 
 
+def write_path(path: str) -> str:
+    """Where this task writes a file that only the chief should write.
+
+    On the chief (or in a single process) `path` itself; on any other worker
+    a path of the same name in this task's own temporary directory, removed
+    when the process exits. The pattern of TensorFlow's multi-worker guide:
+    every worker still runs the same code (a save may take part in
+    collectives), but only the chief's file lands where you asked.
+
+        model.save(tfdist.resumable.write_path(f"{out}/model.keras"))
+
+    `fit` already applies it to the files of `ModelCheckpoint`, `CSVLogger`
+    and `TensorBoard` callbacks.
+    """
+    return worker_files.write_path(path, resolve_cluster(os.environ))
+
+
 def fit(model: keras.Model, x: tf.data.Dataset, *, backup_dir: str, epochs: int = 1,
         steps_per_epoch: int | None = None, save_freq="epoch", callbacks=None,
         preemption: PreemptionOptions | None = PreemptionOptions(),
         **fit_kwargs) -> keras.callbacks.History:
     """`model.fit(x, epochs=..., ...)` that resumes from `backup_dir` at the exact step.
+
+    What a resume keeps (docs/fault_tolerance.md): the weights, optimizer and
+    learning rate, the epoch and step, the history, the metrics of an
+    interrupted epoch, the state of `callbacks` (Keras's `EarlyStopping`,
+    `ReduceLROnPlateau`, `ModelCheckpoint`, `CSVLogger`, and any callback with
+    `get_state()` / `set_state(state)`), and what epoch-end callbacks changed.
+    The final backup stays: a rerun of a finished job (also one stopped early)
+    trains nothing and leaves the trained weights in `model`.
 
     Args:
         model: A compiled model.
@@ -64,19 +96,21 @@ def fit(model: keras.Model, x: tf.data.Dataset, *, backup_dir: str, epochs: int 
         backup_dir: Where backups go; the same directory on every restart.
         epochs: Total epochs of the job, as in `model.fit`.
         steps_per_epoch: As in `model.fit`; without it, a finite dataset
-            resumes at epoch boundaries only.
+            resumes mid-epoch with the epoch length its backup recorded.
         save_freq: `"epoch"` or a number of steps between backups.
-        callbacks: More Keras callbacks; they run before the backup.
+        callbacks: More Keras callbacks; they run before the backup. On
+            workers other than the chief their files go to `write_path(...)`.
         preemption: What SIGTERM does; None leaves signals alone.
         **fit_kwargs: Passed to every `model.fit` call (`verbose`,
             `validation_data`, ...), except `initial_epoch` and `shuffle`.
 
     Returns:
-        The `History` of the epochs run in this process (empty when an earlier
-        run had already finished).
+        The `History` of every epoch of the job, including those run before a
+        restart (on a rerun of a finished job: all of them, as they were).
 
     Raises:
-        UsageError: A bad argument, or an endless dataset without `steps_per_epoch`.
+        UsageError: A bad argument, an endless dataset without
+            `steps_per_epoch`, or a finished job whose final backup is gone.
         tfdist.preemption.Preempted: After SIGTERM, once the backup is saved
             (a `SystemExit` with code 143).
     """
@@ -91,16 +125,43 @@ def fit(model: keras.Model, x: tf.data.Dataset, *, backup_dir: str, epochs: int 
     if endless and steps_per_epoch is None:
         raise UsageError("x repeats forever but steps_per_epoch is not set, expected the "
                          "number of steps in one epoch; pass steps_per_epoch=N")
-    backup = BackupAndRestore(backup_dir, save_freq=save_freq, preemption=preemption)
-    segments = backup.resume(model, epochs=epochs, steps_per_epoch=steps_per_epoch)
-    history = keras.callbacks.History()
-    history.set_model(model)
-    history.on_train_begin()
+    callbacks = list(callbacks or [])
+    cluster = resolve_cluster(os.environ)
+    worker_files.redirect_callbacks(callbacks, cluster)
+    backup = BackupAndRestore(backup_dir, save_freq=save_freq, preemption=preemption,
+                              delete_checkpoint=False, restore_completed=True, cluster=cluster)
+    segments = backup.resume(model, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                             callbacks=callbacks)
+    if backup.completed:
+        _check_final_backup(backup)
     for segment in segments:
         skip = segment.first_step if endless else segment.first_step_in_epoch
-        run = model.fit(x.skip(skip) if skip else x, callbacks=[*(callbacks or []), backup],
-                        shuffle=False, **segment.fit_kwargs(), **fit_kwargs)
-        history.epoch.extend(run.epoch)
-        for name, values in run.history.items():
-            history.history.setdefault(name, []).extend(values)
+        model.fit(x.skip(skip) if skip else x, callbacks=[*callbacks, backup],
+                  shuffle=False, **segment.fit_kwargs(), **fit_kwargs)
+        if backup.completed or model.stop_training:
+            break
+    if not backup.completed:
+        # A restart from the final backup of a run that ended before recording it.
+        backup.complete()
+    return _history(model, backup)
+
+
+def _check_final_backup(backup: BackupAndRestore) -> None:
+    if not backup.restored_final_backup:
+        raise UsageError(
+            f"{backup.backup_dir} records that training completed at step "
+            f"{backup.resumed_from_step}, but its final backup is gone, so the trained "
+            f"weights cannot be restored and fit would return an untrained model; load the "
+            f"model your script saved, or delete {backup.backup_dir} to train again")
+    _log.info("Training had completed at step %d: restored its final backup from %s, not "
+              "training again (delete the directory to train anew).",
+              backup.resumed_from_step, backup.backup_dir)
+
+
+def _history(model: keras.Model, backup: BackupAndRestore) -> keras.callbacks.History:
+    history = keras.callbacks.History()
+    history.set_model(model)
+    record = backup.history
+    history.epoch = record["epoch"]
+    history.history = record["history"]
     return history

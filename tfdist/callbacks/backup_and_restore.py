@@ -9,13 +9,18 @@ restarted by accident does not train again; a restart under other settings
 (model, optimizer, precision, the caller's `run_settings`) is refused in one
 line without touching any backup; and a NaN/Inf loss or variable stops
 training with `NonFiniteError` before anything non-finite is backed up.
+Given the other callbacks (`resume(..., callbacks=...)`), it saves their
+state with every backup and writes it back after each `on_train_begin`
+(`tfdist.callbacks.callback_state`), and the metric sums of an interrupted
+epoch, so a resumed run's callbacks act as the uninterrupted run's did.
 
 Keras `fit` can only start at an epoch boundary, so resuming takes the callback's
 help before `fit`:
 
     backup = tfdist.callbacks.BackupAndRestore("/tmp/backup", save_freq=50)
-    for segment in backup.resume(model, epochs=10, steps_per_epoch=100):
-        model.fit(stream.skip(segment.first_step), callbacks=[backup],
+    for segment in backup.resume(model, epochs=10, steps_per_epoch=100,
+                                 callbacks=others):
+        model.fit(stream.skip(segment.first_step), callbacks=[*others, backup],
                   **segment.fit_kwargs())
 
 where `stream` is the deterministic, repeated input pipeline iterated once
@@ -28,7 +33,10 @@ import math
 import os
 
 import keras
+import numpy as np
 
+from tfdist.callbacks.callback_state import (ARRAYS_FILE, CallbackStates, arrays_from_file,
+                                             arrays_to_bytes)
 from tfdist.callbacks.non_finite import check_loss
 from tfdist.checkpointing import BackupStore, ResumePoint, TrainingBackup, WorkerSync
 from tfdist.checkpointing.fingerprint import check_changeable, check_run_settings
@@ -105,6 +113,9 @@ class BackupAndRestore(keras.callbacks.Callback):
             of a batch is NaN/Inf (checked every batch from the logs) or a
             variable is (checked before every backup); the last backup stays
             the last finite one.
+        restore_completed: When the job had completed and its final backup
+            was kept (`delete_checkpoint=False`), load it, so that a rerun
+            holds the trained weights (see `restored_final_backup`).
     """
 
     def __init__(self, backup_dir: str, *, save_freq="epoch", delete_checkpoint: bool = True,
@@ -112,7 +123,8 @@ class BackupAndRestore(keras.callbacks.Callback):
                  preemption: PreemptionOptions | None = PreemptionOptions(),
                  extra_state=None, strategy=None, cluster: Cluster | None = None,
                  verify_checksums: bool = True, scratch_dir: str | None = None,
-                 run_settings=None, changeable=None, check_finite: bool = True):
+                 run_settings=None, changeable=None, check_finite: bool = True,
+                 restore_completed: bool = False):
         super().__init__()
         self.save_freq = check_save_freq(save_freq)
         self._run_settings = check_run_settings(run_settings)
@@ -145,6 +157,15 @@ class BackupAndRestore(keras.callbacks.Callback):
         self._last_saved_step = None
         self._completed = False
         self._epoch_logs: dict = {}
+        self._restore_completed = bool(restore_completed)
+        self._is_chief = cluster.is_chief
+        self._epochs = None
+        self._history: dict = {"epoch": [], "history": {}}
+        self._states = CallbackStates([])
+        self._pending_metrics = None
+        self._stop_at_epoch_end = False
+        self._final_pending = False
+        self._hidden_best_weights = []
 
     # ------------------------------------------------------------ public API
 
@@ -181,6 +202,23 @@ class BackupAndRestore(keras.callbacks.Callback):
         """Whether training has completed (now, or in an earlier run)."""
         return self._completed
 
+    @property
+    def restored_final_backup(self) -> bool:
+        """Whether a completed job's final backup was loaded (`restore_completed`)."""
+        point = self._resume_point
+        return bool(point and point.completed and point.backup_path)
+
+    @property
+    def history(self) -> dict:
+        """Every epoch's logs so far, this run's and the restored backup's.
+
+        `{"epoch": [0, 1, ...], "history": {"loss": [...], ...}}`, as
+        `keras.callbacks.History` holds them (non-finite values as None).
+        """
+        return {"epoch": list(self._history["epoch"]),
+                "history": {name: list(values)
+                            for name, values in self._history["history"].items()}}
+
     def restore(self, model=None) -> ResumePoint:
         """Loads the newest good backup into `model`; idempotent.
 
@@ -203,12 +241,16 @@ class BackupAndRestore(keras.callbacks.Callback):
             self._watcher = PreemptionWatcher(self._preemption_options, sync=sync)
             self._watcher.install()
         try:
-            point = self._backup.restore()
+            point = self._backup.restore(load_when_completed=self._restore_completed)
         except BaseException:
             self.close()  # a refused restart leaves SIGTERM to its default
             raise
         self._resume_point = point
         self._epoch_logs = dict(point.epoch_logs or {})
+        history = point.metadata.get("history") or {}
+        self._history = {"epoch": list(history.get("epoch", [])),
+                         "history": {name: list(values) for name, values in
+                                     (history.get("history") or {}).items()}}
         self._completed = point.completed
         if point.completed:
             self.close()  # nothing will train: leave SIGTERM to its default
@@ -216,25 +258,41 @@ class BackupAndRestore(keras.callbacks.Callback):
         self._epoch, self._step_in_epoch = point.epoch, point.step_in_epoch
         return point
 
-    def resume(self, model, *, epochs: int, steps_per_epoch: int | None) -> tuple[FitSegment, ...]:
+    def resume(self, model, *, epochs: int, steps_per_epoch: int | None,
+               callbacks=None) -> tuple[FitSegment, ...]:
         """Restores, then returns the `fit` calls that finish the job exactly once.
 
         Args:
             model: The built, compiled model.
             epochs: Total epochs of the job.
-            steps_per_epoch: Steps per epoch (`None`: the dataset decides, which
-                resumes only from epoch boundaries).
+            steps_per_epoch: Steps per epoch (`None`: the dataset decides; a
+                mid-epoch backup then resumes with the number it recorded).
+            callbacks: The other callbacks passed to every `fit` call (this
+                one goes last): their state is saved with every backup and
+                restored (see `tfdist.callbacks.callback_state`).
 
         Returns:
             The segments to run in order; empty when training had completed.
         """
+        self._states = CallbackStates(callbacks)
         point = self.restore(model)
         segments = point.segments(epochs=epochs, steps_per_epoch=steps_per_epoch)
-        self._steps_per_epoch = steps_per_epoch
+        self._epochs = epochs
+        self._steps_per_epoch = steps_per_epoch or point.steps_per_epoch
         if steps_per_epoch is not None:
             self._total_steps = epochs * steps_per_epoch
             if not point.completed:
                 self._epoch, self._step_in_epoch = divmod(point.global_step, steps_per_epoch)
+        if point.backup_path:
+            arrays = arrays_from_file(f"{point.backup_path}/{ARRAYS_FILE}")
+            saved = point.metadata.get("callbacks")
+            self._states.remember(saved, arrays)
+            self._states.prepare_csv(saved, is_chief=self._is_chief)
+            names = point.metadata.get("metric_arrays")
+            if point.step_in_epoch and not point.completed and names:
+                self._pending_metrics = [arrays[name] for name in names]
+            if point.completed or not segments:
+                self._states.restore_pending()
         if not segments and not point.completed:
             _log.info("The backup is at step %d, past the %d planned steps; nothing to run.",
                       point.global_step, self._total_steps or 0)
@@ -271,6 +329,9 @@ class BackupAndRestore(keras.callbacks.Callback):
             self._steps_per_epoch = self.params.get("steps")
         if self._watcher is not None:
             self._watcher.install()
+        # After every other callback's on_train_begin (this one runs last), which
+        # resets theirs: EarlyStopping's wait and best, ReduceLROnPlateau's, ...
+        self._states.restore_pending()
 
     def on_epoch_begin(self, epoch, logs=None):
         if epoch != self._epoch:
@@ -289,7 +350,15 @@ class BackupAndRestore(keras.callbacks.Callback):
                     f"callback.resume(...) and segment.fit_kwargs()")
         self._batch_offset = self._step_in_epoch
 
+    def _epoch_steps(self) -> int | None:
+        if self._steps_per_epoch is not None:
+            return self._steps_per_epoch
+        steps = self.params.get("steps")
+        return None if steps is None else steps + self._batch_offset
+
     def on_train_batch_end(self, batch, logs=None):
+        if self._pending_metrics is not None:
+            self._restore_metrics()
         done_in_epoch = self._batch_offset + batch + 1
         self._global_step += done_in_epoch - self._step_in_epoch
         self._step_in_epoch = done_in_epoch
@@ -300,31 +369,59 @@ class BackupAndRestore(keras.callbacks.Callback):
             except NonFiniteError:
                 self.close()
                 raise
-        # The last step of training is saved by `on_epoch_end`, with the final epoch's
-        # logs: a restart after it reports what the finished run reported.
-        last_step = self._total_steps is not None and self._global_step >= self._total_steps
-        if self.save_freq != "epoch" and not last_step:
+        # An epoch's last step is saved by `on_epoch_end`, after the epoch-end
+        # callbacks (a learning rate they change is kept) and as "end of epoch N".
+        epoch_end = done_in_epoch == self._epoch_steps()
+        if self.save_freq != "epoch" and not epoch_end:
             previous = self._last_saved_step or 0
             if self._global_step // self.save_freq > previous // self.save_freq:
                 self._save()
         if self._watcher is not None and self._watcher.should_stop(self._global_step):
+            if epoch_end:
+                self._stop_at_epoch_end = True
+                return
             if self._last_saved_step != self._global_step:
                 self._save()
             raise self._watcher.finish()
 
+    def _training_over(self) -> bool:
+        if self.model.stop_training:
+            return True
+        if self._total_steps is not None:
+            return self._global_step >= self._total_steps
+        return self._epoch >= (self._epochs or self.params.get("epochs", 0))
+
     def on_epoch_end(self, epoch, logs=None):
         self._epoch_logs = {name: _json_number(value) for name, value in (logs or {}).items()}
+        self._history["epoch"].append(epoch)
+        for name, value in self._epoch_logs.items():
+            self._history["history"].setdefault(name, []).append(value)
+        if (self._steps_per_epoch is None and not self._batch_offset
+                and not self.model.stop_training):
+            self._steps_per_epoch = self._step_in_epoch
         self._epoch = epoch + 1
         self._step_in_epoch = 0
         self._batch_offset = 0
-        if self._last_saved_step != self._global_step:
-            self._save()
+        if self._training_over():
+            # Saved by on_train_end, after what the callbacks do there
+            # (EarlyStopping(restore_best_weights=True) sets the best weights).
+            self._final_pending = True
+            return
+        self._save()
+        if epoch + 1 == self.params.get("epochs"):
+            self._hide_best_weights()  # this fit call ends, training goes on
+        if self._stop_at_epoch_end:
+            raise self._watcher.finish()
 
     def on_train_end(self, logs=None):
-        if self._total_steps is not None:
-            finished = self._global_step >= self._total_steps
-        else:
-            finished = self._epoch >= self.params.get("epochs", 0)
+        finished = self._training_over()
+        if not finished:
+            self._show_best_weights()
+            self._states.remember_current()
+            self._states.keep_appending_csv()
+        if finished and (self._final_pending or self._last_saved_step != self._global_step):
+            self._save(final=True)
+            self._final_pending = False
         if finished and self.complete_on_train_end:
             self.complete()
         elif finished and self._total_steps is None:
@@ -334,18 +431,64 @@ class BackupAndRestore(keras.callbacks.Callback):
 
     # -------------------------------------------------------------- internal
 
+    def _early_stoppers(self) -> list:
+        return [callback for callback in self._states.callbacks
+                if isinstance(callback, keras.callbacks.EarlyStopping)
+                and callback.restore_best_weights and callback.best_weights is not None]
+
+    def _hide_best_weights(self) -> None:
+        """Keeps EarlyStopping from restoring its best weights when one fit call of several ends."""
+        self._hidden_best_weights = [(callback, callback.best_weights)
+                                     for callback in self._early_stoppers()]
+        for callback, _ in self._hidden_best_weights:
+            callback.best_weights = None
+
+    def _show_best_weights(self) -> None:
+        for callback, weights in self._hidden_best_weights:
+            callback.best_weights = weights
+        self._hidden_best_weights = []
+
+    def _restore_metrics(self) -> None:
+        """Adds the metric sums of the interrupted epoch's steps run before the backup.
+
+        Called after the first step of the rest of that epoch (Keras builds
+        compiled metrics in the first step): a sum then adds up in the order
+        it would have without the restart.
+        """
+        saved, self._pending_metrics = self._pending_metrics, None
+        variables = list(self.model.metrics_variables)
+        if [tuple(v.shape) for v in variables] != [value.shape for value in saved]:
+            _log.warning("The model's metrics differ from the backup's; the logs of "
+                         "epoch %d cover only the steps run after the restart.", self._epoch)
+            return
+        for variable, value in zip(variables, saved):
+            # Every worker assigns the same total: a sum-on-read variable splits
+            # an assignment across the replicas so that reading it sums back to it.
+            if getattr(variable, "aggregation", None) == "sum":
+                value = np.asarray(variable.numpy()) + value
+            variable.assign(value)
+
     def _last_backup_note(self) -> str:
         if self._last_saved_step:
             return (f" before backing it up: the last backup (step {self._last_saved_step}) "
                     f"holds finite values")
         return " before backing it up"
 
-    def _save(self) -> None:
+    def _save(self, final: bool = False) -> None:
+        states, arrays = self._states.capture()
+        metadata = {"epoch_logs": self._epoch_logs, "history": self._history,
+                    "callbacks": states, "stopped": final and bool(self.model.stop_training)}
+        if self._step_in_epoch and not final:
+            values = [np.asarray(variable.numpy()) for variable in self.model.metrics_variables]
+            metadata["metric_arrays"] = [f"metric{index}" for index in range(len(values))]
+            arrays.update(zip(metadata["metric_arrays"], values))
         try:
             self._backup.save(global_step=self._global_step, epoch=self._epoch,
                               step_in_epoch=self._step_in_epoch,
                               steps_per_epoch=self._steps_per_epoch,
-                              extra_metadata={"epoch_logs": self._epoch_logs})
+                              extra_metadata=metadata,
+                              extra_files={ARRAYS_FILE: arrays_to_bytes(arrays)} if arrays
+                              else None)
         except NonFiniteError:
             self.close()
             raise

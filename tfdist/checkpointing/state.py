@@ -79,6 +79,11 @@ class ResumePoint:
         backup_path: The backup restored, if any.
         epoch_logs: The logs of the last epoch completed before the backup
             (what `fit` reported for it), if the backup recorded them.
+        stopped: A callback had stopped training (`model.stop_training`, e.g.
+            `EarlyStopping`) when the backup was taken: nothing is left to run,
+            whatever `epochs` the restart asks for.
+        steps_per_epoch: The steps of one epoch, as the backup recorded them.
+        metadata: The backup's metadata (empty without a backup).
     """
 
     global_step: int = 0
@@ -87,6 +92,9 @@ class ResumePoint:
     completed: bool = False
     backup_path: str | None = None
     epoch_logs: Mapping | None = None
+    stopped: bool = False
+    steps_per_epoch: int | None = dataclasses.field(default=None, compare=False)
+    metadata: Mapping = dataclasses.field(default_factory=dict, compare=False)
 
     def segments(self, *, epochs: int, steps_per_epoch: int | None) -> tuple[FitSegment, ...]:
         """The `fit` calls that run the rest of `epochs` epochs exactly once.
@@ -108,16 +116,24 @@ class ResumePoint:
                 `steps_per_epoch`.
         """
         _check_positive("epochs", epochs)
-        if self.completed:
+        if self.completed or self.stopped:
             return ()
         if steps_per_epoch is None:
-            if self.step_in_epoch:
+            if self.step_in_epoch and self.steps_per_epoch is None:
                 raise UsageError(
                     f"the backup at step {self.global_step} stops {self.step_in_epoch} "
-                    f"steps into epoch {self.epoch}, expected steps_per_epoch to resume "
-                    f"there exactly; pass steps_per_epoch to fit and to segments()")
+                    f"steps into epoch {self.epoch} of unknown length, expected "
+                    f"steps_per_epoch to resume there exactly; pass steps_per_epoch=N "
+                    f"(the number of batches in one epoch) to fit")
             if self.epoch >= epochs:
                 return ()
+            if self.step_in_epoch:
+                rest = self.steps_per_epoch - self.step_in_epoch
+                return (FitSegment(self.epoch, self.epoch + 1, rest, self.global_step,
+                                   self.step_in_epoch),
+                        *((FitSegment(self.epoch + 1, epochs, None,
+                                      self.global_step + rest, 0),)
+                          if self.epoch + 1 < epochs else ()))
             return (FitSegment(self.epoch, epochs, None, self.global_step, 0),)
         _check_positive("steps_per_epoch", steps_per_epoch)
         epoch, step_in_epoch = divmod(self.global_step, steps_per_epoch)
@@ -263,11 +279,16 @@ class TrainingBackup:
                 f"with the settings it was made with or use a new backup directory",
                 field="checkpoint") from error
 
-    def restore(self) -> ResumePoint:
+    def restore(self, *, load_when_completed: bool = False) -> ResumePoint:
         """Loads the newest good backup; call once, on every worker, before training.
 
+        Args:
+            load_when_completed: Load the final backup of a completed job too
+                (when it was kept), so that the model holds the trained weights.
+
         Returns:
-            Where to resume. `completed` when a finished run is restarted.
+            Where to resume. `completed` when a finished run is restarted
+            (`backup_path` names the final backup if it was loaded).
 
         Raises:
             BackupMismatchError: The newest intact backup was made by another
@@ -280,7 +301,13 @@ class TrainingBackup:
         if completion is not None:
             _log.info("Training already completed at step %d (%s); nothing to resume.",
                       completion["step"], self.store.backup_dir)
-            return ResumePoint(global_step=completion["step"], completed=True)
+            info = None
+            if load_when_completed and completion["step"] in self.store.committed_steps():
+                self._ensure_checkpoint()
+                info = self.store.restore(self._read)
+            if info is None or info.step != completion["step"]:
+                return ResumePoint(global_step=completion["step"], completed=True)
+            return self._point(info, completed=True)
         self._ensure_checkpoint()
         info = self.store.restore(self._read)
         # Only now: a refused restart must leave the directory exactly as it was.
@@ -303,16 +330,28 @@ class TrainingBackup:
                 _log.warning("Restored optimizer.iterations=%d but the backup recorded %d.",
                              restored, iterations)
         _log.info("Resuming from the backup at step %d (%s).", info.step, info.path)
+        return self._point(info)
+
+    @staticmethod
+    def _point(info: BackupInfo, completed: bool = False) -> ResumePoint:
+        metadata = info.metadata
+        steps_per_epoch = metadata.get("steps_per_epoch")
         return ResumePoint(global_step=info.step, epoch=int(metadata.get("epoch", 0)),
                            step_in_epoch=int(metadata.get("step_in_epoch", 0)),
-                           backup_path=info.path, epoch_logs=metadata.get("epoch_logs"))
+                           completed=completed, backup_path=info.path,
+                           epoch_logs=metadata.get("epoch_logs"),
+                           stopped=bool(metadata.get("stopped", False)),
+                           steps_per_epoch=int(steps_per_epoch) if steps_per_epoch else None,
+                           metadata=dict(metadata))
 
     def save(self, *, global_step: int, epoch: int, step_in_epoch: int,
-             steps_per_epoch: int | None = None, extra_metadata: Mapping | None = None
-             ) -> BackupInfo | None:
+             steps_per_epoch: int | None = None, extra_metadata: Mapping | None = None,
+             extra_files: Mapping[str, bytes] | None = None) -> BackupInfo | None:
         """Backs up the current state; every worker calls it at the same step.
 
         Returns once the chief's backup has committed on every worker.
+        `extra_files` (name to bytes) are written beside the checkpoint and
+        checked like its own files.
 
         Raises:
             NonFiniteError: A model or optimizer variable holds NaN or Inf
@@ -329,7 +368,14 @@ class TrainingBackup:
                     **dict(extra_metadata or {})}
         if self.optimizer is not None:
             metadata["optimizer_iterations"] = int(self.optimizer.iterations.numpy())
-        info = self.store.save(checkpoint.write, step=global_step, metadata=metadata)
+        def write(prefix: str) -> None:
+            checkpoint.write(prefix)
+            directory = prefix.rsplit("/", 1)[0] if "/" in prefix else "."
+            for name, data in (extra_files or {}).items():
+                with tf.io.gfile.GFile(f"{directory}/{name}", "wb") as handle:
+                    handle.write(data)
+
+        info = self.store.save(write, step=global_step, metadata=metadata)
         self.sync.barrier()
         self.last_saved_step = global_step
         if info is not None:
