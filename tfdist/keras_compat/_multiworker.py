@@ -35,17 +35,38 @@ def _first_local_value(value):
     return value
 
 
+def _holds_strings(element_spec) -> bool:
+    return any(getattr(spec, "dtype", None) == tf.string
+               for spec in tf.nest.flatten(element_spec, expand_composites=True))
+
+
+def _builds_from_first_replica(strategy, batches) -> bool:
+    """Whether the first batch must not be averaged across replicas to learn its shapes.
+
+    Multi-worker strategies cannot average eagerly (`symbolic_build`); no
+    strategy can average strings (`string_symbolic_build`, tensorflow#80951:
+    AddN has no string kernel).
+    """
+    if _patching.enabled("symbolic_build") and is_multi_worker(strategy):
+        return True
+    return (_patching.enabled("string_symbolic_build") and strategy.num_replicas_in_sync > 1
+            and _holds_strings(getattr(batches, "element_spec", None)))
+
+
 def maybe_symbolic_build(self, iterator=None, data_batch=None):
     """Builds from the first local replica's batch: only its shapes and dtypes matter."""
     original = _patching.original(tf_trainer.TensorFlowTrainer, "_maybe_symbolic_build")
     strategy = self._distribute_strategy  # pylint: disable=protected-access
-    if iterator is None or strategy is None or not is_multi_worker(strategy):
+    if iterator is None or strategy is None:
         return original(self, iterator=iterator, data_batch=data_batch)
     for _, _, batches in iterator:
+        if not _builds_from_first_replica(strategy, batches):
+            break
         data_batch = tf.nest.map_structure(_first_local_value, next(batches))
-        break
-    with strategy.scope():
-        self._symbolic_build(data_batch=data_batch)  # pylint: disable=protected-access
+        with strategy.scope():
+            self._symbolic_build(data_batch=data_batch)  # pylint: disable=protected-access
+        return None
+    return original(self, iterator=iterator, data_batch=data_batch)
 
 
 def reduce_per_replica(values, strategy, reduction):

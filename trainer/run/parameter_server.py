@@ -8,8 +8,10 @@ with `tfdist.parameter_server.ParameterServerTrainer`.
 import time
 from typing import Mapping
 
+from absl import logging
 import tensorflow as tf
 
+from tfdist import custom_steps
 from tfdist import data as data_lib
 from tfdist import parameter_server
 from tfdist.cluster import WORKER, Cluster
@@ -56,7 +58,10 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
     trainer = parameter_server.ParameterServerTrainer(model)
     # Callbacks run at sync points only: throughput comes from the trainer.
     callbacks = [c for c in run.callbacks if not isinstance(c, ThroughputMeter)]
-    validation = pipeline.validation_kwargs(config, inputs)
+    cannot_evaluate = custom_steps.evaluation_skip_reason(model)
+    if cannot_evaluate:
+        logging.info("Skipping evaluation: %s.", cannot_evaluate)
+    validation = {} if cannot_evaluate else pipeline.validation_kwargs(config, inputs)
     dataset_fn = _worker_dataset_fn(loaded, inputs)
     started = time.perf_counter()
     history = None
@@ -68,7 +73,7 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
                               callbacks=callbacks, verbose=2, **validation)
     wall_seconds = time.perf_counter() - started
     train_logs = pipeline.epoch_logs(history, run)
-    eval_stream = inputs.eval_stream()
+    eval_stream = None if cannot_evaluate else inputs.eval_stream()
     evaluation = trainer.evaluate_on_coordinator(eval_stream) if eval_stream is not None else {}
     return pipeline.conclude(config, cluster, dirs, run, pipeline.Outcome(
         strategy="parameter_server", num_replicas=num_replicas,

@@ -17,7 +17,10 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+from tfdist import batching as batching_lib
 from tfdist import data as data_lib
+from tfdist import first_batch_check
+from tfdist import weighting
 from tfdist import export as export_lib
 from tfdist import hypertune
 from tfdist import execution_tuner
@@ -93,6 +96,7 @@ class Inputs:
         steps_per_epoch: Optimizer updates per epoch.
         global_batch_size: Examples per step across all replicas.
         seed: Fixes the order of every pass.
+        batching: The task's declared padding or bucketing (`tfdist.batching`), or None.
     """
 
     train_examples: tf.data.Dataset
@@ -101,9 +105,14 @@ class Inputs:
     steps_per_epoch: int
     global_batch_size: int
     seed: int
+    batching: object = None
 
     def train_stream(self, first_step: int = 0) -> tf.data.Dataset:
         """Global batches from step `first_step` on, the same in every process."""
+        if self.batching is not None:  # variable lengths: tfdist.batching
+            return batching_lib.training_batches(
+                self.train_examples, self.batching, global_batch_size=self.global_batch_size,
+                seed=self.seed, num_examples=self.num_train_examples, first_step=first_step)
         return data_lib.training_batches(
             self.train_examples, global_batch_size=self.global_batch_size, seed=self.seed,
             num_examples=self.num_train_examples, first_step=first_step)
@@ -115,6 +124,9 @@ class Inputs:
     def eval_stream(self) -> tf.data.Dataset | None:
         if self.eval_examples is None:
             return None
+        if self.batching is not None:  # variable lengths: tfdist.batching
+            return batching_lib.evaluation_batches(self.eval_examples, self.batching,
+                                                   global_batch_size=self.global_batch_size)
         return data_lib.evaluation_batches(self.eval_examples,
                                            global_batch_size=self.global_batch_size)
 
@@ -130,14 +142,22 @@ def build_inputs(loaded: LoadedTask, config: ExperimentConfig) -> Inputs:
     tasks_lib.check_examples(train, loaded.spec, training=True)
     evaluation = loaded.task.build_inputs(False)
     tasks_lib.check_examples(evaluation, loaded.spec, training=False)
+    # Issue 19: declared padding/bucketing, class weights, already-batched data.
+    batching = batching_lib.declared_batching(loaded.task, loaded.spec)
+    batching_lib.check_declared(train, batching, loaded.spec)
+    train = weighting.apply_class_weight(
+        train, weighting.class_weight_of(loaded.task, loaded.spec), loaded.spec)
     num_examples = data_lib.count_examples(train)
+    first_batch_check.refuse_batched_if_too_few(train, num_examples, config.global_batch_size,
+                                                loaded.spec)
     per_pass = data_lib.batches_per_pass(num_examples, config.global_batch_size)
     steps_per_epoch = config.steps_per_epoch or per_pass
     if config.steps_per_execution != AUTO:
         check_steps_per_execution(config.steps_per_execution, steps_per_epoch)
     return Inputs(train_examples=train, eval_examples=evaluation,
                   num_train_examples=num_examples, steps_per_epoch=steps_per_epoch,
-                  global_batch_size=config.global_batch_size, seed=config.seed)
+                  global_batch_size=config.global_batch_size, seed=config.seed,
+                  batching=batching)
 
 
 def check_settings_for_strategy(config: ExperimentConfig, strategy_name: str) -> None:
@@ -180,8 +200,9 @@ def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
                 for_training: bool = True, jit_compile: bool = False) -> keras.Model:
     """The task's model, built and compiled; call inside the strategy's scope.
 
-    The model is called once on one example, so that a subclassed model has
-    every variable before a backup is restored into it.
+    The model and its loss run once on the first training examples
+    (`tfdist.first_batch_check`): a subclassed model gets every variable before
+    a backup is restored into it, and mistakes in the task become one line.
 
     Args:
         loaded: The task.
@@ -191,9 +212,9 @@ def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
     """
     model = loaded.task.build_model()
     tasks_lib.check_model(model, loaded.spec)
-    model(inputs.sample_features(), training=False)
     steps_per_epoch = inputs.steps_per_epoch if for_training else None
-    compile_args = {"loss": loaded.task.loss(), "metrics": loaded.task.metrics()}
+    compile_args = {"loss": loaded.task.loss(), "metrics": loaded.task.metrics(),
+                    "weighted_metrics": weighting.weighted_metrics_of(loaded.task)}
     if steps_per_epoch is None:
         model.compile(**compile_args)
     else:
@@ -202,6 +223,13 @@ def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
                       jit_compile=jit_compile, **compile_args)
         if config.all_reduce_dtype != "float32":
             keras_compat.set_gradient_all_reduce_dtype(model.optimizer, config.all_reduce_dtype)
+    first_batch_check.check(
+        model, first_batch_check.first_batch(inputs.train_examples, inputs.batching,
+                                             spec=loaded.spec,
+                                             global_batch_size=inputs.global_batch_size),
+        loss=compile_args["loss"], spec=loaded.spec,
+        element_spec=inputs.train_examples.element_spec,
+        global_batch_size=inputs.global_batch_size)
     return model
 
 
