@@ -254,6 +254,7 @@ def tune_steps_per_execution(config: ExperimentConfig, model: keras.Model, input
         model, inputs.train_stream(first_step), steps_per_epoch=inputs.steps_per_epoch,
         backup_every_steps=config.backup_every_steps, first_step=first_step,
         other_step_counts=(config.validation_steps,) if config.validation_steps else (),
+        run_steps=config.epochs * inputs.steps_per_epoch - first_step,
     ).steps_per_execution
 
 
