@@ -261,7 +261,9 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
             if not durations:
                 return False
             step_time = min([*step_seconds.values(), statistics.median(durations) / value])
-            return _broadcast_flag(strategy, time.perf_counter() - started > budget(step_time))
+            # Stop before the next execution would end past the budget.
+            spent = time.perf_counter() - started + value * step_time
+            return _broadcast_flag(strategy, spent > budget(step_time))
 
         clock = _ExecutionClock(over_budget)
         executions = 1 + max(MIN_TIMED_EXECUTIONS, math.ceil(MIN_TIMED_STEPS / value))
@@ -301,7 +303,7 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
               f"~{1e3 * chosen * step_seconds[chosen]:.0f} ms; probing took {probe_seconds:.1f} s "
               f"({probed_steps} steps"
               + (f", budget {budget(best):.1f} s: {100 * max_probe_fraction:g}% of the "
-                 f"~{run_steps * best:.0f} s run or {min_probe_budget_seconds:g} s"
+                 f"~{run_steps * best:.1f} s run or {min_probe_budget_seconds:g} s"
                  if run_steps is not None else "") + ")")
     logging.info("%s", reason)
     return TuningResult(steps_per_execution=chosen, step_seconds=dict(step_seconds),

@@ -80,7 +80,9 @@ def refuse_batched_if_too_few(examples: tf.data.Dataset, num_examples: int,
         UsageError: Fewer elements than one global batch, and they look batched.
     """
     if num_examples < global_batch_size and looks_batched(examples.element_spec):
-        raise UsageError(batched_message(spec, examples.element_spec, global_batch_size))
+        raise UsageError(batched_message(spec, examples.element_spec, global_batch_size)
+                         + f" (it yields {num_examples} elements, fewer than one global "
+                           f"batch)")
 
 
 def first_batch(examples: tf.data.Dataset, batching, *, spec: str = "the task",

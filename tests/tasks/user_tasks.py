@@ -53,6 +53,7 @@ class CustomStepModel(keras.Model):
         super().__init__(**kwargs)
         self.hidden = keras.layers.Dense(8, activation="relu")
         self.out = keras.layers.Dense(1)
+        self.loss_fn = keras.losses.MeanSquaredError()
         self.loss_tracker = keras.metrics.Mean(name="loss")
         self.mae_metric = keras.metrics.MeanAbsoluteError(name="mae")
 
@@ -63,8 +64,7 @@ class CustomStepModel(keras.Model):
         x, y = data
         with tf.GradientTape() as tape:
             y_pred = self(x, training=True)
-            loss = keras.ops.mean(
-                keras.losses.mean_squared_error(tf.reshape(y, (-1, 1)), y_pred))
+            loss = self.loss_fn(tf.reshape(y, (-1, 1)), y_pred)
         gradients = tape.gradient(loss, self.trainable_variables)
         self.optimizer.apply(gradients, self.trainable_variables)
         self.loss_tracker.update_state(loss)

@@ -5,15 +5,18 @@ the task's inputs and model with `trainer.run.pipeline` and drives the steps
 with `tfdist.parameter_server.ParameterServerTrainer`.
 """
 
+import functools
 import time
 from typing import Mapping
 
 from absl import logging
 import tensorflow as tf
 
+from tfdist import batching as batching_lib
 from tfdist import custom_steps
 from tfdist import data as data_lib
 from tfdist import parameter_server
+from tfdist import weighting
 from tfdist.cluster import WORKER, Cluster
 from trainer.config import ExperimentConfig
 from trainer.run import pipeline
@@ -35,8 +38,13 @@ def _worker_dataset_fn(loaded: LoadedTask, inputs: pipeline.Inputs):
         # Built here, inside the function each worker runs: a dataset made
         # eagerly on the chief cannot be captured by it.
         del input_context  # Parameter-server input contexts do not tell workers apart.
-        stream = data_lib.training_batches(
-            loaded.task.build_inputs(True), global_batch_size=inputs.global_batch_size,
+        examples = weighting.apply_class_weight(  # issue 19: the task's class weights
+            loaded.task.build_inputs(True), weighting.class_weight_of(loaded.task))
+        make_batches = (data_lib.training_batches if inputs.batching is None else
+                        functools.partial(batching_lib.training_batches,
+                                          batching=inputs.batching))
+        stream = make_batches(
+            examples, global_batch_size=inputs.global_batch_size,
             seed=inputs.seed, num_examples=inputs.num_train_examples)
         offset = tf.cast(tf.timestamp() * 1e6, tf.int64) % per_pass
         return stream.skip(offset)
