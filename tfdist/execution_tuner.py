@@ -238,7 +238,7 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
         return max(max_probe_fraction * run_steps * step_time, min_probe_budget_seconds)
 
     step_seconds, functions, stopped = {}, {}, ""
-    probed_steps, first_seconds = 0, 0.0
+    probed_steps, first_seconds, traced_seconds = 0, 0.0, {}
     for value in candidates:
         if step_seconds:
             slowest = max(step_seconds.values())
@@ -271,6 +271,7 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
                   verbose=0, shuffle=False)
         probed_steps += clock.executions * value
         first_seconds = _broadcast_first_replica(strategy, clock.first_seconds)
+        traced_seconds[value] = first_seconds
         if not clock.durations:
             continue
         functions[value] = model.train_function
@@ -301,7 +302,8 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
               + (f", also {list(other_step_counts)}" if other_step_counts else "")
               + f"); {'stopped: ' + stopped + '; ' if stopped else ''}an execution takes "
               f"~{1e3 * chosen * step_seconds[chosen]:.0f} ms; probing took {probe_seconds:.1f} s "
-              f"({probed_steps} steps"
+              f"({probed_steps} steps; {traced_seconds.get(chosen, 0.0):.1f} s of it tracing the "
+              f"step that training reuses"
               + (f", budget {budget(best):.1f} s: {100 * max_probe_fraction:g}% of the "
                  f"~{run_steps * best:.1f} s run or {min_probe_budget_seconds:g} s"
                  if run_steps is not None else "") + ")")

@@ -8,7 +8,6 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfdist import batching
 from tfdist.tasks import Task
 
 FEATURES = 6
@@ -179,6 +178,7 @@ class VariableLength(Task):
             tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.int32)))
 
     def batching(self):
+        from tfdist import batching  # pylint: disable=g-import-not-at-top
         if self.batching_mode == "longest":
             return batching.PadToLongest()
         if self.batching_mode == "declared":
