@@ -23,6 +23,15 @@ a restart can choose another value. An execution is kept under
 `max_execution_seconds` so that a preemption notice, checked after every
 execution, is noticed quickly.
 
+Bounded: probing costs at most `MAX_PROBE_FRACTION` (5%) of the run's
+estimated time or `MIN_PROBE_BUDGET_SECONDS` (3 s), whichever is larger
+(the run estimated from the steps left and the first measured step time).
+A probe stops after the execution that reaches the budget, and a candidate is
+not started when its predicted cost (its steps at the best measured rate,
+plus the first execution's tracing as measured at the previous candidate)
+would exceed what is left. The first execution of the first candidate, which
+traces the training step, is always run.
+
 Multi-worker: every worker runs the same probes in lockstep (they contain
 collectives); after each candidate the first replica's measurement is
 broadcast, so every worker makes the same decisions and the same choice.
@@ -47,6 +56,9 @@ TOLERANCE = 0.05
 # Steps timed at each candidate at least (more executions for small values).
 MIN_TIMED_STEPS = 32
 MIN_TIMED_EXECUTIONS = 3
+# Probing costs at most this fraction of the estimated run, or the seconds below.
+MAX_PROBE_FRACTION = 0.05
+MIN_PROBE_BUDGET_SECONDS = 3.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +72,8 @@ class TuningResult:
         granularity: Every candidate divides this number of steps.
         probe_seconds: Wall time the probes took (tracing included).
         reason: One sentence for the log.
+        probed_steps: Training steps the probes ran (all rolled back).
+        budget_seconds: The probing budget (see `MAX_PROBE_FRACTION`).
     """
 
     steps_per_execution: int
@@ -68,6 +82,8 @@ class TuningResult:
     granularity: int
     probe_seconds: float
     reason: str
+    probed_steps: int = 0
+    budget_seconds: float = 0.0
 
 
 def step_granularity(*, steps_per_epoch: int, backup_every_steps: int = 0,
@@ -98,18 +114,36 @@ def candidate_values(granularity: int, targets: Sequence[int] = DEFAULT_TARGETS)
 
 
 class _ExecutionClock(keras.callbacks.Callback):
-    """Wall time between consecutive execution ends (the first execution is left out)."""
+    """Wall time between consecutive execution ends (the first execution is left out).
 
-    def __init__(self):
+    Stops the probe (`model.stop_training`) after the execution that ends past
+    `over_budget()`; counts the executions run.
+    """
+
+    def __init__(self, over_budget=lambda durations: False):
         super().__init__()
         self.durations = []
+        self.executions = 0
+        self.first_seconds = 0.0
+        self.stopped = False
+        self._over_budget = over_budget
+        self._begin = None
         self._last = None
+
+    def on_train_begin(self, logs=None):
+        self._begin = time.perf_counter()
 
     def on_train_batch_end(self, batch, logs=None):
         now = time.perf_counter()
+        self.executions += 1
         if self._last is not None:
             self.durations.append(now - self._last)
+        else:
+            self.first_seconds = now - self._begin
         self._last = now
+        if self._over_budget(self.durations):
+            self.stopped = True
+            self.model.stop_training = True
 
 
 def _snapshot(variables) -> list:
@@ -145,12 +179,20 @@ def _broadcast_first_replica(strategy: tf.distribute.Strategy, value: float) -> 
     return float(strategy.experimental_local_results(agreed)[0].numpy())
 
 
+def _broadcast_flag(strategy: tf.distribute.Strategy, flag: bool) -> bool:
+    """The first replica's decision, on every worker (so all probes stop together)."""
+    return _broadcast_first_replica(strategy, float(flag)) > 0.5
+
+
 def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
                              steps_per_epoch: int, backup_every_steps: int = 0,
                              first_step: int = 0, other_step_counts: Sequence[int] = (),
                              targets: Sequence[int] = DEFAULT_TARGETS,
                              max_execution_seconds: float = MAX_EXECUTION_SECONDS,
-                             tolerance: float = TOLERANCE) -> TuningResult:
+                             tolerance: float = TOLERANCE, run_steps: int | None = None,
+                             max_probe_fraction: float = MAX_PROBE_FRACTION,
+                             min_probe_budget_seconds: float = MIN_PROBE_BUDGET_SECONDS,
+                             ) -> TuningResult:
     """Measures candidate steps per execution and sets the best on `model`.
 
     The model must be compiled (with any `steps_per_execution`), its weights
@@ -169,6 +211,10 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
             at the previous candidate); bounds the wait for a preemption check.
         tolerance: Choose the largest value whose step time is within this
             fraction of the fastest measured (no execution exceeds the bound).
+        run_steps: Steps the run will train; None: unbounded probing.
+        max_probe_fraction, min_probe_budget_seconds: Probing stops at this
+            fraction of the estimated run time or these seconds, whichever is
+            larger.
 
     Returns:
         What was chosen and why (also logged as one line).
@@ -186,7 +232,13 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
     state = _state_variables(model)
     saved = _snapshot(state)
 
+    def budget(step_time: float) -> float:
+        if run_steps is None:
+            return math.inf
+        return max(max_probe_fraction * run_steps * step_time, min_probe_budget_seconds)
+
     step_seconds, functions, stopped = {}, {}, ""
+    probed_steps, first_seconds, traced_seconds = 0, 0.0, {}
     for value in candidates:
         if step_seconds:
             slowest = max(step_seconds.values())
@@ -194,18 +246,46 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
                 stopped = (f"{value} would exceed the {max_execution_seconds:g} s bound per "
                            f"execution")
                 break
+            best = min(step_seconds.values())
+            executions = 1 + max(MIN_TIMED_EXECUTIONS, math.ceil(MIN_TIMED_STEPS / value))
+            predicted = first_seconds + executions * value * best
+            # Agreed on every worker: the inputs are broadcast measurements.
+            if (time.perf_counter() - started) + predicted > budget(best):
+                stopped = (f"{value} would exceed the probing budget of "
+                           f"{budget(best):.1f} s")
+                break
         model.steps_per_execution = value
         model.make_train_function(force=True)
-        clock = _ExecutionClock()
+
+        def over_budget(durations, value=value):
+            if not durations:
+                return False
+            step_time = min([*step_seconds.values(), statistics.median(durations) / value])
+            # Stop before the next execution would end past the budget.
+            spent = time.perf_counter() - started + value * step_time
+            return _broadcast_flag(strategy, spent > budget(step_time))
+
+        clock = _ExecutionClock(over_budget)
         executions = 1 + max(MIN_TIMED_EXECUTIONS, math.ceil(MIN_TIMED_STEPS / value))
         model.fit(dataset, epochs=1, steps_per_epoch=executions * value, callbacks=[clock],
                   verbose=0, shuffle=False)
+        probed_steps += clock.executions * value
+        first_seconds = _broadcast_first_replica(strategy, clock.first_seconds)
+        traced_seconds[value] = first_seconds
+        if not clock.durations:
+            continue
         functions[value] = model.train_function
         measured = statistics.median(clock.durations) / value
         step_seconds[value] = _broadcast_first_replica(strategy, measured)
+        if clock.stopped:
+            stopped = f"the probing budget of {budget(min(step_seconds.values())):.1f} s was spent"
+            break
 
     for variable, value in zip(state, saved):
         variable.assign(value)
+    if not step_seconds:  # not one timed execution: nothing to choose from
+        step_seconds[candidates[0]] = first_seconds / candidates[0]
+        functions[candidates[0]] = model.train_function
     best = min(step_seconds.values())
     # Per-execution overhead only shrinks with more steps per execution, so among values
     # measured within noise of the fastest, the largest is the better bet.
@@ -221,8 +301,15 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
               + (f", resumed at step {first_step}" if first_step else "")
               + (f", also {list(other_step_counts)}" if other_step_counts else "")
               + f"); {'stopped: ' + stopped + '; ' if stopped else ''}an execution takes "
-              f"~{1e3 * chosen * step_seconds[chosen]:.0f} ms; probing took {probe_seconds:.1f} s")
+              f"~{1e3 * chosen * step_seconds[chosen]:.0f} ms; probing took {probe_seconds:.1f} s "
+              f"({probed_steps} steps; {traced_seconds.get(chosen, 0.0):.1f} s of it tracing the "
+              f"step that training reuses"
+              + (f", budget {budget(best):.1f} s: {100 * max_probe_fraction:g}% of the "
+                 f"~{run_steps * best:.1f} s run or {min_probe_budget_seconds:g} s"
+                 if run_steps is not None else "") + ")")
     logging.info("%s", reason)
     return TuningResult(steps_per_execution=chosen, step_seconds=dict(step_seconds),
                         candidates=candidates, granularity=granularity,
-                        probe_seconds=probe_seconds, reason=reason)
+                        probe_seconds=probe_seconds, reason=reason,
+                        probed_steps=probed_steps,
+                        budget_seconds=budget(best))

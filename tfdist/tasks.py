@@ -184,6 +184,12 @@ def check_model(model, spec: str = "the task") -> None:
     if not isinstance(model, keras.Model):
         raise TaskError(f"--task {spec!r}: build_model() returned {type(model).__name__}, "
                         f"expected a keras.Model (Sequential, functional or subclassed)")
+    if getattr(model, "compiled", False):
+        raise TaskError(
+            f"--task {spec!r}: build_model() returned a compiled model, expected an uncompiled "
+            f"one: tfdist compiles it with --optimizer and the task's loss(), metrics() and "
+            f"weighted_metrics(), and would otherwise replace your compile settings; drop the "
+            f"model.compile(...) call and return its loss and metrics from the task")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -34,7 +34,13 @@ The one package of tfdist that touches private Keras internals. Upstream Keras
    each replica's forward and backward pass instead and keep the all-reduce,
    the optimizer update and the metric updates outside (`_replica_jit`).
    (`jit_compile="auto"` stays off under strategies, as in Keras.)
-5. Under ParameterServerStrategy (which Keras `fit` does not run; tfdist's
+5. `string_symbolic_build` (tensorflow#80951, closed as stale): under any
+   strategy with several replicas (MirroredStrategy on 2 devices included),
+   the same `strategy.reduce("MEAN", batch)` fails on string features
+   ("Value for attr 'T' of string is not in the list of allowed values",
+   AddN), so every `StringLookup`/`TextVectorization` model fails. We build
+   from the first local replica's batch there too.
+6. Under ParameterServerStrategy (which Keras `fit` does not run; tfdist's
    `ParameterServerTrainer` does), workers update the same metric variables
    concurrently, and every Keras variable update is a read then a write, so
    updates are lost. `make_parameter_server_updates_exact(model)` runs each
@@ -81,7 +87,8 @@ from tfdist.keras_compat._reduced_precision import set_gradient_all_reduce_dtype
 
 # First Keras release assumed fixed; raise it while the upstream test still fails.
 FIRST_FIXED_KERAS = (3, 16)
-CORRECTIONS = ("symbolic_build", "reduce_per_replica", "steps_per_execution", "replica_jit")
+CORRECTIONS = ("symbolic_build", "reduce_per_replica", "steps_per_execution", "replica_jit",
+               "string_symbolic_build")
 
 
 def keras_version() -> tuple[int, int]:
@@ -138,7 +145,7 @@ def apply(corrections: tuple[str, ...] = CORRECTIONS) -> bool:
     if not needs_patch():
         return False
     trainer = tf_trainer.TensorFlowTrainer
-    if "symbolic_build" in corrections:
+    if "symbolic_build" in corrections or "string_symbolic_build" in corrections:
         _patching.install(trainer, "_maybe_symbolic_build", _multiworker.maybe_symbolic_build)
     if "reduce_per_replica" in corrections:
         _patching.install(tf_trainer, "reduce_per_replica", _multiworker.reduce_per_replica)

@@ -67,6 +67,24 @@ def batch_from_element_spec(epoch_iterator):
     return placeholders
 
 
+def _holds_strings(element_spec) -> bool:
+    return any(getattr(spec, "dtype", None) == tf.string
+               for spec in tf.nest.flatten(element_spec, expand_composites=True))
+
+
+def _builds_from_first_replica(strategy, batches) -> bool:
+    """Whether the first batch must not be averaged across replicas to learn its shapes.
+
+    Multi-worker strategies cannot average eagerly (`symbolic_build`); no
+    strategy can average strings (`string_symbolic_build`, tensorflow#80951:
+    AddN has no string kernel).
+    """
+    if _patching.enabled("symbolic_build") and is_multi_worker(strategy):
+        return True
+    return (_patching.enabled("string_symbolic_build") and strategy.num_replicas_in_sync > 1
+            and _holds_strings(getattr(batches, "element_spec", None)))
+
+
 def maybe_symbolic_build(self, iterator=None, data_batch=None):
     """Builds from the dataset's element spec (or the first local replica's batch).
 
@@ -78,15 +96,24 @@ def maybe_symbolic_build(self, iterator=None, data_batch=None):
     strategy = self._distribute_strategy  # pylint: disable=protected-access
     if iterator is None or strategy is None:
         return original(self, iterator=iterator, data_batch=data_batch)
-    data_batch = batch_from_element_spec(iterator)
-    if data_batch is None:
-        if not is_multi_worker(strategy):
-            return original(self, iterator=iterator, data_batch=None)
-        for _, _, batches in iterator:
-            data_batch = tf.nest.map_structure(_first_local_value, next(batches))
+    if _patching.enabled("symbolic_build"):
+        dataset = getattr(iterator, "_distributed_dataset", None)
+        strings = dataset is not None and _holds_strings(dataset.element_spec)
+        data_batch = None
+        if not strings or _patching.enabled("string_symbolic_build"):
+            data_batch = batch_from_element_spec(iterator)
+        if data_batch is not None:
+            with strategy.scope():
+                self._symbolic_build(data_batch=data_batch)  # pylint: disable=protected-access
+            return None
+    for _, _, batches in iterator:
+        if not _builds_from_first_replica(strategy, batches):
             break
-    with strategy.scope():
-        self._symbolic_build(data_batch=data_batch)  # pylint: disable=protected-access
+        data_batch = tf.nest.map_structure(_first_local_value, next(batches))
+        with strategy.scope():
+            self._symbolic_build(data_batch=data_batch)  # pylint: disable=protected-access
+        return None
+    return original(self, iterator=iterator, data_batch=data_batch)
 
 
 def reduce_per_replica(values, strategy, reduction):

@@ -9,6 +9,7 @@ events there), and exits once the chief marks training done.
 
 from absl import logging
 
+from tfdist import custom_steps
 from tfdist import evaluation
 from tfdist.cluster import CHIEF, WORKER, Cluster
 from tfdist.errors import UsageError
@@ -43,6 +44,10 @@ def evaluate(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDi
                          f"evaluator task has nothing to evaluate; return evaluation examples "
                          f"or run the job without an evaluator")
     model = pipeline.build_model(loaded, config, inputs, for_training=False)
+    cannot_evaluate = custom_steps.evaluation_skip_reason(model)
+    if cannot_evaluate:
+        logging.warning("The evaluator task has nothing to do: %s.", cannot_evaluate)
+        return
     alive = None
     address = _training_address(cluster)
     if address:

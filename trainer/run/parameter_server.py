@@ -5,13 +5,18 @@ the task's inputs and model with `trainer.run.pipeline` and drives the steps
 with `tfdist.parameter_server.ParameterServerTrainer`.
 """
 
+import functools
 import time
 from typing import Mapping
 
+from absl import logging
 import tensorflow as tf
 
+from tfdist import batching as batching_lib
+from tfdist import custom_steps
 from tfdist import data as data_lib
 from tfdist import parameter_server
+from tfdist import weighting
 from tfdist.cluster import WORKER, Cluster
 from trainer.config import ExperimentConfig
 from trainer.run import pipeline
@@ -37,8 +42,14 @@ def _worker_dataset_fn(loaded: LoadedTask, inputs: pipeline.Inputs):
         # Built here, inside the function each worker runs: a dataset made
         # eagerly on the chief cannot be captured by it.
         del input_context  # Parameter-server input contexts do not tell workers apart.
-        examples = data_lib.TaskInput(loaded.task.build_inputs(True)).graph_examples()
-        stream = data_lib.training_batches(
+        split = weighting.with_class_weight(  # the task's class weights, if any
+            data_lib.TaskInput(loaded.task.build_inputs(True)),
+            weighting.class_weight_of(loaded.task))
+        examples = split.graph_examples()
+        make_batches = (data_lib.training_batches if inputs.batching is None else
+                        functools.partial(batching_lib.training_batches,
+                                          batching=inputs.batching))
+        stream = make_batches(
             examples, global_batch_size=inputs.global_batch_size,
             seed=inputs.seed, num_examples=inputs.num_train_examples)
         offset = tf.cast(tf.timestamp() * 1e6, tf.int64) % per_pass
@@ -61,7 +72,10 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
     trainer = parameter_server.ParameterServerTrainer(model)
     # Callbacks run at sync points only: throughput comes from the trainer.
     callbacks = [c for c in run.callbacks if not isinstance(c, ThroughputMeter)]
-    validation = pipeline.validation_kwargs(config, inputs)
+    cannot_evaluate = custom_steps.evaluation_skip_reason(model)
+    if cannot_evaluate:
+        logging.info("Skipping evaluation: %s.", cannot_evaluate)
+    validation = {} if cannot_evaluate else pipeline.validation_kwargs(config, inputs)
     dataset_fn = _worker_dataset_fn(loaded, inputs)
     started = time.perf_counter()
     history = None
@@ -73,7 +87,7 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
                               callbacks=callbacks, verbose=2, **validation)
     wall_seconds = time.perf_counter() - started
     train_logs = pipeline.epoch_logs(history, run)
-    eval_stream = inputs.eval_stream()
+    eval_stream = None if cannot_evaluate else inputs.eval_stream()
     evaluation = trainer.evaluate_on_coordinator(eval_stream) if eval_stream is not None else {}
     return pipeline.conclude(config, cluster, dirs, run, pipeline.Outcome(
         strategy="parameter_server", num_replicas=num_replicas,

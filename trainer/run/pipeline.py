@@ -17,8 +17,11 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+from tfdist import batching as batching_lib
 from tfdist import data as data_lib
 from tfdist.data import counts as data_counts
+from tfdist import first_batch_check
+from tfdist import weighting
 from tfdist import export as export_lib
 from tfdist import hypertune
 from tfdist import execution_tuner
@@ -95,6 +98,7 @@ class Inputs:
         steps_per_epoch: Optimizer updates per epoch.
         global_batch_size: Examples per step across all replicas.
         seed: Fixes the order of every pass.
+        batching: The task's declared padding or bucketing (`tfdist.batching`), or None.
     """
 
     train: data_lib.TaskInput
@@ -103,10 +107,15 @@ class Inputs:
     steps_per_epoch: int
     global_batch_size: int
     seed: int
+    batching: object = None
 
     @property
     def eval_examples(self):
         return None if self.evaluation is None else self.evaluation.value
+
+    @property
+    def train_examples(self):
+        return self.train.value
 
     def train_stream(self, first_step: int = 0,
                      strategy: tf.distribute.Strategy | None = None):
@@ -115,6 +124,10 @@ class Inputs:
         A source under a strategy with several replicas comes back distributed:
         each worker builds only its replicas' part of every global batch.
         """
+        if self.batching is not None:  # variable lengths: tfdist.batching
+            return batching_lib.training_batches(
+                self.train.value, self.batching, global_batch_size=self.global_batch_size,
+                seed=self.seed, num_examples=self.num_train_examples, first_step=first_step)
         return self.train.training_stream(
             strategy, global_batch_size=self.global_batch_size, seed=self.seed,
             first_step=first_step, num_examples=self.num_train_examples)
@@ -126,6 +139,9 @@ class Inputs:
     def eval_stream(self) -> tf.data.Dataset | None:
         if self.evaluation is None:
             return None
+        if self.batching is not None:  # variable lengths: tfdist.batching
+            return batching_lib.evaluation_batches(self.evaluation.examples(), self.batching,
+                                                   global_batch_size=self.global_batch_size)
         return self.evaluation.evaluation_stream(self.global_batch_size)
 
 
@@ -144,26 +160,44 @@ def build_inputs(loaded: LoadedTask, config: ExperimentConfig, num_workers: int 
     """
     train = data_lib.TaskInput(loaded.task.build_inputs(True))
     _check_split(train, loaded, training=True)
-    train = train.sharded_by_file(num_workers)
     evaluation_value = loaded.task.build_inputs(False)
     evaluation = None if evaluation_value is None else data_lib.TaskInput(evaluation_value)
     tasks_lib.check_examples(evaluation_value, loaded.spec, training=False)
     if evaluation is not None:
         _check_split(evaluation, loaded, training=False)
+    # Declared padding/bucketing, class weights, already-batched data.
+    batching = batching_lib.declared_batching(loaded.task, loaded.spec)
+    if batching is not None and train.is_source:
+        raise UsageError(
+            f"--task {loaded.spec!r} declares batching() and returns a "
+            f"{type(train.value).__name__}; declared padding applies to a tf.data.Dataset of "
+            f"examples: return one, or pad in the source's preprocess to fixed shapes")
+    if not train.is_source:
+        batching_lib.check_declared(train.value, batching, loaded.spec)
+    train = weighting.with_class_weight(
+        train, weighting.class_weight_of(loaded.task, loaded.spec), loaded.spec)
+    if batching is None:
+        train = train.sharded_by_file(num_workers)
     if config.steps_per_epoch:
         num_examples = train.known_size()
+        if not train.is_source and num_examples is not None:
+            first_batch_check.refuse_batched_if_too_few(train.value, num_examples,
+                                                        config.global_batch_size, loaded.spec)
         train.check_size(config.global_batch_size)
         steps_per_epoch = config.steps_per_epoch
     else:
         num_examples = data_counts.count_once(train, identity=loaded.identity,
                                               directory=count_dir, is_chief=is_chief)
+        if not train.is_source:
+            first_batch_check.refuse_batched_if_too_few(train.value, num_examples,
+                                                        config.global_batch_size, loaded.spec)
         steps_per_epoch = data_lib.batches_per_pass(num_examples, config.global_batch_size)
     if config.steps_per_execution != AUTO:
         check_steps_per_execution(config.steps_per_execution, steps_per_epoch)
     logging.info("Input: %s.", train.describe(num_workers))
     return Inputs(train=train, evaluation=evaluation, num_train_examples=num_examples,
                   steps_per_epoch=steps_per_epoch, global_batch_size=config.global_batch_size,
-                  seed=config.seed)
+                  seed=config.seed, batching=batching)
 
 
 def _check_split(split: data_lib.TaskInput, loaded: LoadedTask, *, training: bool) -> None:
@@ -211,8 +245,9 @@ def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
                 for_training: bool = True, jit_compile: bool = False) -> keras.Model:
     """The task's model, built and compiled; call inside the strategy's scope.
 
-    The model is called once on one example, so that a subclassed model has
-    every variable before a backup is restored into it.
+    The model and its loss run once on the first training examples
+    (`tfdist.first_batch_check`): a subclassed model gets every variable before
+    a backup is restored into it, and mistakes in the task become one line.
 
     Args:
         loaded: The task.
@@ -222,9 +257,9 @@ def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
     """
     model = loaded.task.build_model()
     tasks_lib.check_model(model, loaded.spec)
-    model(inputs.sample_features(), training=False)
     steps_per_epoch = inputs.steps_per_epoch if for_training else None
-    compile_args = {"loss": loaded.task.loss(), "metrics": loaded.task.metrics()}
+    compile_args = {"loss": loaded.task.loss(), "metrics": loaded.task.metrics(),
+                    "weighted_metrics": weighting.weighted_metrics_of(loaded.task)}
     if steps_per_epoch is None:
         model.compile(**compile_args)
     else:
@@ -233,6 +268,12 @@ def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
                       jit_compile=jit_compile, **compile_args)
         if config.all_reduce_dtype != "float32":
             keras_compat.set_gradient_all_reduce_dtype(model.optimizer, config.all_reduce_dtype)
+    head = inputs.train.first_examples(first_batch_check.CHECK_BATCH)
+    first_batch_check.check(
+        model, first_batch_check.first_batch(head, inputs.batching, spec=loaded.spec,
+                                             global_batch_size=inputs.global_batch_size),
+        loss=compile_args["loss"], spec=loaded.spec, element_spec=head.element_spec,
+        global_batch_size=inputs.global_batch_size)
     return model
 
 
@@ -257,6 +298,7 @@ def tune_steps_per_execution(config: ExperimentConfig, model: keras.Model, input
         model, inputs.train_stream(first_step, model.distribute_strategy), steps_per_epoch=inputs.steps_per_epoch,
         backup_every_steps=config.backup_every_steps, first_step=first_step,
         other_step_counts=(config.validation_steps,) if config.validation_steps else (),
+        run_steps=config.epochs * inputs.steps_per_epoch - first_step,
     ).steps_per_execution
 
 

@@ -6,8 +6,10 @@ Every worker runs this; `fit` keeps them in step, and only the chief writes.
 import time
 from typing import Mapping
 
+from absl import logging
 import tensorflow as tf
 
+from tfdist import custom_steps
 from tfdist.cluster import Cluster
 from trainer.config import ExperimentConfig
 from trainer.run import pipeline
@@ -26,7 +28,10 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
 
     model, inputs = run.model, run.inputs
     meter = next(c for c in run.callbacks if isinstance(c, ThroughputMeter))
-    validation = pipeline.validation_kwargs(config, inputs)
+    cannot_evaluate = custom_steps.evaluation_skip_reason(model)
+    if cannot_evaluate:
+        logging.info("Skipping evaluation: %s.", cannot_evaluate)
+    validation = {} if cannot_evaluate else pipeline.validation_kwargs(config, inputs)
     started = time.perf_counter()
     history = None
     for segment in run.todo.segments:
@@ -36,7 +41,7 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
                             **validation)
     wall_seconds = time.perf_counter() - started
     train_logs = pipeline.epoch_logs(history, run)
-    eval_stream = inputs.eval_stream()
+    eval_stream = None if cannot_evaluate else inputs.eval_stream()
     evaluation = ({name: float(value) for name, value in
                    model.evaluate(eval_stream, verbose=0, return_dict=True).items()}
                   if eval_stream is not None else {})
