@@ -96,3 +96,16 @@ def test_a_killed_then_preempted_worker_under_ray_resumes_at_the_exact_steps(tmp
     assert json.loads((checkpoint / "metadata.json").read_text())["step"] == 24
     reported = sorted(path.name for path in checkpoint.parent.glob("tfdist-backup-*"))
     assert reported[-1] == checkpoint.name and len(reported) >= 2, reported
+
+
+def test_the_config_is_rays_own_and_refuses_a_bad_keras_choice():
+    import ray.train.tensorflow  # pylint: disable=g-import-not-at-top
+
+    import tfdist.ray  # pylint: disable=g-import-not-at-top
+    from tfdist.errors import UsageError  # pylint: disable=g-import-not-at-top
+
+    config = tfdist.ray.TensorflowConfig()
+    assert isinstance(config, ray.train.tensorflow.TensorflowConfig)
+    assert config.to_dict() == {"preemption_signals": [int(signal.SIGTERM)], "legacy_keras": "0"}
+    with pytest.raises(UsageError, match="legacy_keras is 'yes', expected '0'"):
+        tfdist.ray.TensorflowConfig(legacy_keras="yes")
