@@ -184,6 +184,10 @@ def _running(spec):
     spec["runPolicy"]["cleanPodPolicy"] = "Running"
 
 
+def _string_count(spec):
+    spec["tfReplicaSpecs"]["Worker"]["replicas"] = "2"
+
+
 def _lower_case(spec):
     spec["tfReplicaSpecs"]["worker"] = spec["tfReplicaSpecs"].pop("Worker")
 
@@ -196,6 +200,7 @@ def _lower_case(spec):
     (_dynamic, "enableDynamicWorker is true"),
     (_running, "cleanPodPolicy is 'Running' with an Evaluator"),
     (_lower_case, "replica type(s) worker"),
+    (_string_count, "Worker.replicas is '2', expected a whole number"),
 ], ids=lambda value: getattr(value, "__name__", ""))
 def test_refuses_what_the_operator_or_tfdist_refuses(edit, expected):
     with pytest.raises(UsageError) as raised:

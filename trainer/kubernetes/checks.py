@@ -30,11 +30,11 @@ def check_tfjob(manifest) -> None:
         kind = manifest.get("kind") if isinstance(manifest, dict) else type(manifest).__name__
         raise UsageError(f"the manifest's kind is {kind!r}, expected TFJob "
                          f"(apiVersion kubeflow.org/v1)")
-    name = (manifest.get("metadata") or {}).get("name", "")
+    name = _mapping(manifest, "metadata").get("name", "")
     if not (isinstance(name, str) and len(name) <= 63 and _DNS_1035.match(name)):
         raise UsageError(f"metadata.name is {name!r}, expected a DNS-1035 label (lower-case "
                          f"letters, digits and '-', starting with a letter, at most 63)")
-    spec = manifest.get("spec") or {}
+    spec = _mapping(manifest, "spec")
     if spec.get("enableDynamicWorker"):
         raise UsageError("spec.enableDynamicWorker is true, which gives each worker a sparse "
                          "TF_CONFIG tfdist cannot run; expected it unset or false")
@@ -51,26 +51,49 @@ def check_tfjob(manifest) -> None:
                          f"expected {', '.join(REPLICA_TYPES)} (case as shown)")
     for replica_type, replica in replicas.items():
         _check_replica(replica_type, replica)
-    chief = replicas.get("Chief") or {}
-    if chief and chief.get("replicas", 1) > 1:
-        raise UsageError(f"spec.tfReplicaSpecs.Chief.replicas is {chief['replicas']}, "
+    if "Chief" in replicas and _count(replicas, "Chief") > 1:
+        raise UsageError(f"spec.tfReplicaSpecs.Chief.replicas is {_count(replicas, 'Chief')}, "
                          f"expected 1: a TFJob has at most one Chief")
-    evaluator = replicas.get("Evaluator")
-    evaluators = (evaluator or {}).get("replicas", 1) if evaluator is not None else 0
+    evaluators = _count(replicas, "Evaluator") if "Evaluator" in replicas else 0
     if evaluators > 1:
         raise UsageError(f"spec.tfReplicaSpecs.Evaluator.replicas is {evaluators}, "
                          f"expected 1: TensorFlow runs a single evaluator")
     # Unset is None in training-operator 1.9 (older releases defaulted to Running).
-    clean = (spec.get("runPolicy") or {}).get("cleanPodPolicy", "None")
+    clean = _mapping(spec, "runPolicy", "spec.").get("cleanPodPolicy", "None")
     if evaluators and clean != "None":
         raise UsageError(f"spec.runPolicy.cleanPodPolicy is {clean!r} with an Evaluator, "
                          f"which the operator deletes when the chief ends, before it "
                          f"evaluates the last checkpoint; expected None")
 
 
+def _mapping(parent: dict, key: str, where: str = "") -> dict:
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise UsageError(f"{where}{key} is a {type(value).__name__}, expected a mapping")
+    return value
+
+
+def _count(replicas: dict, replica_type: str) -> int:
+    """`replicas` of a replica spec (1 when unset, as the operator defaults it)."""
+    count = (replicas.get(replica_type) or {}).get("replicas", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+        raise UsageError(f"spec.tfReplicaSpecs.{replica_type}.replicas is {count!r}, expected "
+                         f"a whole number")
+    return count
+
+
 def _check_replica(replica_type: str, replica) -> None:
     where = f"spec.tfReplicaSpecs.{replica_type}"
-    containers = (((replica or {}).get("template") or {}).get("spec") or {}).get("containers")
+    if not isinstance(replica, dict):
+        raise UsageError(f"{where} is {type(replica).__name__}, expected a replica spec "
+                         f"(replicas, restartPolicy, template)")
+    _count({replica_type: replica}, replica_type)
+    template = _mapping(replica, "template", f"{where}.")
+    containers = _mapping(template, "spec", f"{where}.template.").get("containers")
+    if not isinstance(containers, list) or not all(isinstance(c, dict) for c in containers):
+        containers = []
     if not containers:
         raise UsageError(f"{where}.template.spec.containers is empty, expected a container "
                          f"named tensorflow")
