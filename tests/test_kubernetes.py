@@ -1,6 +1,6 @@
 """TFJob manifests from `python -m trainer.kubernetes`: valid for the training
-operator's own CRD schema (vendored, tests/schemas/README.md) and the
-kubeflow-training SDK's models, refusing what the operator would refuse."""
+operator's own CRD schema (where it is provided, tests/schemas/README.md) and
+the kubeflow-training SDK's models, refusing what the operator would refuse."""
 
 import hashlib
 import json
@@ -19,14 +19,25 @@ jsonschema = pytest.importorskip("jsonschema")
 yaml = pytest.importorskip("yaml")
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
-CRD = REPO / "tests" / "schemas" / "kubeflow.org_tfjobs.yaml"
+# Not in the repository (files fetched from other repositories are not committed here): the
+# project's shared/ folder beside the checkout holds it, or TFDIST_TFJOB_CRD names it.
+CRD = pathlib.Path(os.environ.get(
+    "TFDIST_TFJOB_CRD", REPO.parent / "shared" / "schemas" / "kubeflow.org_tfjobs.yaml"))
 CRD_SHA256 = "1fea6d2d9d3fec4697db322d4490be67b0d616478f42566e4c48ae865130a8c8"
 SHAPES = sorted((REPO / "configs" / "kubernetes").glob("*.json"))
 IMAGE = "us-docker.pkg.dev/my-project/tfdist/trainer:0.1.0"
 
 
+def _require_crd() -> None:
+    if not CRD.is_file():
+        pytest.skip(f"the TFJob CRD (training-operator v1.9.0 manifests/base/crds/"
+                    f"kubeflow.org_tfjobs.yaml, sha256 {CRD_SHA256[:12]}...) is not at {CRD}; "
+                    f"see tests/schemas/README.md")
+
+
 @pytest.fixture(scope="module")
 def crd_validator():
+    _require_crd()
     document = yaml.load(CRD.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     (version,) = [v for v in document["spec"]["versions"] if v["name"] == "v1"]
     return jsonschema.Draft7Validator(version["schema"]["openAPIV3Schema"])
@@ -60,7 +71,8 @@ def shape(**overrides) -> shape_lib.TFJobShape:
     return shape_lib.TFJobShape(**values)
 
 
-def test_the_vendored_crd_is_the_one_its_readme_names():
+def test_the_provided_crd_is_the_one_its_readme_names():
+    _require_crd()
     assert hashlib.sha256(CRD.read_bytes()).hexdigest() == CRD_SHA256
     assert CRD_SHA256 in (REPO / "tests" / "schemas" / "README.md").read_text()
 
