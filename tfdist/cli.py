@@ -4,7 +4,14 @@
 also a restart whose settings differ from its backup's); 3 training stopped by
 a non-finite loss or variable (one line on stderr; nothing non-finite was
 backed up); 143 after a preemption notice once the state is saved; 137 when
-the grace period ran out before the backup committed; anything else a crash.
+the grace period ran out before the backup committed; 200 another task of the
+job was lost (a transient cluster failure: restart the job, it resumes from its
+backup); anything else a crash.
+
+Restart policies read these codes: Kubeflow's TFJob `restartPolicy: ExitCode`
+retries exactly the codes >= 128 (137, 143, 200) and never 2 or 3. 200 lies
+above every signal's 128+N (Linux signals end at 64), so it never reads as a
+process killed by a signal.
 """
 
 import dataclasses
@@ -21,6 +28,9 @@ EXIT_USAGE = 2
 EXIT_NON_FINITE = 3
 EXIT_PREEMPTED = 143
 EXIT_GRACE_EXPIRED = 137
+EXIT_PEER_LOST = 200
+# Codes after which a restart of the job can succeed (TFJob's ExitCode policy: >= 128).
+RETRYABLE_EXIT_CODES = (EXIT_GRACE_EXPIRED, EXIT_PREEMPTED, EXIT_PEER_LOST)
 
 
 def exit_with_error(message: str, code: int) -> NoReturn:

@@ -30,6 +30,7 @@ import threading
 import time
 from typing import Callable
 
+from tfdist import signal_relay
 from tfdist.checkpointing.sync import WorkerSync
 from tfdist.cli import EXIT_GRACE_EXPIRED, EXIT_PREEMPTED
 from tfdist.errors import UsageError
@@ -116,13 +117,17 @@ class PreemptionWatcher:
 
     @property
     def installed(self) -> bool:
-        return bool(self._previous_handlers)
+        return bool(self._previous_handlers) or signal_relay.is_registered(self._on_relayed)
 
     def install(self) -> None:
-        """Installs the signal handlers; call from the main thread."""
+        """Installs the signal handlers; call from the main thread (or after
+        `tfdist.signal_relay.install` from any thread)."""
         if self.installed:
             return
         if threading.current_thread() is not threading.main_thread():
+            if signal_relay.covers(self.options.signals):
+                signal_relay.register(self._on_relayed)
+                return
             _log.warning("Preemption handling is off: signal handlers can only be "
                          "installed from the main thread.")
             return
@@ -131,9 +136,13 @@ class PreemptionWatcher:
 
     def uninstall(self) -> None:
         """Restores the handlers that were in place before `install`."""
+        signal_relay.unregister(self._on_relayed)
         for signum, handler in self._previous_handlers.items():
             signal.signal(signum, handler)
         self._previous_handlers = {}
+
+    def _on_relayed(self, signum: int) -> None:
+        self._on_signal(signum, None)
 
     def _on_signal(self, signum, frame) -> None:
         del frame

@@ -2,7 +2,8 @@
 
 Every task of a job runs this same command. Flags override the `--config` file,
 which overrides the embedded defaults (`trainer.config.ExperimentConfig`).
-Exit codes: 0 done, 2 usage or configuration error, 143 preempted and saved.
+Exit codes: 0 done, 2 usage or configuration error, 143 preempted and saved,
+200 another task of the job was lost (`tfdist.cli`).
 """
 
 import json
@@ -129,7 +130,7 @@ def main(argv) -> None:
         sys.stderr.write(
             f"error: lost contact with another task of the job ({type(error).__name__}: "
             f"{first_line}); exiting so that the job can restart from its last backup\n")
-        sys.exit(1)
+        sys.exit(cli.EXIT_PEER_LOST)
     if cluster.is_chief and summary is not None:
         print(json.dumps({key: summary[key] for key in
                           ("strategy", "num_replicas", "steps_completed", "final_loss",

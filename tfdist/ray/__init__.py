@@ -1,0 +1,167 @@
+"""tfdist under Ray Train: `pip install 'tfdist[ray]'`.
+
+Keep Ray's own trainer and pass tfdist's backend config:
+
+    import ray.train
+    from ray.train.tensorflow import TensorflowTrainer
+    import tfdist.ray, tfdist.resumable
+
+    def train_fn():
+        strategy = tfdist.resumable.strategy_from_environment()
+        ...
+        tfdist.resumable.fit(model, dataset, backup_dir=SHARED_DIR, epochs=4,
+                             steps_per_epoch=16,
+                             callbacks=[tfdist.ray.ReportBackups(SHARED_DIR)])
+
+    TensorflowTrainer(train_fn, tensorflow_config=tfdist.ray.TensorflowConfig(),
+                      scaling_config=ray.train.ScalingConfig(num_workers=2),
+                      run_config=ray.train.RunConfig(
+                          failure_config=ray.train.FailureConfig(max_failures=2))).fit()
+
+(`tensorflow_config=` is `TensorflowTrainer`'s name for it; `DataParallelTrainer`
+takes the same object as `backend_config=`.) On each worker, on the worker's
+main thread before the training function starts, the backend:
+
+- writes `TF_CONFIG` as Ray's own backend does (`worker` roles, rank = index;
+  worker 0 is tfdist's chief);
+- sets `TF_USE_LEGACY_KERAS=0`: Ray sets 1, which does nothing in its own
+  workers (`tf.keras` is resolved before) but makes child processes load
+  tf_keras; with 0, Keras 3 everywhere;
+- installs `tfdist.signal_relay`: Ray runs the training
+  function in a thread, where no signal handler can be installed, so without
+  it tfdist's SIGTERM handling is off. With it, a SIGTERM to a worker process
+  ends in a backup at a step the workers agree on, as outside Ray; the
+  training function then ends with `tfdist.preemption.Preempted` and Ray's
+  `FailureConfig` decides whether to restart.
+
+`ReportBackups` reports tfdist's committed backups to Ray as checkpoints. The
+backups themselves stay the source of truth: a restarted worker group resumes
+from `backup_dir` at the exact step, whatever Ray kept.
+"""
+
+import dataclasses
+import json
+import os
+import signal
+
+try:
+    import ray
+    import ray.train
+    from ray.train.tensorflow.config import TensorflowConfig as _RayTensorflowConfig
+    from ray.train.tensorflow.config import _TensorflowBackend
+except ImportError as error:  # pragma: no cover - exercised without the extra
+    raise ImportError(f"tfdist.ray needs Ray Train ({error}); install it with "
+                      f"pip install 'tfdist[ray]'") from None
+
+import keras
+
+from tfdist import signal_relay
+from tfdist.checkpointing.store import BackupStore
+from tfdist.errors import UsageError
+
+__all__ = ["TensorflowConfig", "ReportBackups"]
+
+
+def _setup_worker(worker_addresses: list[str], index: int, signals: tuple[int, ...],
+                  legacy_keras: str) -> bool:
+    """Runs on each Ray worker's main thread; returns whether the relay is on."""
+    os.environ["TF_CONFIG"] = json.dumps({
+        "cluster": {"worker": list(worker_addresses)},
+        "task": {"type": "worker", "index": index}})
+    os.environ["TF_USE_LEGACY_KERAS"] = legacy_keras
+    return signal_relay.install(signals) if signals else False
+
+
+@dataclasses.dataclass
+class TensorflowConfig(_RayTensorflowConfig):
+    """Ray Train's `TensorflowConfig`, with tfdist's worker setup.
+
+    Attributes:
+        preemption_signals: Signals relayed to tfdist's preemption handling on
+            the training thread; empty leaves signals to Ray.
+        legacy_keras: What `TF_USE_LEGACY_KERAS` becomes in the workers (and
+            so in their child processes): "0" (Keras 3, the default) or "1".
+    """
+
+    preemption_signals: tuple[int, ...] = (signal.SIGTERM,)
+    legacy_keras: str = "0"
+
+    def __post_init__(self):
+        if self.legacy_keras not in ("0", "1"):
+            raise UsageError(f"legacy_keras is {self.legacy_keras!r}, expected '0' (Keras 3) "
+                             f"or '1' (tf_keras)")
+        self.preemption_signals = tuple(int(signum) for signum in self.preemption_signals)
+
+    @property
+    def backend_cls(self):
+        return _TfdistBackend
+
+    def to_dict(self):
+        return {"preemption_signals": list(self.preemption_signals),
+                "legacy_keras": self.legacy_keras}
+
+
+class _TfdistBackend(_TensorflowBackend):
+    def on_start(self, worker_group, backend_config: TensorflowConfig):
+        from ray._common.network_utils import build_address  # pylint: disable=g-import-not-at-top
+        from ray.train._internal.utils import get_address_and_port  # pylint: disable=g-import-not-at-top
+
+        def get_url():
+            address, port = get_address_and_port()
+            return build_address(address, port)
+
+        urls = worker_group.execute(get_url)
+        futures = [worker_group.execute_single_async(
+            index, _setup_worker, worker_addresses=urls, index=index,
+            signals=backend_config.preemption_signals,
+            legacy_keras=backend_config.legacy_keras) for index in range(len(worker_group))]
+        relayed = ray.get(futures)
+        if backend_config.preemption_signals and not all(relayed):
+            raise RuntimeError("tfdist.ray could not install its signal relay on every "
+                               "worker's main thread; preemption handling would be off")
+
+
+class ReportBackups(keras.callbacks.Callback):
+    """Reports tfdist's committed backups to Ray Train as checkpoints.
+
+    Pass it in `callbacks=` of `tfdist.resumable.fit` (which runs it before its
+    backup callback): at each epoch start and at the end of training, every
+    worker calls `ray.train.report` (Ray needs all of them), and rank 0 attaches
+    the newest committed backup directory when it is newer than the last one
+    reported. Metrics: `step` and the last epoch's logs.
+
+    Args:
+        backup_dir: The `backup_dir` given to `tfdist.resumable.fit`.
+    """
+
+    def __init__(self, backup_dir: str):
+        super().__init__()
+        self._store = BackupStore(backup_dir, is_chief=False)
+        self._reported_step = None
+        self._logs = {}
+        self.reported_steps: list[int] = []
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._logs = {name: float(value) for name, value in (logs or {}).items()
+                      if isinstance(value, (int, float))}
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch and self._logs:
+            self._report()
+
+    def on_train_end(self, logs=None):
+        self._report()
+
+    def _report(self):
+        checkpoint, step = None, None
+        if ray.train.get_context().get_world_rank() == 0:
+            steps = self._store.committed_steps()
+            step = steps[-1] if steps else None
+            if step is not None and step != self._reported_step:
+                info = self._store.validate(step)  # marker, metadata and checksums
+                checkpoint = ray.train.Checkpoint.from_directory(info.path)
+                self._reported_step = step
+                self.reported_steps.append(step)
+        metrics = dict(self._logs, **({"step": step} if step is not None else {}))
+        ray.train.report(metrics, checkpoint=checkpoint,
+                         checkpoint_dir_name=f"tfdist-backup-{step:012d}" if checkpoint else None)

@@ -1,0 +1,151 @@
+"""Writes the Kubeflow TFJob for a job shape: `python -m trainer.kubernetes`.
+
+    python -m trainer.kubernetes --job_config=configs/kubernetes/multiworker_cpu.json \\
+        [--workers=3 ...] [--format=yaml] -- --epochs=10 > tfjob.json
+    kubectl apply -f tfjob.json
+
+Everything after `--` goes to `python -m trainer.task` on every replica. Flags
+override `--job_config`. The manifest goes to stdout and nothing is contacted
+(a dry run, always); `--check=FILE` checks a hand-written TFJob (JSON or YAML)
+instead. Exit codes: 0 written or accepted; 2 a shape or manifest the operator
+or tfdist would refuse, one line on stderr.
+"""
+
+import dataclasses
+import json
+import sys
+
+from absl import app
+from absl import flags
+
+from tfdist import cli
+from tfdist.errors import UsageError
+from trainer.kubernetes import checks, manifest, shape as shape_lib
+from trainer.vertex import config_files
+
+FLAGS = flags.FLAGS
+_DEFAULTS = {field.name: field.default for field in dataclasses.fields(shape_lib.TFJobShape)
+             if field.default is not dataclasses.MISSING}
+_HELP = {
+    "name": "The TFJob's name (a DNS-1035 label).",
+    "image": "The trainer image every replica runs (docker/).",
+    "namespace": "Its namespace; default: kubectl's.",
+    "strategy": f"trainer.task --strategy: {', '.join(shape_lib.STRATEGIES)}.",
+    "chief": "A Chief replica (the coordinator under parameter_server).",
+    "workers": "Worker replicas.",
+    "parameter_servers": "PS replicas (strategy parameter_server).",
+    "evaluators": "Evaluator replicas, 0 or 1.",
+    "cpu": "CPU of chief, worker and evaluator pods (request = limit).",
+    "memory": "Memory of those pods.",
+    "gpus": "GPUs per chief and worker pod.",
+    "gpu_resource": "Extended resource the GPUs are counted in.",
+    "ps_cpu": "CPU of a parameter-server pod.",
+    "ps_memory": "Memory of a parameter-server pod.",
+    "volume_claim": "ReadWriteMany PersistentVolumeClaim for the model and backups.",
+    "bucket": "Instead of a volume: gs:// or s3:// prefix for the model and backups.",
+    "mount_path": "Where the volume is mounted.",
+    "backup_every_steps": "trainer.task --backup_every_steps.",
+    "restart_policy": "ExitCode (retries tfdist's 137, 143, 200; never 2 or 3), OnFailure, "
+                      "Never or Always.",
+    "backoff_limit": "Pod restarts before the job fails.",
+    "clean_pod_policy": "None keeps the evaluator alive; Running or All delete it when the "
+                        "chief ends.",
+    "termination_grace_seconds": "Pod grace period after SIGTERM; the trainer saves within "
+                                 "5 s less.",
+    "service_account": "Kubernetes service account of the pods.",
+    "node_selector": "Comma-separated key=value pairs for every pod.",
+}
+_KINDS = {"chief": "boolean", "node_selector": "list"}
+
+cli.define_flags([
+    cli.FlagSpec("job_config", "", "JSON job shape (see configs/kubernetes/); flags override "
+                 "it."),
+    cli.FlagSpec("format", "json", "Output format: json or yaml (yaml needs PyYAML)."),
+    cli.FlagSpec("check", "", "Check this hand-written TFJob manifest (JSON or YAML) instead "
+                 "of writing one."),
+    *(cli.FlagSpec(name, _DEFAULTS.get(name, ""), help_text, kind=_KINDS.get(name, ""))
+      for name, help_text in _HELP.items()),
+])
+
+
+def shape_from_flags(trainer_args=()) -> shape_lib.TFJobShape:
+    """The `--job_config` values, then the flags passed, then the args after `--`."""
+    values = config_files.read_json_object(
+        FLAGS.job_config, flag="--job_config", keys=(*_HELP, "trainer_args", "description"),
+        example="configs/kubernetes/multiworker_cpu.json") if FLAGS.job_config else {}
+    values.pop("description", None)
+    values.update({name: FLAGS[name].value for name in _HELP if FLAGS[name].present})
+    if trainer_args:
+        values["trainer_args"] = (*values.get("trainer_args", ()), *trainer_args)
+    return shape_lib.shape_from_options(values)
+
+
+def render(document: dict, output_format: str) -> str:
+    if output_format == "json":
+        return json.dumps(document, indent=2)
+    if output_format == "yaml":
+        try:
+            import yaml  # pylint: disable=g-import-not-at-top
+        except ImportError:
+            raise UsageError("--format=yaml needs PyYAML, which is not installed; run "
+                             "pip install 'tfdist[kubernetes]' or use --format=json") from None
+        return yaml.safe_dump(document, sort_keys=False)
+    raise UsageError(f"--format is {output_format!r}, expected json or yaml")
+
+
+def read_manifest(path: str) -> dict:
+    """A TFJob from a JSON or YAML file (the first document)."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read(config_files.MAX_CONFIG_BYTES + 1)
+    except OSError as error:
+        raise UsageError(f"--check file {path!r} cannot be read ({error.strerror}), expected "
+                         f"a TFJob manifest") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    try:
+        import yaml  # pylint: disable=g-import-not-at-top
+    except ImportError:
+        raise UsageError(f"--check file {path!r} is not JSON, and reading YAML needs PyYAML; "
+                         f"pip install 'tfdist[kubernetes]'") from None
+    try:
+        return next(iter(yaml.safe_load_all(text)), None)
+    except yaml.YAMLError as error:
+        raise UsageError(f"--check file {path!r} is neither JSON nor YAML "
+                         f"({' '.join(str(error).split())[:200]})") from None
+
+
+def main(argv, trainer_args=()) -> None:
+    if len(argv) > 1:
+        raise UsageError(f"unexpected argument(s) {' '.join(argv[1:])!r} before --, "
+                         f"expected trainer.task flags after --, e.g. -- --epochs=10")
+    if FLAGS.check:
+        checks.check_tfjob(read_manifest(FLAGS.check))
+        print(f"{FLAGS.check}: accepted (training-operator 1.9 webhook rules and tfdist's)",
+              file=sys.stderr)
+        return
+    shape = shape_from_flags(trainer_args)
+    job = manifest.build_tfjob(shape)
+    checks.check_tfjob(job)
+    counts = ", ".join(f"{count} {kind}" for kind, count in shape.replica_counts.items())
+    print(f"Dry run, nothing contacted: TFJob {shape.name!r} ({counts}; restartPolicy "
+          f"{shape.restart_policy}, cleanPodPolicy {shape.clean_pod_policy}); outputs under "
+          f"{shape.output_root}; pods run as "
+          f"{shape.service_account or 'the namespace default service account'}",
+          file=sys.stderr)
+    print(render(job, FLAGS.format))
+
+
+def main_from_argv(argv=None) -> None:
+    argv = list(sys.argv if argv is None else argv)
+    trainer_args = ()
+    if "--" in argv:
+        split = argv.index("--")
+        argv, trainer_args = argv[:split], tuple(argv[split + 1:])
+    cli.run(lambda remaining: main(remaining, trainer_args), argv=argv)
+
+
+if __name__ == "__main__":
+    main_from_argv()
