@@ -360,8 +360,15 @@ def part_throughput(args, kinds, main_dir) -> dict:
                           **{kind: round(values[-1]) for kind, values in rates.items()}}),
               flush=True)
     medians = {kind: round(statistics.median(values)) for kind, values in rates.items()}
-    print(json.dumps({"part": "throughput", "median": medians}), flush=True)
-    return {"median": medians, "all": {k: [round(v) for v in vs] for k, vs in rates.items()}}
+    # Each round's ratio to the plain pipeline of the same round, then their median: the
+    # pairing cancels most of the drift of a shared machine's load.
+    ratios = {} if "plain" not in rates else {
+        kind: round(statistics.median(a / b for a, b in zip(values, rates["plain"])), 2)
+        for kind, values in rates.items()}
+    print(json.dumps({"part": "throughput", "median": medians, "ratio_vs_plain": ratios}),
+          flush=True)
+    return {"median": medians, "ratio_vs_plain": ratios,
+            "all": {k: [round(v) for v in vs] for k, vs in rates.items()}}
 
 
 def main(argv=None) -> int:
