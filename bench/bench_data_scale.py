@@ -8,6 +8,10 @@ examples per worker per step, over JPEG images in TFRecord / ArrayRecord files:
                `tfdist.data.files.replica_batches(shard=Shard(0, 2))`;
 (b) `random`:  `tfdist.data.RandomAccessSource(ArrayRecordDataSource, decode)`
                through `tfdist.data.random_access.replica_batches`;
+(b') `random1`: the same over a wrapper of the ArrayRecordDataSource that has
+               no `__getitems__`, so records are read one by one with
+               `__getitem__` (ArrayRecord's batched read starts a thread pool
+               per call: see docs/benchmarks.md);
 (c) `dataset`: today's path for a task that returns
                `TFRecordDataset(files).map(decode)`: `streaming.training_batches`
                (as the trainer calls it with `--steps_per_epoch`: no count), of
@@ -27,7 +31,8 @@ before the first batch (when it arrives, and once the read-ahead settles),
 decodes of a restart at `--restart_step`. Peak RSS is VmHWM of a child process
 that runs one pipeline for `--rss_steps` steps; throughput (examples/s per
 worker, input only, decoders without the counter) alternates the pipelines
-for `--rounds` rounds and reports medians.
+for `--rounds` rounds and reports medians, each round's ratio to (d), and the
+CPU milliseconds spent per 1000 examples (less sensitive to a busy machine).
 
 Data (written once into `--cache_dir`, reused): `--examples` records of
 `--image_size`² x 3 JPEG (default 10k of 64x64) in 16 files of each format,
@@ -60,10 +65,11 @@ PER_WORKER = GLOBAL_BATCH // WORKERS
 NUM_FILES = 16
 POOL = 1024
 SMALL_SIZE = 16
-KINDS = ("files", "random", "dataset", "plain", "grain")
+KINDS = ("files", "random", "random1", "dataset", "plain", "grain")
 LABELS = {
     "files": "(a) tfdist FileSource",
     "random": "(b) tfdist RandomAccessSource (ArrayRecord)",
+    "random1": "(b') the same, records read one by one (no __getitems__)",
     "dataset": "(c) task's TFRecordDataset.map(decode) via tfdist",
     "plain": "(d) plain tf.data, FILE-sharded (TF guide)",
     "grain": "(e) Grain MapDataset (ArrayRecord)",
@@ -186,6 +192,19 @@ def grain_decoder(count: bool):
 
 # ---------------------------------------------------------------- pipelines
 
+class OneByOne:
+    """A random-access source without `__getitems__`: tfdist then reads `records[i]` per index."""
+
+    def __init__(self, records):
+        self._records = records
+
+    def __len__(self):
+        return len(self._records)
+
+    def __getitem__(self, index):
+        return self._records[index]
+
+
 def build(kind: str, directory: str, size: int, *, first_step: int = 0, count: bool = True,
           plain_shuffle: int = 10000, grain_threads: int = 2, grain_prefetch: int = 64):
     """An iterator of worker 0's per-step batches (32 examples) for pipeline `kind`."""
@@ -201,10 +220,12 @@ def build(kind: str, directory: str, size: int, *, first_step: int = 0, count: b
         source = FileSource(f"{directory}/*.tfrecord", preprocess=tf_decoder(size, count))
         return iter(files_lib.replica_batches(source, global_batch_size=GLOBAL_BATCH, seed=0,
                                               first_step=first_step, shard=shard))
-    if kind == "random":
+    if kind in ("random", "random1"):
         from array_record.python import array_record_data_source  # pylint: disable=g-import-not-at-top
 
         records = array_record_data_source.ArrayRecordDataSource(array_record_paths(directory))
+        if kind == "random1":
+            records = OneByOne(records)
         source = RandomAccessSource(records, preprocess=tf_decoder(size, count))
         return iter(random_access.replica_batches(source, global_batch_size=GLOBAL_BATCH,
                                                   seed=0, first_step=first_step, shard=shard))
@@ -277,7 +298,7 @@ def part_counts(args, kinds, main_dir, small_dirs) -> dict:
             row["restart_seconds"] = round(time.time() - started, 2)
             row["restart_settled"] = settled_count()
             del iterator
-        if kind in ("random", "grain", "files", "plain"):
+        if kind in ("random", "random1", "grain", "files", "plain"):
             for label, directory in small_dirs.items():
                 _decodes[0] = 0
                 iterator = build(kind, directory, SMALL_SIZE, plain_shuffle=args.plain_shuffle)
@@ -341,9 +362,23 @@ def part_rss(args, kinds, main_dir, small_dirs) -> dict:
     return results
 
 
+def _cpu_seconds() -> float:
+    """CPU seconds (user + system) of this process, all its threads (tf.data's included)."""
+    import resource  # pylint: disable=g-import-not-at-top
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def part_throughput(args, kinds, main_dir) -> dict:
-    """Examples/s per worker, input only, pipelines alternated round by round."""
+    """Examples/s per worker, input only, pipelines alternated round by round.
+
+    Also the process's CPU time per 1000 examples during the timed steps: on a
+    shared machine the wall-clock rate follows the neighbours' load, the CPU
+    spent per example much less.
+    """
     rates = {kind: [] for kind in kinds}
+    cpu = {kind: [] for kind in kinds}
     for round_index in range(args.rounds):
         order = kinds if round_index % 2 == 0 else tuple(reversed(kinds))
         for kind in order:
@@ -351,10 +386,12 @@ def part_throughput(args, kinds, main_dir) -> dict:
                              plain_shuffle=args.plain_shuffle)
             for _ in range(args.warmup_steps):
                 next(iterator)
-            started = time.perf_counter()
+            started, cpu_started = time.perf_counter(), _cpu_seconds()
             for _ in range(args.throughput_steps):
                 next(iterator)
-            rates[kind].append(args.throughput_steps * PER_WORKER / (time.perf_counter() - started))
+            examples = args.throughput_steps * PER_WORKER
+            rates[kind].append(examples / (time.perf_counter() - started))
+            cpu[kind].append(1000 * 1000 * (_cpu_seconds() - cpu_started) / examples)
             del iterator
         print(json.dumps({"part": "throughput", "round": round_index, "load": load_average(),
                           **{kind: round(values[-1]) for kind, values in rates.items()}}),
@@ -367,7 +404,10 @@ def part_throughput(args, kinds, main_dir) -> dict:
         for kind, values in rates.items()}
     print(json.dumps({"part": "throughput", "median": medians, "ratio_vs_plain": ratios}),
           flush=True)
-    return {"median": medians, "ratio_vs_plain": ratios,
+    cpu_medians = {kind: round(statistics.median(values), 1) for kind, values in cpu.items()}
+    print(json.dumps({"part": "throughput", "cpu_ms_per_1000_examples": cpu_medians}), flush=True)
+    return {"median": medians, "ratio_vs_plain": ratios, "cpu_ms_per_1000_examples": cpu_medians,
+            "cpu_all": {k: [round(v, 1) for v in vs] for k, vs in cpu.items()},
             "all": {k: [round(v) for v in vs] for k, vs in rates.items()}}
 
 
