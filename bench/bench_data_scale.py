@@ -440,10 +440,10 @@ def main(argv=None) -> int:
         run_child(args)
         return 0
     if args.smoke:
-        # One child process (RSS of the first kind only) and no 1M set: ~15 s.
-        args.examples, args.small_examples, args.large_examples = 640, 640, 0
+        # One child process (RSS of the first kind only), no 16x16 sets: ~15 s.
+        args.examples, args.small_examples, args.large_examples = 256, 0, 0
         QUIET_SECONDS[0] = 0.1
-        args.slope_steps, args.restart_step, args.rss_steps = 3, 25, 3
+        args.slope_steps, args.restart_step, args.rss_steps = 3, 9, 3
         args.rounds, args.warmup_steps, args.throughput_steps = 1, 1, 3
         args.plain_shuffle = 64
     kinds = tuple(kind for kind in args.kinds.split(",") if kind)
@@ -451,8 +451,10 @@ def main(argv=None) -> int:
     if unknown:
         parser.error(f"--kinds has {','.join(unknown)}, expected some of {','.join(KINDS)}")
     main_dir = ensure_data(args.cache_dir, args.examples, args.image_size)
-    small_dirs = {f"{args.small_examples}": ensure_data(args.cache_dir, args.small_examples,
-                                                        SMALL_SIZE)}
+    small_dirs = {}
+    if args.small_examples:
+        small_dirs[f"{args.small_examples}"] = ensure_data(args.cache_dir, args.small_examples,
+                                                           SMALL_SIZE)
     if args.large_examples:
         small_dirs[f"{args.large_examples}"] = ensure_data(args.cache_dir, args.large_examples,
                                                            SMALL_SIZE)
