@@ -206,7 +206,8 @@ class OneByOne:
 
 
 def build(kind: str, directory: str, size: int, *, first_step: int = 0, count: bool = True,
-          plain_shuffle: int = 10000, grain_threads: int = 2, grain_prefetch: int = 64):
+          plain_shuffle: int = 10000, grain_threads: int = 2, grain_prefetch: int = 64,
+          shuffle_bytes: int = 0):
     """An iterator of worker 0's per-step batches (32 examples) for pipeline `kind`."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -217,7 +218,9 @@ def build(kind: str, directory: str, size: int, *, first_step: int = 0, count: b
 
     shard = Shard(index=0, count=WORKERS, local_replicas=1)
     if kind == "files":
-        source = FileSource(f"{directory}/*.tfrecord", preprocess=tf_decoder(size, count))
+        window = {"shuffle_bytes": shuffle_bytes} if shuffle_bytes else {}
+        source = FileSource(f"{directory}/*.tfrecord", preprocess=tf_decoder(size, count),
+                            **window)
         return iter(files_lib.replica_batches(source, global_batch_size=GLOBAL_BATCH, seed=0,
                                               first_step=first_step, shard=shard))
     if kind in ("random", "random1"):
@@ -311,11 +314,13 @@ def part_counts(args, kinds, main_dir, small_dirs) -> dict:
     return results
 
 
-def child_rss(kind: str, directory: str, size: int, steps: int, plain_shuffle: int) -> dict:
+def child_rss(kind: str, directory: str, size: int, steps: int, plain_shuffle: int,
+              shuffle_bytes: int = 0) -> dict:
     """Runs one pipeline for `steps` steps in a fresh process; its VmHWM."""
     command = [sys.executable, os.path.abspath(__file__), "--child", kind,
                "--child_dir", directory, "--image_size", str(size),
-               "--rss_steps", str(steps), "--plain_shuffle", str(plain_shuffle)]
+               "--rss_steps", str(steps), "--plain_shuffle", str(plain_shuffle),
+               "--shuffle_mb", str(shuffle_bytes / 2**20)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
                                env={**os.environ, "PYTHONPATH": REPO})
     output, _ = process.communicate(timeout=600)
@@ -332,7 +337,7 @@ def run_child(args) -> None:
         steps_done = 0
     else:
         iterator = build(args.child, args.child_dir, args.image_size, count=False,
-                         plain_shuffle=args.plain_shuffle)
+                         plain_shuffle=args.plain_shuffle, shuffle_bytes=_shuffle_bytes(args))
         for steps_done in range(1, args.rss_steps + 1):
             next(iterator)
     status = {}
@@ -345,6 +350,10 @@ def run_child(args) -> None:
                       "rss_mb": status["VmRSS"]}))
 
 
+def _shuffle_bytes(args) -> int:
+    return int(args.shuffle_mb * 2**20)
+
+
 def part_rss(args, kinds, main_dir, small_dirs) -> dict:
     results = {}
     if not args.smoke:
@@ -353,10 +362,10 @@ def part_rss(args, kinds, main_dir, small_dirs) -> dict:
                           "peak_mb": results["baseline"]}), flush=True)
     for kind in kinds[:1] if args.smoke else kinds:
         row = {"main": child_rss(kind, main_dir, args.image_size, args.rss_steps,
-                                 args.plain_shuffle)["peak_mb"]}
+                                 args.plain_shuffle, _shuffle_bytes(args))["peak_mb"]}
         for label, directory in {} if args.smoke else small_dirs.items():
             row[label] = child_rss(kind, directory, SMALL_SIZE, args.rss_steps,
-                                   args.plain_shuffle)["peak_mb"]
+                                   args.plain_shuffle, _shuffle_bytes(args))["peak_mb"]
         results[kind] = row
         print(json.dumps({"part": "rss", "kind": kind, **row}), flush=True)
     return results
@@ -430,6 +439,8 @@ def main(argv=None) -> int:
     parser.add_argument("--throughput_steps", type=int, default=150)
     parser.add_argument("--plain_shuffle", type=int, default=10000,
                         help="the plain pipeline's shuffle buffer, in records")
+    parser.add_argument("--shuffle_mb", type=float, default=0,
+                        help="(a)'s FileSource(shuffle_bytes=...) in MiB; 0 for tfdist's default")
     parser.add_argument("--json", default="", help="also write the results to this file")
     parser.add_argument("--smoke", action="store_true",
                         help="tiny sizes and step counts: checks that everything runs")
