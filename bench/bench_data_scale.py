@@ -424,7 +424,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", default="all", choices=("all", "counts", "rss", "throughput"))
     parser.add_argument("--kinds", default=",".join(KINDS),
-                        help=f"comma-separated subset of {','.join(KINDS)}")
+                        help="comma-separated subset of: " + "; ".join(
+                            f"{kind} {label}" for kind, label in LABELS.items()))
     parser.add_argument("--cache_dir", default="/tmp/tfdist-bench-data-scale")
     parser.add_argument("--examples", type=int, default=10000)
     parser.add_argument("--image_size", type=int, default=64)
