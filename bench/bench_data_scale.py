@@ -17,6 +17,9 @@ examples per worker per step, over JPEG images in TFRecord / ArrayRecord files:
                (as the trainer calls it with `--steps_per_epoch`: no count), of
                which worker 0 keeps the first 32 of each global batch (what the
                DATA auto-shard policy does);
+(c') `dataset_files`: the same task dataset as tfdist shards it by file when it
+               reads at least as many files as workers
+               (`streaming.file_sharded_batches(shard=Shard(0, 2))`);
 (d) `plain`:   TF's multi-worker guide, FILE-sharded by hand:
                `TFRecordDataset(files[0::2]) -> shuffle -> map(decode) ->
                batch(32) -> prefetch`;
@@ -65,12 +68,13 @@ PER_WORKER = GLOBAL_BATCH // WORKERS
 NUM_FILES = 16
 POOL = 1024
 SMALL_SIZE = 16
-KINDS = ("files", "random", "random1", "dataset", "plain", "grain")
+KINDS = ("files", "random", "random1", "dataset", "dataset_files", "plain", "grain")
 LABELS = {
     "files": "(a) tfdist FileSource",
     "random": "(b) tfdist RandomAccessSource (ArrayRecord)",
     "random1": "(b') the same, records read one by one (no __getitems__)",
     "dataset": "(c) task's TFRecordDataset.map(decode) via tfdist",
+    "dataset_files": "(c') the same dataset sharded by file (streaming.file_sharded_batches)",
     "plain": "(d) plain tf.data, FILE-sharded (TF guide)",
     "grain": "(e) Grain MapDataset (ArrayRecord)",
 }
@@ -237,6 +241,11 @@ def build(kind: str, directory: str, size: int, *, first_step: int = 0, count: b
         batches = streaming.training_batches(examples, global_batch_size=GLOBAL_BATCH, seed=0,
                                              num_examples=None, first_step=first_step)
         return iter(batches.map(lambda x, y: (x[:PER_WORKER], y[:PER_WORKER])))
+    if kind == "dataset_files":
+        examples = tf.data.TFRecordDataset(tfrecord_paths(directory)).map(tf_decoder(size, count))
+        return iter(streaming.file_sharded_batches(examples, shard=shard, seed=0,
+                                                   global_batch_size=GLOBAL_BATCH,
+                                                   first_step=first_step))
     if kind == "plain":
         mine = tfrecord_paths(directory)[0::WORKERS]
         dataset = (tf.data.TFRecordDataset(mine).shuffle(plain_shuffle, seed=0).repeat()
