@@ -32,6 +32,8 @@ _log = logging.getLogger(__name__)
 # Records read to estimate a record's size, which sizes the shuffle window.
 _SIZE_SAMPLE = 256
 _MAX_WINDOW = 1 << 20
+# What a record costs in the window beyond its bytes (tensor and buffer bookkeeping).
+_RECORD_OVERHEAD_BYTES = 100
 _CYCLE_LENGTH = 4
 FILES, RECORDS = "files", "records"
 
@@ -77,7 +79,7 @@ def _window(source: FileSource, first_path: str) -> int:
     """Records in a window of `source.shuffle_bytes`, from the sizes of the first records."""
     sizes = [len(record) for record in
              _reader(source)(tf.constant(first_path)).take(_SIZE_SAMPLE).as_numpy_iterator()]
-    mean = max(1.0, sum(sizes) / max(1, len(sizes)))
+    mean = sum(sizes) / max(1, len(sizes)) + _RECORD_OVERHEAD_BYTES
     return int(max(1, min(_MAX_WINDOW, source.shuffle_bytes // mean)))
 
 

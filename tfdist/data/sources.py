@@ -34,8 +34,11 @@ from typing import Any, Callable, Sequence
 
 from tfdist.errors import UsageError
 
-# The default byte budget of a streaming source's shuffle window (of encoded records).
-DEFAULT_SHUFFLE_BYTES = 64 * 2**20
+# The default byte budget of a file source's shuffle window of encoded records (measured:
+# 64 MiB let peak memory grow 11% from 10k to 1M examples, 32 MiB 5%).
+DEFAULT_SHUFFLE_BYTES = 32 * 2**20
+# The same for a window of decoded examples (a task's own dataset).
+DECODED_SHUFFLE_BYTES = 16 * 2**20
 READERS = ("tfrecord", "text")
 
 
@@ -55,20 +58,24 @@ class RandomAccessSource:
     """Records read by index, shuffled by a seeded permutation per pass.
 
     Attributes:
-        records: `len(records)` records; `records[i]` (or
-            `records.__getitems__([i, ...])`) returns a record: bytes, a NumPy
-            array, or a tuple/dict of them. Read on the worker's own host, in
-            Python (so not under parameter-server training, whose workers run
-            graphs only).
+        records: `len(records)` records; `records[i]` returns a record:
+            bytes, a NumPy array, or a tuple/dict of them. Read on the
+            worker's own host, in Python (so not under parameter-server
+            training, whose workers run graphs only).
         preprocess: A TensorFlow function from one record (as tensors) to
             `(features, labels[, sample_weights])`; None when the records are
             already such tuples.
         name: What identifies the data in the backup's fingerprint.
+        batched_reads: Read a step's records with one
+            `records.__getitems__(indices)` call. Off by default: ArrayRecord's
+            starts a thread pool per call (measured 75 ms of CPU per 1,000
+            random records against 9 ms read one at a time).
     """
 
     records: Any
     preprocess: Callable | None = None
     name: str = ""
+    batched_reads: bool = False
 
     def __post_init__(self):
         if not (hasattr(self.records, "__len__") and hasattr(self.records, "__getitem__")):
@@ -84,7 +91,7 @@ class RandomAccessSource:
     def read(self, indices: Sequence[int]) -> list:
         """The records at `indices`, in that order (one batched read when the source has it)."""
         getitems = getattr(self.records, "__getitems__", None)
-        if getitems is not None:
+        if self.batched_reads and getitems is not None:
             return list(getitems([int(i) for i in indices]))
         return [self.records[int(i)] for i in indices]
 

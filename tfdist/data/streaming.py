@@ -12,7 +12,7 @@ decoding the whole global batch: a task avoids that by returning a source
 import tensorflow as tf
 
 from tfdist.data.shards import batches_per_pass, check_global_batch
-from tfdist.data.sources import DEFAULT_SHUFFLE_BYTES
+from tfdist.data.sources import DECODED_SHUFFLE_BYTES
 from tfdist.errors import UsageError
 
 per_replica_batch_size = check_global_batch
@@ -28,7 +28,7 @@ def with_shard_policy(dataset: tf.data.Dataset,
 
 # Examples held in the shuffle buffer at most: an epoch is still a permutation
 # (every example exactly once), drawn through a window of this size, and of at
-# most `DEFAULT_SHUFFLE_BYTES` of examples.
+# most `DECODED_SHUFFLE_BYTES` of examples.
 MAX_SHUFFLE_BUFFER = 16384
 # One pass of examples up to this size is kept in memory after its first read, so
 # later passes (and a resume's skipped batches) cost no decoding or file reads.
@@ -93,7 +93,7 @@ def training_batches(examples: tf.data.Dataset, *, global_batch_size: int, seed:
 
 def shuffle_window(examples: tf.data.Dataset, num_examples: int,
                    max_examples: int = MAX_SHUFFLE_BUFFER,
-                   max_bytes: int = DEFAULT_SHUFFLE_BYTES) -> int:
+                   max_bytes: int = DECODED_SHUFFLE_BYTES) -> int:
     """Examples in the shuffle window: at most `max_examples` and `max_bytes` of them."""
     example_bytes = _pass_bytes(examples, 1)
     by_bytes = max_examples if example_bytes == float("inf") else max(
