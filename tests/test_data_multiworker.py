@@ -69,7 +69,7 @@ def _max_difference(left: pathlib.Path, right: pathlib.Path) -> float:
 @pytest.mark.slow
 def test_file_based_tasks_train_under_multiworker_and_sources_decode_each_workers_share(
         local_cluster, record_files, tmp_path):
-    steps = [f"--epochs=1", f"--steps_per_epoch={STEPS}"]
+    steps = ["--epochs=1", f"--steps_per_epoch={STEPS}"]
     clusters = {}
     for kind in ("dataset", "files", "array_record"):
         clusters[kind] = local_cluster(num_workers=2, env=CLUSTER_ENV, command=_trainer(

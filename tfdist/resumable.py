@@ -34,7 +34,7 @@ import tensorflow as tf
 from tfdist import strategy as strategy_lib
 from tfdist import worker_files
 from tfdist.callbacks import BackupAndRestore
-from tfdist.cluster import resolve_cluster_for_strategy
+from tfdist.cluster import resolve_cluster, resolve_cluster_for_strategy
 from tfdist.errors import UsageError
 from tfdist.preemption import PreemptionOptions
 
