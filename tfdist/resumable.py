@@ -136,7 +136,7 @@ def fit(model: keras.Model, x: tf.data.Dataset, *, backup_dir: str, epochs: int 
         _check_final_backup(backup)
     for segment in segments:
         skip = segment.first_step if endless else segment.first_step_in_epoch
-        model.fit(x.skip(skip) if skip else x, callbacks=[*callbacks, backup],
+        model.fit(x.skip(skip) if skip else x, callbacks=_around_backup(callbacks, backup),
                   shuffle=False, **segment.fit_kwargs(), **fit_kwargs)
         if backup.completed or model.stop_training:
             break
@@ -165,3 +165,16 @@ def _history(model: keras.Model, backup: BackupAndRestore) -> keras.callbacks.Hi
     history.epoch = record["epoch"]
     history.history = record["history"]
     return history
+
+
+def _around_backup(callbacks: list, backup: BackupAndRestore) -> list:
+    """The script's callbacks, the backup after them, and after it those that read backups.
+
+    The backup runs after the callbacks whose state it saves (epoch-end changes
+    are kept); a callback with `reads_backups = True` (e.g.
+    `tfdist.ray.ReportBackups`) runs after it, so it sees the backup of the
+    same step, the final one included.
+    """
+    readers = [callback for callback in callbacks if getattr(callback, "reads_backups", False)]
+    others = [callback for callback in callbacks if callback not in readers]
+    return [*others, backup, *readers]

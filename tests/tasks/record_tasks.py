@@ -7,13 +7,17 @@
 - `array_record`: `tfdist.data.RandomAccessSource(ArrayRecordDataSource(paths), decode)`.
 
 With `count_dir`, every process writes how many records it decoded to
-`<count_dir>/decodes-<pid>.json` when it exits.
+`<count_dir>/decodes-<pid>.json` when it exits. With `kill_after`, the process
+SIGKILLs itself after that many decodes, once (a `kill_marker` file records
+it, so the restarted run trains to the end): a crash mid-epoch at a point
+fixed by the data, not by a timer.
 """
 
 import atexit
 import glob
 import json
 import os
+import signal
 
 import keras
 import numpy as np
@@ -25,6 +29,7 @@ from tfdist.tasks import Task
 SIZE = 8
 NUM_CLASSES = 4
 _decodes = {"count": 0}
+_kill = {"after": 0, "marker": ""}
 
 
 def _example(image: np.ndarray, label: int) -> bytes:
@@ -81,6 +86,11 @@ def write_array_records(directory: str, num_examples: int, num_files: int = 2,
 
 def _count(batch_size):
     _decodes["count"] += int(batch_size)
+    if (_kill["after"] and _decodes["count"] >= _kill["after"]
+            and not os.path.exists(_kill["marker"])):
+        with open(_kill["marker"], "w") as handle:
+            handle.write(str(_decodes["count"]))
+        os.kill(os.getpid(), signal.SIGKILL)
     return np.int64(0)
 
 
@@ -110,9 +120,10 @@ class RecordImages(Task):
     """Four-class images from JPEG records; `kind` picks how the task hands them over."""
 
     def __init__(self, pattern: str, kind: str = "dataset", count_dir: str = "",
-                 evaluation: bool = False):
+                 evaluation: bool = False, kill_after: int = 0, kill_marker: str = ""):
         self.pattern, self.kind, self.count_dir = pattern, kind, count_dir
         self.evaluation = evaluation
+        _kill.update(after=kill_after, marker=kill_marker)
         if count_dir:
             atexit.register(_write_count, count_dir)
 
@@ -124,7 +135,7 @@ class RecordImages(Task):
     def build_inputs(self, training):
         if not training and not self.evaluation:
             return None
-        decode = decoder(count=bool(self.count_dir) and training)
+        decode = decoder(count=(bool(self.count_dir) or bool(_kill["after"])) and training)
         if self.kind == "dataset":
             return tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(self.pattern))).map(decode)
         if self.kind == "files":

@@ -124,8 +124,8 @@ class _TfdistBackend(_TensorflowBackend):
 class ReportBackups(keras.callbacks.Callback):
     """Reports tfdist's committed backups to Ray Train as checkpoints.
 
-    Pass it in `callbacks=` of `tfdist.resumable.fit` (which runs it before its
-    backup callback): at each epoch start and at the end of training, every
+    Pass it in `callbacks=` of `tfdist.resumable.fit` (which runs it after its
+    backup callback, `reads_backups`): at each epoch start and at the end of training, every
     worker calls `ray.train.report` (Ray needs all of them), and rank 0 attaches
     the newest committed backup directory when it is newer than the last one
     reported. Metrics: `step` and the last epoch's logs.
@@ -133,6 +133,8 @@ class ReportBackups(keras.callbacks.Callback):
     Args:
         backup_dir: The `backup_dir` given to `tfdist.resumable.fit`.
     """
+
+    reads_backups = True
 
     def __init__(self, backup_dir: str):
         super().__init__()
