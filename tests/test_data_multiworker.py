@@ -145,15 +145,16 @@ def test_file_based_tasks_train_under_parameter_servers_default_and_mirrored(
 @pytest.mark.slow
 def test_a_kill_mid_epoch_resumes_each_source_kind_to_the_uninterrupted_weights(record_files,
                                                                                  tmp_path):
-    # Backups every 10 steps of 2 epochs of 30 steps of 64. The killed run's task SIGKILLs
-    # its own process after 2,400 decodes (step 37 at the latest; tf.data reads some steps
-    # ahead, so earlier), once: the restart resumes mid-epoch from the backup at 10, 20 or 30.
+    # Backups every 10 steps of 2 epochs of 40 steps of 64. The killed run's task SIGKILLs
+    # its own process after 2,400 decodes (step 37 at the latest, in the first epoch; tf.data
+    # reads some steps ahead, so earlier), once: the restart resumes mid-epoch from the
+    # backup at 10, 20 or 30.
     def flags(kind: str, name: str, **kill) -> list[str]:
         config = {"pattern": record_files["array_record" if kind == "array_record"
                                           else "tfrecord"], "kind": kind, **kill}
         return ["--task=tests.tasks.record_tasks:RecordImages",
                 f"--task_config={json.dumps(config)}", f"--global_batch_size={GLOBAL_BATCH}",
-                "--steps_per_execution=1", "--epochs=2", "--steps_per_epoch=30",
+                "--steps_per_execution=1", "--epochs=2", "--steps_per_epoch=40",
                 "--backup_every_steps=10", f"--backup_dir={tmp_path / name / 'backup'}",
                 f"--model_dir={tmp_path / name / 'model'}"]
 
@@ -185,7 +186,7 @@ def test_a_kill_mid_epoch_resumes_each_source_kind_to_the_uninterrupted_weights(
                 finish(process, timeout=1)
     for kind in kinds:
         summary = _summary(tmp_path / f"{kind}-killed" / "model")
-        assert summary["steps_completed"] == 60, summary
+        assert summary["steps_completed"] == 80, summary
         assert summary["resumed_from_step"] in (10, 20, 30), summary
         difference = _max_difference(tmp_path / f"{kind}-ref" / "model",
                                      tmp_path / f"{kind}-killed" / "model")
