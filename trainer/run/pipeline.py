@@ -132,10 +132,6 @@ class Inputs:
             strategy, global_batch_size=self.global_batch_size, seed=self.seed,
             first_step=first_step, num_examples=self.num_train_examples)
 
-    def sample_features(self):
-        """The features of one training example, batched by 1: enough to build a model."""
-        return next(iter(self.train.first_examples(1).batch(1)))[0]
-
     def eval_stream(self) -> tf.data.Dataset | None:
         if self.evaluation is None:
             return None
