@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from tests.backup_files import snapshot
-from tests.fault_injection import CrashAfterBatches
+from tests.fault_injection import AfterBatches, CrashAfterBatches
 from tfdist import errors
 from tfdist.callbacks import BackupAndRestore
 
@@ -66,17 +66,11 @@ def test_nan_loss_stops_the_job_and_the_last_finite_backup_stays(tmp_path):
     assert snapshot(backup_dir) == finite
 
 
-class _PoisonWeights(keras.callbacks.Callback):
+class _PoisonWeights(AfterBatches):
     """Makes a weight infinite after batch `at` (the loss of that batch stays finite)."""
 
-    def __init__(self, at: int):
-        super().__init__()
-        self.at, self.seen = at, 0
-
-    def on_train_batch_end(self, batch, logs=None):
-        self.seen += 1
-        if self.seen == self.at:
-            self.model.layers[1].bias.assign([np.inf])
+    def act(self) -> None:
+        self.model.layers[1].bias.assign([np.inf])
 
 
 def test_non_finite_variable_is_never_backed_up(tmp_path):

@@ -95,10 +95,7 @@ class TaskInput:
     def first_examples(self, count: int) -> tf.data.Dataset:
         """The first `count` examples, reading no more records than that."""
         if self.kind == RANDOM:
-            reader = random_access._Reader(self.value)  # pylint: disable=protected-access
-            records = tf.data.Dataset.from_tensors(
-                tf.range(count, dtype=tf.int64)).map(reader.records).unbatch()
-            return random_access._preprocessed(records, self.value)  # pylint: disable=protected-access
+            return random_access.first_examples(self.value, count)
         return self.examples().take(count)
 
     def check_size(self, global_batch_size: int) -> None:

@@ -149,6 +149,14 @@ def examples(source: RandomAccessSource | ArraySource) -> tf.data.Dataset:
     return _preprocessed(records, source)
 
 
+def first_examples(source: RandomAccessSource | ArraySource, count: int) -> tf.data.Dataset:
+    """Examples `0 .. count - 1`, reading no other record (the structure, the one-batch check)."""
+    reader = _Reader(source)
+    records = tf.data.Dataset.from_tensors(tf.range(count, dtype=tf.int64)).map(
+        reader.records).unbatch()
+    return _preprocessed(records, source)
+
+
 def in_memory_examples(source: ArraySource) -> tf.data.Dataset:
     """The examples as graph tensors, for workers that run no Python (parameter servers)."""
     records = tf.data.Dataset.from_tensor_slices(source.arrays)
