@@ -15,6 +15,9 @@ from tfdist import cli
 from tfdist.errors import UsageError
 from trainer.kubernetes import checks, manifest, shape as shape_lib
 
+pytest.importorskip("kubeflow.training")
+from trainer.kubernetes import api_schema  # noqa: E402  (needs the kubernetes extra)
+
 jsonschema = pytest.importorskip("jsonschema")
 yaml = pytest.importorskip("yaml")
 
@@ -145,6 +148,54 @@ def test_negative_control_the_crd_refuses_a_malformed_tfjob(crd_validator):
     del job["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]["name"]
     messages = sorted(error.message for error in crd_validator.iter_errors(job))
     assert messages == ["'name' is a required property", "'two' is not of type 'integer'"]
+
+
+@pytest.mark.parametrize("config", SHAPES, ids=lambda path: path.stem)
+def test_every_shipped_shape_fits_the_api_structure_from_the_sdk_models(config):
+    job = json.loads(run_cli(f"--job_config={config}", "--", "--epochs=3").stdout)
+    assert api_schema.schema_errors(job) == []
+
+
+def test_the_sdk_schema_has_the_operators_required_fields():
+    definitions = api_schema.tfjob_schema()["definitions"]
+    assert definitions["V1Container"]["required"] == ["name"]
+    assert definitions["KubeflowOrgV1TFJobSpec"]["required"] == ["runPolicy", "tfReplicaSpecs"]
+    assert definitions["KubeflowOrgV1ReplicaSpec"]["properties"]["replicas"] == {
+        "type": "integer"}
+
+
+def test_negative_control_the_sdk_schema_refuses_a_malformed_tfjob():
+    job = manifest.build_tfjob(shape())
+    assert api_schema.schema_errors(job) == []
+    job["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = "two"
+    del job["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]["name"]
+    job["spec"]["tfReplicaSpecs"]["Worker"]["restartPolicyy"] = "ExitCode"
+    assert api_schema.schema_errors(job) == [
+        "spec.tfReplicaSpecs.Chief.template.spec.containers.0: 'name' is a required property",
+        "spec.tfReplicaSpecs.Worker: Additional properties are not allowed "
+        "('restartPolicyy' was unexpected)",
+        "spec.tfReplicaSpecs.Worker.replicas: 'two' is not of type 'integer'"]
+
+
+def test_quantities_may_be_numbers_as_in_the_api():
+    job = manifest.build_tfjob(shape())
+    worker = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    worker["resources"]["limits"]["cpu"] = 6
+    assert api_schema.schema_errors(job) == []
+
+
+def test_check_refuses_a_hand_written_manifest_of_the_wrong_types(tmp_path):
+    job = manifest.build_tfjob(shape())
+    job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["ports"] = [
+        {"containerPort": "2222", "name": "tfjob-port"}]
+    path = tmp_path / "tfjob.yaml"
+    path.write_text(yaml.safe_dump(job))
+    result = run_cli(f"--check={path}", check=False)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        f"error: --check file {str(path)!r}: spec.tfReplicaSpecs.Worker.template.spec."
+        f"containers.0.ports.0.containerPort: '2222' is not of type 'integer'; expected a "
+        f"kubeflow.org/v1 TFJob as the training operator's API defines it"]
 
 
 def test_negative_control_the_sdk_drops_a_misspelt_field():

@@ -3,8 +3,10 @@
     shape      TFJobShape: the job's replicas, pods and policies, checked (frozen)
     manifest   TFJobShape -> the TFJob manifest (kubeflow.org/v1)
     checks     what the training operator and tfdist refuse in any TFJob manifest
+    api_schema the TFJob API's field names and types as a JSON Schema, from the
+               kubeflow-training SDK's models (needs the `kubernetes` extra)
     __main__   the command line: --job_config and flags in, the manifest out
 
-Nothing here imports TensorFlow or a Kubernetes client: the command writes a
+Nothing here imports TensorFlow, and only api_schema a Kubernetes client's models: the command writes a
 manifest for `kubectl apply -f` and contacts nothing. See docs/engines.md.
 """

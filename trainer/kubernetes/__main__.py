@@ -117,14 +117,30 @@ def read_manifest(path: str) -> dict:
                          f"({' '.join(str(error).split())[:200]})") from None
 
 
+def check_structure(document: dict) -> str:
+    """Refuses fields of the wrong type, missing or unknown; says what was checked."""
+    try:
+        from trainer.kubernetes import api_schema  # pylint: disable=g-import-not-at-top
+        errors = api_schema.schema_errors(document)
+    except ImportError:
+        return ("field types not checked: pip install 'tfdist[kubernetes]' for the "
+                "kubeflow-training models")
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise UsageError(f"--check file {FLAGS.check!r}: {errors[0]}{more}; expected a "
+                         f"kubeflow.org/v1 TFJob as the training operator's API defines it")
+    return "field types and names as in the kubeflow-training models"
+
+
 def main(argv, trainer_args=()) -> None:
     if len(argv) > 1:
         raise UsageError(f"unexpected argument(s) {' '.join(argv[1:])!r} before --, "
                          f"expected trainer.task flags after --, e.g. -- --epochs=10")
     if FLAGS.check:
-        checks.check_tfjob(read_manifest(FLAGS.check))
-        print(f"{FLAGS.check}: accepted (training-operator 1.9 webhook rules and tfdist's)",
-              file=sys.stderr)
+        document = read_manifest(FLAGS.check)
+        checks.check_tfjob(document)
+        print(f"{FLAGS.check}: accepted ({check_structure(document)}, training-operator 1.9 "
+              f"webhook rules and tfdist's)", file=sys.stderr)
         return
     shape = shape_from_flags(trainer_args)
     job = manifest.build_tfjob(shape)
