@@ -100,6 +100,11 @@ BAD_FLAGS = {
     "num_cpu_devices without mirrored": (["--num_cpu_devices=2"], "only applies to"),
     "lr scaling without reference batch": (["--lr_scaling=linear"], "--reference_batch_size"),
     "both warmups": (["--warmup_epochs=1", "--warmup_steps=10"], "both set"),
+    "lars momentum 1": (["--optimizer=lars", "--momentum=1.0"],
+                        "--optimizer=lars: --momentum is 1.0, expected a number in [0, 1), "
+                        "e.g. --momentum=0.9"),
+    "sgd momentum above 1": (["--optimizer=sgd", "--momentum=1.5"],
+                             "--optimizer=sgd: --momentum is 1.5, expected a number in [0, 1]"),
 }
 
 
@@ -124,6 +129,8 @@ BAD_FILES = {
                                                      "true or false")),
     "not JSON": ("{epochs: 2}", ("is not valid JSON",)),
     "a JSON list": ("[1, 2]", ("holds a JSON list", "expected an object")),
+    "lars momentum 1": ({"optimizer": "lars", "momentum": 1},
+                        ("--optimizer=lars: --momentum is 1.0, expected a number in [0, 1)",)),
 }
 
 

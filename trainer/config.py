@@ -9,6 +9,7 @@ import json
 import os
 from typing import Any, Mapping
 
+from tfdist import optimizer_choice
 from tfdist.errors import UsageError
 from tfdist.preconditions import require
 from tfdist.export import check_export_format
@@ -105,6 +106,10 @@ class ExperimentConfig:
         _positive("preemption_grace_seconds", self.preemption_grace_seconds)
         for name in ("warmup_epochs", "weight_decay", "momentum", "decay_power"):
             _not_negative(name, getattr(self, name))
+        optimizer_choice.check_arguments(
+            self.optimizer, {"momentum": self.momentum, "weight_decay_rate": self.weight_decay},
+            names={"momentum": "--momentum", "weight_decay_rate": "--weight_decay"},
+            prefix=f"--optimizer={self.optimizer}:")
         if self.backup_every_steps < 0:
             raise UsageError(
                 f"--backup_every_steps is {self.backup_every_steps}, expected a positive "
