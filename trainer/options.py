@@ -46,7 +46,8 @@ class Option:
         details: Markdown that docs/flags.md adds after `help`.
         doc_default: What docs/flags.md shows as the default, when the value
             alone would mislead (e.g. `$AIP_MODEL_DIR`).
-        check: `POSITIVE` or `NOT_NEGATIVE` for numbers; empty for none.
+        check: `POSITIVE` or `NOT_NEGATIVE` for numbers, a function that
+            raises `UsageError` for a value other than the default, or empty.
         zero_unsets: For a 0 default that means "unset": why a user's 0 is
             refused and what to do instead.
         flag_module: The module that defines the flag: `trainer.task`, or
@@ -86,7 +87,9 @@ class Option:
             return {str: "list of strings", float: "list of numbers"}[self.element_type]
         if isinstance(self.value_type, types.UnionType):  # int | str: a number or "auto"
             return f"integer or `{self.default}`"
-        return _TYPE_NAMES[self.value_type] + _RANGES.get(self.check, "")
+        check = POSITIVE if self.zero_unsets else self.check
+        return _TYPE_NAMES[self.value_type] + (_RANGES.get(check, "") if isinstance(check, str)
+                                               else "")
 
 
 _TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean"}
