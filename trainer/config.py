@@ -36,6 +36,8 @@ _MOMENTUM_RANGES = ", ".join(f"`{name}` {ranges['momentum']}" for name, ranges
 class ExperimentConfig:
     """Everything one training run needs, validated on construction.
 
+    Each field is one row of the trainer's option table (`trainer.options`):
+    its flag and config-file key, type, default, choices, range and help.
     The defaults are the embedded default job: a small MLP on the offline
     synthetic dataset that trains on a CPU in well under a minute.
     """

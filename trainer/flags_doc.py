@@ -78,8 +78,7 @@ sets `TF_CONFIG` for a local cluster on loopback.
 
 | flag | config key | type | default | choices | what it does |
 |---|---|---|---|---|---|
-| `--config` | (flag only) | string | none | | {config_help} A missing file, invalid JSON, unknown keys or wrongly typed values exit with code 2; e.g. [`configs/cnn_large_batch_lars.json`](../configs/cnn_large_batch_lars.json). |
-""",
+{config_row}""",
 }
 
 _FOOTER = """\
@@ -90,6 +89,9 @@ training step but the first) and `resumed_from_step` (0 on a fresh start). The c
 prints a one-line JSON digest of it on stdout.
 """
 
+_CONFIG_DETAILS = ("A missing file, invalid JSON, unknown keys or wrongly typed values exit "
+                   "with code 2; e.g. [`configs/cnn_large_batch_lars.json`]"
+                   "(../configs/cnn_large_batch_lars.json).")
 _LIBRARY_HELP = {spec.name: spec.help for spec in STRATEGY_FLAGS}
 
 
@@ -107,7 +109,9 @@ def render() -> str:
                      + "".join(_row(row) for row in config_lib.OPTIONS
                                if row.section == section))
         if section in _AFTER:
-            parts.append(_AFTER[section].format(config_help=CONFIG_FLAG.help))
+            parts.append(_AFTER[section].format(
+                config_row=f"| `--config` | (flag only) | string | none | | "
+                           f"{CONFIG_FLAG.help} {_CONFIG_DETAILS} |\n"))
         if section == options_lib.OUTPUTS:
             parts.append(_FOOTER)
     return "\n".join(parts)

@@ -96,10 +96,17 @@ _TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 _RANGES = {POSITIVE: " > 0", NOT_NEGATIVE: " >= 0"}
 
 
-def option(default: Any, help: str, section: str, **attributes: Any) -> Any:  # pylint: disable=redefined-builtin
-    """A dataclass field with `default` that is a row of the option table."""
+def option(default: Any, help_text: str, section: str, **attributes: Any) -> Any:
+    """A dataclass field with `default` that is a row of the option table.
+
+    Args:
+        default: The field's default.
+        help_text: `Option.help`.
+        section: `Option.section`.
+        **attributes: The other `Option` attributes (`choices`, `details`, ...).
+    """
     return dataclasses.field(
-        default=default, metadata={"option": Option(help, section, **attributes)})
+        default=default, metadata={"option": Option(help_text, section, **attributes)})
 
 
 def table(config_class: type) -> tuple[Option, ...]:
