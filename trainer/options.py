@@ -14,7 +14,7 @@ No TensorFlow here.
 import dataclasses
 import types
 import typing
-from typing import Any
+from typing import Any, Callable
 
 # Sections of docs/flags.md, in order.
 DISTRIBUTION = "Distribution"
@@ -59,7 +59,7 @@ class Option:
     choices: tuple[str, ...] = ()
     details: str = ""
     doc_default: str = ""
-    check: str = ""
+    check: str | Callable[[Any], Any] = ""
     zero_unsets: str = ""
     flag_module: str = "trainer.task"
     name: str = ""
@@ -88,8 +88,7 @@ class Option:
         if isinstance(self.value_type, types.UnionType):  # int | str: a number or "auto"
             return f"integer or `{self.default}`"
         check = POSITIVE if self.zero_unsets else self.check
-        return _TYPE_NAMES[self.value_type] + (_RANGES.get(check, "") if isinstance(check, str)
-                                               else "")
+        return _TYPE_NAMES[self.value_type] + _RANGES.get(check, "")
 
 
 _TYPE_NAMES = {str: "string", int: "integer", float: "number", bool: "boolean"}
