@@ -248,6 +248,7 @@ USER_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # starts a TensorFlow process
 def test_a_users_script_reports_a_bad_argument_in_one_line_and_exits_2():
     result = subprocess.run([sys.executable, "-c", USER_SCRIPT], cwd=REPO,
                             env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"},
