@@ -10,7 +10,6 @@ check their own arguments with the same `check_arguments`:
 
 import dataclasses
 import math
-import numbers
 from typing import Mapping
 
 from tfdist.errors import UsageError
@@ -30,9 +29,16 @@ class Interval:
     example: float = 0.0
 
     def __contains__(self, value) -> bool:
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        # Numbers and what converts to one (a NumPy scalar, a scalar tensor); never a
+        # bool or a string.
+        if isinstance(value, (bool, str, bytes)):
             return False
-        return self.low <= value and (value <= self.high if self.closed else value < self.high)
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return False
+        return self.low <= number and (number <= self.high if self.closed
+                                       else number < self.high)
 
     def __str__(self) -> str:
         if self.high == math.inf:
