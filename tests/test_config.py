@@ -2,6 +2,8 @@
 
 import json
 import pathlib
+import subprocess
+import sys
 
 from absl import flags
 from absl.testing import flagsaver
@@ -9,6 +11,7 @@ import pytest
 
 from tfdist.errors import UsageError
 from trainer import config as config_lib
+from trainer import flags_doc
 from trainer import task  # Defines the trainer's flags on absl's global FLAGS.
 
 FLAGS = flags.FLAGS
@@ -100,6 +103,11 @@ BAD_FLAGS = {
     "num_cpu_devices without mirrored": (["--num_cpu_devices=2"], "only applies to"),
     "lr scaling without reference batch": (["--lr_scaling=linear"], "--reference_batch_size"),
     "both warmups": (["--warmup_epochs=1", "--warmup_steps=10"], "both set"),
+    "lars momentum 1": (["--optimizer=lars", "--momentum=1.0"],
+                        "--optimizer=lars: --momentum is 1.0, expected a number in [0, 1), "
+                        "e.g. --momentum=0.9"),
+    "sgd momentum above 1": (["--optimizer=sgd", "--momentum=1.5"],
+                             "--optimizer=sgd: --momentum is 1.5, expected a number in [0, 1]"),
 }
 
 
@@ -124,6 +132,8 @@ BAD_FILES = {
                                                      "true or false")),
     "not JSON": ("{epochs: 2}", ("is not valid JSON",)),
     "a JSON list": ("[1, 2]", ("holds a JSON list", "expected an object")),
+    "lars momentum 1": ({"optimizer": "lars", "momentum": 1},
+                        ("--optimizer=lars: --momentum is 1.0, expected a number in [0, 1)",)),
 }
 
 
@@ -151,35 +161,45 @@ def test_config_is_frozen():
     assert config.replace(epochs=10).epochs == 10
 
 
-# --- docs/flags.md documents every flag, with its default ----------------------
+# --- One option table drives the flags, the config keys and docs/flags.md ------
 
 FLAGS_DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "flags.md"
 
 
-def _trainer_flags():
+def test_docs_flags_md_is_generated_from_the_option_table():
+    assert FLAGS_DOC.read_text() == flags_doc.render(), (
+        f"docs/flags.md differs from the option table in trainer/config.py; regenerate it "
+        f"with: {flags_doc.REGENERATE}")
+
+
+def test_every_option_is_a_flag_and_a_config_key_and_nothing_else_is():
     by_module = FLAGS.flags_by_module_dict()
-    return [flag for module in ("tfdist.flags", "trainer.task")
-            for flag in by_module.get(module, [])]
+    defined = {module: {flag.name for flag in by_module.get(module, [])}
+               for module in ("tfdist.flags", "trainer.task")}
+    rows = {module: {row.name for row in config_lib.OPTIONS if row.flag_module == module}
+            for module in defined}
+    assert defined["tfdist.flags"] == rows["tfdist.flags"]
+    assert defined["trainer.task"] == rows["trainer.task"] | {"config"}
+    assert set(config_lib.FIELDS) == rows["tfdist.flags"] | rows["trainer.task"]
+    for row in config_lib.OPTIONS:
+        assert FLAGS[row.name].default == (list(row.default) if row.default == () else
+                                           row.default), row.name
 
 
-def _documented_default(default) -> str | None:
-    if isinstance(default, bool):
-        return str(default).lower()
-    if default in (None, "", []):
-        return None
-    return str(default)
+def test_choices_come_from_the_library():
+    from tfdist import optimizer_choice, strategy_choice  # pylint: disable=g-import-not-at-top
+    choices = {row.name: row.choices for row in config_lib.OPTIONS}
+    assert choices["strategy"] is strategy_choice.STRATEGIES
+    assert choices["all_reduce"] is strategy_choice.ALL_REDUCE
+    assert choices["optimizer"] is optimizer_choice.OPTIMIZERS
+    assert choices["lr_decay"] is optimizer_choice.DECAYS
+    assert choices["lr_scaling"] is optimizer_choice.SCALING_RULES
 
 
-def test_every_trainer_flag_is_documented_with_its_default():
-    rows = {line.split("|")[1].strip(): line
-            for line in FLAGS_DOC.read_text().splitlines() if line.startswith("| `--")}
-    flags_defined = _trainer_flags()
-    assert len(flags_defined) >= 30
-    missing = [flag.name for flag in flags_defined if f"`--{flag.name}`" not in rows]
-    assert not missing, f"add these flags to docs/flags.md: {missing}"
-    for flag in flags_defined:
-        default = _documented_default(flag.default)
-        if default is not None:
-            assert f"`{default}`" in rows[f"`--{flag.name}`"].split("|")[2], flag.name
-    stale = sorted(set(rows) - {f"`--{flag.name}`" for flag in flags_defined})
-    assert not stale, f"docs/flags.md documents flags that do not exist: {stale}"
+def test_the_configuration_modules_do_not_import_tensorflow():
+    code = ("import sys, trainer.config, trainer.flags_doc, tfdist.optimizer_choice; "
+            "print(sorted({'tensorflow', 'keras'} & set(sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, check=True,
+                            cwd=pathlib.Path(__file__).resolve().parents[1])
+    assert result.stdout.strip() == "[]", result.stderr

@@ -151,12 +151,25 @@ def test_does_not_retrace_on_second_call():
 
 
 def test_rejects_keras_weight_decay_and_bad_values():
-    with pytest.raises(ValueError, match="weight_decay_rate"):
+    with pytest.raises(UsageError, match="weight_decay_rate"):
         LAMB(0.01, weight_decay=0.1)
     with pytest.raises(UsageError, match="regular expression"):
         LAMB(0.01, exclude_from_layer_adaptation=["[bias"])
-    with pytest.raises(ValueError, match="beta_2"):
-        LAMB(0.01, beta_2=1.0)
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"beta_1": 1.0}, "LAMB beta_1 is 1.0, expected a number in [0, 1), e.g. beta_1=0.9"),
+    ({"beta_2": 1.5}, "LAMB beta_2 is 1.5, expected a number in [0, 1), e.g. beta_2=0.999"),
+    ({"beta_2": -0.1}, "LAMB beta_2 is -0.1, expected a number in [0, 1)"),
+    ({"epsilon": -1e-6}, "LAMB epsilon is -1e-06, expected a number >= 0, e.g. epsilon=1e-06"),
+    ({"weight_decay_rate": -0.01}, "LAMB weight_decay_rate is -0.01, expected a number >= 0"),
+], ids=["beta_1 1", "beta_2 above 1", "negative beta_2", "negative epsilon",
+        "negative decay"])
+def test_bad_arguments_are_one_line_usage_errors(arguments, message):
+    with pytest.raises(UsageError) as raised:
+        LAMB(0.01, **arguments)
+    assert str(raised.value).startswith(message)
+    assert "\n" not in str(raised.value)
 
 
 def test_mirrored_two_cpus_matches_single_device():

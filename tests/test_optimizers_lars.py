@@ -213,14 +213,50 @@ def test_does_not_retrace_on_second_call():
 
 
 def test_rejects_keras_weight_decay_and_bad_patterns():
-    with pytest.raises(ValueError, match="weight_decay_rate"):
+    with pytest.raises(UsageError, match="weight_decay_rate"):
         LARS(0.1, weight_decay=0.1)
     with pytest.raises(UsageError, match=r"'\(bias'"):
         LARS(0.1, exclude_from_weight_decay=["(bias"])
-    with pytest.raises(ValueError, match="momentum"):
-        LARS(0.1, momentum=1.5)
     with pytest.raises(ValueError, match="constructor"):
         LARS(0.1).exclude_from_weight_decay(var_names=["bias"])
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"momentum": 1.0}, "LARS momentum is 1.0, expected a number in [0, 1), e.g. momentum=0.9"),
+    ({"momentum": -0.1}, "LARS momentum is -0.1, expected a number in [0, 1)"),
+    ({"weight_decay_rate": -1e-4}, "LARS weight_decay_rate is -0.0001, expected a number >= 0"),
+    ({"eeta": -0.001}, "LARS eeta is -0.001, expected a number >= 0, e.g. eeta=0.001"),
+    ({"epsilon": float("nan")}, "LARS epsilon is nan, expected a number >= 0"),
+    ({"momentum": "0.9"}, "LARS momentum is '0.9', expected a number in [0, 1)"),
+], ids=["momentum 1", "negative momentum", "negative decay", "negative eeta", "nan epsilon",
+        "string momentum"])
+def test_bad_arguments_are_one_line_usage_errors(arguments, message):
+    with pytest.raises(UsageError) as raised:
+        LARS(0.1, **arguments)
+    assert str(raised.value).startswith(message)
+    assert "\n" not in str(raised.value)
+
+
+USER_SCRIPT = textwrap.dedent("""
+    from tfdist import flags as tfdist_flags
+    from tfdist.optimizers import LARS
+
+    def main(argv):
+        LARS(0.1, momentum=1.0)
+
+    tfdist_flags.run(main)
+""")
+
+
+@pytest.mark.slow  # starts a TensorFlow process
+def test_a_users_script_reports_a_bad_argument_in_one_line_and_exits_2():
+    result = subprocess.run([sys.executable, "-c", USER_SCRIPT], cwd=REPO,
+                            env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"},
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: LARS momentum is 1.0, expected a number in [0, 1), e.g. momentum=0.9")
 
 
 MIRRORED_SCRIPT = textwrap.dedent("""

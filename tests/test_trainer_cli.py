@@ -255,6 +255,12 @@ TYPOS_IN_A_TWO_WORKER_JOB = [
                  id="typo'd model"),
     pytest.param(["--strategy=multiworker", "--dataset=mnits"], ["--dataset is 'mnits'"], False,
                  id="typo'd dataset"),
+    pytest.param(["--strategy=multiworker", "--optimizer=lars", "--momentum=1.0"],
+                 ["--optimizer=lars: --momentum is 1.0, expected a number in [0, 1)"], True,
+                 id="lars momentum 1"),
+    pytest.param(["--strategy=multiworker", "--optimizer=sgd", "--momentum=1.5"],
+                 ["--optimizer=sgd: --momentum is 1.5, expected a number in [0, 1]"], True,
+                 id="sgd momentum above 1"),
 ]
 
 

@@ -21,14 +21,14 @@ from absl import flags
 from tfdist.cli import FlagSpec, define_flags
 from tfdist.cli import run  # re-exported: exit code 2 on usage errors  # noqa: F401
 from tfdist.cluster import resolve_cluster_for_strategy
-from tfdist.strategy_choice import STRATEGIES
+from tfdist.strategy_choice import ALL_REDUCE, STRATEGIES
 
 __all__ = ["define_strategy_flags", "strategy_from_flags", "run"]
 
 
 STRATEGY_FLAGS = (
     FlagSpec("strategy", "auto", f"Distribution strategy: {', '.join(STRATEGIES)}."),
-    FlagSpec("all_reduce", "auto", "Collective implementation: auto, ring or nccl."),
+    FlagSpec("all_reduce", "auto", f"Collective implementation: {', '.join(ALL_REDUCE)}."),
     FlagSpec("num_cpu_devices", 0, "For --strategy=mirrored without GPUs: split the CPU into "
              "this many logical devices."),
     FlagSpec("tpu", "", "TPU name or grpc:// address; 'local' on a TPU VM."),

@@ -7,9 +7,7 @@ import keras
 from keras import ops
 
 from tfdist.errors import UsageError
-
-SCALING_RULES = ("none", "linear", "sqrt")
-DECAYS = ("constant", "cosine", "polynomial", "step")
+from tfdist.optimizer_choice import DECAYS, SCALING_RULES
 
 
 def scale_learning_rate(base_learning_rate: float, *, rule: str, global_batch_size: int,

@@ -14,7 +14,7 @@ import tensorflow as tf
 from tfdist import keras_compat
 from tfdist.cluster import CHIEF, WORKER, Cluster, check_cluster_for_strategy
 from tfdist.errors import UsageError
-from tfdist.strategy_choice import check_strategy_name, choose_strategy
+from tfdist.strategy_choice import ALL_REDUCE, check_strategy_name, choose_strategy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,9 +39,9 @@ class StrategyOptions:
     ps_max_shards: int = 1
 
     def __post_init__(self):
-        if self.all_reduce not in ("auto", "ring", "nccl"):
+        if self.all_reduce not in ALL_REDUCE:
             raise UsageError(f"--all_reduce is {self.all_reduce!r}, expected one of: "
-                             f"auto, ring, nccl")
+                             f"{', '.join(ALL_REDUCE)}")
         if self.num_cpu_devices < 0:
             raise UsageError(f"--num_cpu_devices is {self.num_cpu_devices}, expected a "
                              f"number >= 0")

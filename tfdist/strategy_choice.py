@@ -5,6 +5,8 @@ from tfdist.errors import UsageError
 
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multiworker",
               "parameter_server", "tpu")
+# Collective implementations (`--all_reduce`, `tfdist.strategy.StrategyOptions`).
+ALL_REDUCE = ("auto", "ring", "nccl")
 
 
 def check_strategy_name(name: str) -> str:

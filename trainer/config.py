@@ -1,7 +1,9 @@
 """The experiment configuration: embedded defaults, config files, flag overrides.
 
-A pure module (no TensorFlow import), so that bad input is rejected before any
-task tries to reach another.
+`ExperimentConfig` is the trainer's option table (`trainer.options`): each
+field is one option, its flag and its config-file key. A pure module (no
+TensorFlow import), so that bad input is rejected before any task tries to
+reach another.
 """
 
 import dataclasses
@@ -9,106 +11,227 @@ import json
 import os
 from typing import Any, Mapping
 
+from tfdist import optimizer_choice
 from tfdist.errors import UsageError
 from tfdist.preconditions import require
-from tfdist.export import check_export_format
-from tfdist.strategy_choice import STRATEGIES
+from tfdist.export import EXPORT_FORMATS, check_export_format
+from tfdist.strategy_choice import ALL_REDUCE, STRATEGIES
+from trainer import options as options_lib
+from trainer.options import (DISTRIBUTION, MODEL_AND_DATA, NOT_NEGATIVE, NUMERICS,
+                             OPTIMIZATION, OUTPUTS, POSITIVE, SCHEDULE, option)
 
-OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
-LR_SCALING_RULES = ("none", "linear", "sqrt")
-LR_DECAYS = ("constant", "cosine", "polynomial", "step")
-ALL_REDUCE = ("auto", "ring", "nccl")
+OPTIMIZERS = optimizer_choice.OPTIMIZERS
+LR_SCALING_RULES = optimizer_choice.SCALING_RULES
+LR_DECAYS = optimizer_choice.DECAYS
 JIT_COMPILE = ("auto", "true", "false")
 ALL_REDUCE_DTYPES = ("float32", "bfloat16")
 MIXED_PRECISION = ("none", "mixed_float16", "mixed_bfloat16")
 AUTO = "auto"
+
+_MOMENTUM_RANGES = ", ".join(f"`{name}` {ranges['momentum']}" for name, ranges
+                             in optimizer_choice.ARGUMENT_RANGES.items() if "momentum" in ranges)
 
 
 @dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
     """Everything one training run needs, validated on construction.
 
+    Each field is one row of the trainer's option table (`trainer.options`):
+    its flag and config-file key, type, default, choices, range and help.
     The defaults are the embedded default job: a small MLP on the offline
     synthetic dataset that trains on a CPU in well under a minute.
     """
 
-    # Distribution.
-    strategy: str = "auto"
-    all_reduce: str = "auto"
-    tpu: str = ""
-    num_cpu_devices: int = 0
-    # Model and data: a user's task, or a built-in model on a built-in dataset.
-    task: str = ""
-    task_config: str = ""
-    model: str = "mlp"
-    dataset: str = "synthetic"
-    data_dir: str = ""
-    num_examples: int = 8192
-    # Schedule.
-    epochs: int = 3
-    steps_per_epoch: int = 0
-    validation_steps: int = 0
-    global_batch_size: int = 64
+    strategy: str = option(
+        "auto", "", DISTRIBUTION, choices=STRATEGIES, flag_module="tfdist.flags",
+        details="`auto` picks from the cluster and the machine and logs why: `tpu` if "
+                "`--tpu` is set, `parameter_server` if the cluster has ps tasks, "
+                "`multiworker` if it has more than one chief/worker task, `mirrored` with "
+                "several GPUs, `one_device` with one GPU, else `default`.")
+    all_reduce: str = option(
+        "auto", "", DISTRIBUTION, choices=ALL_REDUCE, flag_module="tfdist.flags",
+        details="For `multiworker` it picks the MultiWorkerMirroredStrategy communication; "
+                "for `mirrored` on GPUs, `nccl` is NCCL all-reduce and `ring` hierarchical "
+                "copy. On CPUs `mirrored` always reduces on one device.")
+    tpu: str = option(
+        "", "", DISTRIBUTION, flag_module="tfdist.flags",
+        details="Setting it makes `--strategy=auto` choose `tpu`.")
+    num_cpu_devices: int = option(
+        0, "", DISTRIBUTION, check=NOT_NEGATIVE, flag_module="tfdist.flags",
+        details="One replica each, so mirrored training can be tried on a laptop; `0` keeps "
+                "one device.")
+    task: str = option(
+        "", "Your task as MODULE:NAME (a class or zero-argument factory with build_model, "
+            "build_inputs, loss and metrics; see docs/tasks.md). Replaces --model, "
+            "--dataset, --data_dir and --num_examples.", MODEL_AND_DATA,
+        details="The contract: [tasks](tasks.md).")
+    task_config: str = option(
+        "", "Keyword arguments for --task: a JSON object, or the path of a JSON file.",
+        MODEL_AND_DATA, details="E.g. `'{\"units\": 128}'`.")
+    model: str = option(
+        "mlp", "Built-in model when no --task is given: mlp (two hidden layers) or cnn (two "
+               "conv blocks).", MODEL_AND_DATA)
+    dataset: str = option(
+        "synthetic", "'synthetic' (offline: class templates plus noise, deterministic for "
+                     "--seed, learnable) or the name of a tfds image-classification dataset "
+                     "with (image, label) supervised keys, e.g. mnist.", MODEL_AND_DATA,
+        details="A tfds dataset without them is a usage error (exit 2): write a task for it.")
+    data_dir: str = option(
+        "", "tfds data directory; nothing is downloaded.", MODEL_AND_DATA,
+        details="Prepare the dataset once with `tfds build NAME --data_dir=DIR`.")
+    num_examples: int = option(
+        8192, "Training examples of the synthetic dataset.", MODEL_AND_DATA, check=POSITIVE,
+        details="Its test split has one eighth as many.")
+    epochs: int = option(3, "Training epochs.", SCHEDULE, check=POSITIVE)
+    steps_per_epoch: int = option(
+        0, "Optimizer updates per epoch; default: the training examples over the global "
+           "batch.", SCHEDULE, doc_default="`0` (unset)",
+        zero_unsets="a positive number of steps; leave it unset to use the whole dataset",
+        details="Unset, one pass (the remainder is dropped). Each pass over the examples is "
+                "its own seeded permutation, whatever the epoch length. Passing `0` is an "
+                "error.")
+    validation_steps: int = option(
+        0, "Validation batches after each epoch; 0 skips validation.", SCHEDULE,
+        check=NOT_NEGATIVE, details="The test split is always evaluated once at the end.")
+    global_batch_size: int = option(
+        64, "Examples per step summed over all replicas.", SCHEDULE, check=POSITIVE,
+        details="It must divide evenly among them (e.g. 64 on 3 replicas is an error that "
+                "suggests 63 or 66). Each replica computes on "
+                "`global_batch_size / num_replicas`.")
     # "auto" (tfdist.execution_tuner measures at the start) or a number of steps.
-    steps_per_execution: int | str = AUTO
-    jit_compile: str = "auto"
-    all_reduce_dtype: str = "float32"
-    # Optimization.
-    optimizer: str = "sgd"
-    learning_rate: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 0.0
-    lr_scaling: str = "none"
-    reference_batch_size: int = 0
-    warmup_epochs: float = 0.0
-    warmup_steps: int = 0
-    lr_decay: str = "constant"
-    decay_power: float = 2.0
-    decay_boundaries: tuple[float, ...] = ()
-    decay_rate: float = 0.1
-    exclude_from_weight_decay: tuple[str, ...] = ()
-    exclude_from_layer_adaptation: tuple[str, ...] = ()
-    # Reproducibility and numerics.
-    seed: int = 0
-    deterministic: bool = False
-    mixed_precision: str = "none"
-    # Outputs and fault tolerance.
-    model_dir: str = ""
-    backup_dir: str = ""
-    backup_every_steps: int = 0
-    keep_backup: bool = False
-    preemption_grace_seconds: float = 25.0
-    tensorboard_dir: str = ""
-    evaluation_checkpoints: bool = False
-    export: str = ""
-    hparam_metric: str = ""
+    steps_per_execution: int | str = option(
+        AUTO, "'auto' (measured at the start of training) or the steps run per call into "
+              "the compiled training function.", SCHEDULE,
+        details="`auto` measures a few values at the start of training (probes that are "
+                "rolled back exactly, then logs one line: `steps_per_execution=auto chose "
+                "N: ...`) and keeps the largest within 5% of the fastest, among divisors of "
+                "the epoch, of `--backup_every_steps` and of a resumed partial epoch, with "
+                "an execution under ~1 s so a preemption notice is seen quickly. Probing is "
+                "bounded: it costs at most 5% of the run's estimated time or 3 s, whichever "
+                "is larger (it stops after the execution that reaches the budget and starts "
+                "no candidate it cannot afford; the log line gives the steps probed and the "
+                "budget) (`tfdist.execution_tuner`; under `parameter_server` auto means 1). "
+                "A number must divide the steps of an epoch (Keras would otherwise run whole "
+                "executions past the epoch end: 10 steps at 3 per execution would run 12); a "
+                "value that does not is a usage error naming the nearest divisor.")
+    jit_compile: str = option(
+        "auto", "XLA for the training step.", SCHEDULE, choices=JIT_COMPILE,
+        details="Under `mirrored` and `multiworker`, XLA compiles each replica's forward and "
+                "backward pass while the gradient all-reduce and the update stay outside "
+                "(Keras 3 alone turns XLA off under every strategy). `auto` is off on CPUs "
+                "(measured: cnn 0.31-0.43x, mlp no faster), on for GPUs and TPUs, off under "
+                "parameter servers, and logs why; `true` under parameter servers is a usage "
+                "error.")
+    all_reduce_dtype: str = option(
+        "float32", "Dtype of the gradient all-reduce across replicas: bfloat16 sends half "
+                   "the bytes, each gradient sum rounded to 8 significant bits before the "
+                   "update.", SCHEDULE, choices=ALL_REDUCE_DTYPES,
+        details="Accuracy cost measured in [benchmarks](benchmarks.md). Changes nothing with "
+                "one replica.")
+    optimizer: str = option(
+        "sgd", "Optimizer; lars and lamb are tfdist.optimizers.LARS and LAMB.",
+        OPTIMIZATION, choices=OPTIMIZERS)
+    learning_rate: float = option(
+        0.05, "Base learning rate; with --lr_scaling, the rate for --reference_batch_size "
+              "(the scaled peak is logged).", OPTIMIZATION, check=POSITIVE)
+    momentum: float = option(
+        0.9, "Momentum for sgd and lars.", OPTIMIZATION, check=NOT_NEGATIVE,
+        details=f"Range: {_MOMENTUM_RANGES} (checked before training starts).")
+    weight_decay: float = option(
+        0.0, "lars/lamb: L2 rate added inside the trust ratio; sgd/adam: Keras decoupled "
+             "weight decay; 0 disables.", OPTIMIZATION, check=NOT_NEGATIVE)
+    lr_scaling: str = option(
+        "none", "Scale the learning rate by global batch: linear (x B/ref) or sqrt "
+                "(x sqrt(B/ref)); needs --reference_batch_size.", OPTIMIZATION,
+        choices=LR_SCALING_RULES)
+    reference_batch_size: int = option(
+        0, "Batch size --learning_rate was tuned for.", OPTIMIZATION, check=NOT_NEGATIVE)
+    warmup_epochs: float = option(
+        0.0, "Linear warmup to the peak over this many epochs; set at most one of "
+             "--warmup_epochs and --warmup_steps.", OPTIMIZATION, check=NOT_NEGATIVE)
+    warmup_steps: int = option(
+        0, "Linear warmup to the peak over this many steps.", OPTIMIZATION,
+        check=NOT_NEGATIVE)
+    lr_decay: str = option(
+        "constant", "Decay after warmup.", OPTIMIZATION, choices=LR_DECAYS)
+    decay_power: float = option(
+        2.0, "Power of the polynomial decay.", OPTIMIZATION, check=NOT_NEGATIVE)
+    decay_boundaries: tuple[float, ...] = option(
+        (), "Step decay: comma-separated increasing fractions in (0,1) of the post-warmup "
+            "steps, e.g. 0.5,0.75.", OPTIMIZATION,
+        details="At each one the rate is multiplied by `--decay_rate`.")
+    decay_rate: float = option(
+        0.1, "Factor applied at each step-decay boundary.", OPTIMIZATION)
+    exclude_from_weight_decay: tuple[str, ...] = option(
+        (), "Comma-separated regexes searched in variable paths that get no weight decay; "
+            "lars/lamb default: biases and normalization parameters.", OPTIMIZATION,
+        details="Matched with `re.search`, e.g. `dense/bias`; for sgd/adam against the "
+                "variable's name (its path in the TensorFlow backend).")
+    exclude_from_layer_adaptation: tuple[str, ...] = option(
+        (), "Comma-separated regexes of variable paths that skip the LARS/LAMB trust ratio "
+            "(full learning rate); default: none.", OPTIMIZATION)
+    seed: int = option(0, "Seed for weights, synthetic data and shuffling.", NUMERICS)
+    deterministic: bool = option(
+        False, "Make TensorFlow ops deterministic (slower).", NUMERICS,
+        details="`--nodeterministic` turns it off again over a config file.")
+    mixed_precision: str = option(
+        "none", "Mixed precision policy; the models keep float32 logits.", NUMERICS,
+        choices=MIXED_PRECISION)
+    model_dir: str = option(
+        "", "Where the chief writes model.keras and summary.json; default $AIP_MODEL_DIR.",
+        OUTPUTS, doc_default="`$AIP_MODEL_DIR`",
+        details="With neither set the run saves nothing (and says so).")
+    backup_dir: str = option(
+        "", "Backup-and-restore directory; default $AIP_CHECKPOINT_DIR.", OUTPUTS,
+        doc_default="`$AIP_CHECKPOINT_DIR`",
+        details="A restarted job resumes from the last backup. Unset: no backups.")
+    backup_every_steps: int = option(
+        0, "Back up every N steps (and at each epoch end).", OUTPUTS,
+        doc_default="`0` (unset)",
+        zero_unsets="a positive number of steps; leave it unset to back up once per epoch",
+        details="Unset: once per epoch. Passing `0` is an error.")
+    keep_backup: bool = option(
+        False, "Keep the backup after training completes.", OUTPUTS,
+        details="By default it is deleted once the outputs exist.")
+    preemption_grace_seconds: float = option(
+        25.0, "After SIGTERM, seconds to finish the step, save and exit 143 (137 if the "
+              "backup could not commit in time).", OUTPUTS, check=POSITIVE)
+    tensorboard_dir: str = option(
+        "", "TensorBoard logs, chief only; default $AIP_TENSORBOARD_LOG_DIR or "
+            "<model_dir>/logs.", OUTPUTS,
+        doc_default="`$AIP_TENSORBOARD_LOG_DIR`, else `<model_dir>/logs`")
+    evaluation_checkpoints: bool = option(
+        False, "Export a checkpoint per epoch to <model_dir>/checkpoints for an evaluator "
+               "task (the newest 3 are kept); on by itself when the cluster lists an "
+               "evaluator (Vertex worker pool 3).", OUTPUTS,
+        details="`tfdist.launch --evaluator` does not tell the chief, so pass it there.")
+    export: str = option(
+        "", "What the chief exports to --model_dir: keras writes model.keras, savedmodel a "
+            "SavedModel that Vertex AI Prediction serves; default both on Vertex AI "
+            "(AIP_MODEL_DIR set), else keras.",
+        OUTPUTS, choices=EXPORT_FORMATS, check=check_export_format,
+        doc_default="`both` on Vertex AI (`AIP_MODEL_DIR` set), else `keras`",
+        details="The SavedModel has a `serving_default` signature, which Vertex AI "
+                "Prediction's TensorFlow containers serve. `summary.json` is written last, "
+                "after the model files.")
+    hparam_metric: str = option(
+        "", "Report this epoch metric (e.g. val_accuracy) to Vertex AI hyperparameter "
+            "tuning after every epoch, from the chief.", OUTPUTS,
+        details="`val_` metrics need `--validation_steps`. Written in the format Vertex AI "
+                "hyperparameter tuning reads (`CLOUD_ML_HP_METRIC_FILE`); inside a tuning "
+                "trial, `--model_dir` and `--backup_dir` get `/<trial id>` appended.")
 
     def __post_init__(self):
-        _one_of("strategy", self.strategy, STRATEGIES)
-        _one_of("optimizer", self.optimizer, OPTIMIZERS)
-        _one_of("lr_scaling", self.lr_scaling, LR_SCALING_RULES)
-        _one_of("lr_decay", self.lr_decay, LR_DECAYS)
-        _one_of("all_reduce", self.all_reduce, ALL_REDUCE)
-        _one_of("mixed_precision", self.mixed_precision, MIXED_PRECISION)
-        _one_of("jit_compile", self.jit_compile, JIT_COMPILE)
-        _one_of("all_reduce_dtype", self.all_reduce_dtype, ALL_REDUCE_DTYPES)
-        for name in ("epochs", "global_batch_size", "num_examples"):
-            _positive(name, getattr(self, name))
+        for row in OPTIONS:
+            _check_option(row, getattr(self, row.name))
         spe = self.steps_per_execution
         require(spe == AUTO or (isinstance(spe, int) and not isinstance(spe, bool) and spe > 0),
                 f"--steps_per_execution is {spe!r}, expected 'auto' or a positive whole number "
                 f"of steps, e.g. --steps_per_execution=16")
-        _positive("learning_rate", self.learning_rate)
-        for name in ("steps_per_epoch", "validation_steps", "reference_batch_size",
-                     "warmup_steps", "num_cpu_devices"):
-            _not_negative(name, getattr(self, name))
-        _positive("preemption_grace_seconds", self.preemption_grace_seconds)
-        for name in ("warmup_epochs", "weight_decay", "momentum", "decay_power"):
-            _not_negative(name, getattr(self, name))
-        if self.backup_every_steps < 0:
-            raise UsageError(
-                f"--backup_every_steps is {self.backup_every_steps}, expected a positive "
-                f"number of steps; leave it unset to back up once per epoch")
+        optimizer_choice.check_arguments(
+            self.optimizer, {"momentum": self.momentum, "weight_decay_rate": self.weight_decay},
+            names={"momentum": "--momentum", "weight_decay_rate": "--weight_decay"},
+            prefix=f"--optimizer={self.optimizer}:")
         if self.lr_scaling != "none" and not self.reference_batch_size:
             raise UsageError(
                 f"--lr_scaling={self.lr_scaling} needs --reference_batch_size, the batch "
@@ -117,8 +240,6 @@ class ExperimentConfig:
             raise UsageError(
                 f"--warmup_epochs ({self.warmup_epochs}) and --warmup_steps "
                 f"({self.warmup_steps}) are both set, expected one; keep one of them")
-        if self.export:
-            check_export_format(self.export)
         if self.hparam_metric.startswith("val_") and not self.validation_steps:
             raise UsageError(
                 f"--hparam_metric={self.hparam_metric} is a validation metric but "
@@ -139,14 +260,7 @@ class ExperimentConfig:
         return {field.name: (list(value) if isinstance(value, tuple) else value)
                 for field in dataclasses.fields(self)
                 for value in [getattr(self, field.name)]
-                if not (field.name in _USER_ZERO_IS_ERROR and value == 0)}
-
-
-# Fields whose 0 is the "unset" default but which a user may not set to 0.
-_USER_ZERO_IS_ERROR = {
-    "backup_every_steps": "a positive number of steps; leave it unset to back up once per epoch",
-    "steps_per_epoch": "a positive number of steps; leave it unset to use the whole dataset",
-}
+                if not (OPTION[field.name].zero_unsets and value == 0)}
 
 
 def check_steps_per_execution(steps_per_execution: int, steps_per_epoch: int) -> None:
@@ -165,6 +279,21 @@ def check_steps_per_execution(steps_per_execution: int, steps_per_epoch: int) ->
             f"--steps_per_epoch")
 
 
+def _check_option(row: options_lib.Option, value: Any) -> None:
+    """The checks the option table declares: choices, range, a 0 that means unset."""
+    if callable(row.check):
+        if value != row.default:
+            row.check(value)
+    elif row.choices and value != row.default:
+        _one_of(row.name, value, row.choices)
+    elif row.check == POSITIVE:
+        _positive(row.name, value)
+    elif row.check == NOT_NEGATIVE:
+        _not_negative(row.name, value)
+    if row.zero_unsets and value < 0:
+        raise UsageError(f"--{row.name} is {value!r}, expected {row.zero_unsets}")
+
+
 def _one_of(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise UsageError(f"--{name} is {value!r}, expected one of: {', '.join(allowed)}")
@@ -180,6 +309,8 @@ def _not_negative(name: str, value) -> None:
         raise UsageError(f"--{name} is {value!r}, expected a number >= 0")
 
 
+OPTIONS = options_lib.table(ExperimentConfig)
+OPTION = {row.name: row for row in OPTIONS}
 FIELDS = {field.name: field for field in dataclasses.fields(ExperimentConfig)}
 
 
@@ -198,19 +329,19 @@ def coerce_steps_per_execution(value: Any, source: str = "flag") -> int | str:
 def _coerce(name: str, value: Any, source: str) -> Any:
     if name == "steps_per_execution":
         return coerce_steps_per_execution(value, source)
-    default = FIELDS[name].default
-    if isinstance(default, tuple):
+    row = OPTION[name]
+    element = row.element_type
+    if element is not None:
         if isinstance(value, str):
             value = [part for part in value.split(",") if part.strip()]
         if not isinstance(value, (list, tuple)):
             raise UsageError(f"{source}: {name} is {value!r}, expected a list")
-        element = float if name == "decay_boundaries" else str
         try:
             return tuple(element(v) for v in value)
         except (TypeError, ValueError):
             raise UsageError(f"{source}: {name} is {value!r}, expected a list of "
                              f"{element.__name__} values") from None
-    expected = type(default)
+    expected = row.value_type
     if expected is bool:
         if not isinstance(value, bool):
             raise UsageError(f"{source}: {name} is {value!r}, expected true or false")
@@ -220,8 +351,8 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     if not isinstance(value, expected) or isinstance(value, bool):
         raise UsageError(f"{source}: {name} is {value!r}, expected a "
                          f"{expected.__name__}")
-    if name in _USER_ZERO_IS_ERROR and value == 0:
-        raise UsageError(f"{source}: {name} is 0, expected {_USER_ZERO_IS_ERROR[name]}")
+    if row.zero_unsets and value == 0:
+        raise UsageError(f"{source}: {name} is 0, expected {row.zero_unsets}")
     return value
 
 

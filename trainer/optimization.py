@@ -5,6 +5,7 @@ from absl import logging
 
 from tfdist import schedules
 from tfdist.errors import UsageError
+from tfdist.optimizer_choice import OPTIMIZERS
 from tfdist.optimizers import LAMB, LARS, usual_exclusions
 from trainer.config import ExperimentConfig
 
@@ -125,7 +126,7 @@ def _optimizer(config, learning_rate):
         optimizer = keras.optimizers.Adam(learning_rate, weight_decay=weight_decay)
     else:
         raise UsageError(f"--optimizer is {config.optimizer!r}, expected one of: "
-                         f"sgd, adam, lars, lamb")
+                         f"{', '.join(OPTIMIZERS)}")
     if weight_decay and config.exclude_from_weight_decay:
         optimizer.exclude_from_weight_decay(var_names=list(config.exclude_from_weight_decay))
     return optimizer

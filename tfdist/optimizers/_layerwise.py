@@ -4,6 +4,7 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from tfdist.errors import UsageError
 from tfdist.optimizers import exclusions
 
 
@@ -11,7 +12,7 @@ def refuse_decoupled_weight_decay(kwargs: dict, optimizer_name: str) -> None:
     """Rejects Keras's `weight_decay`, which would act outside the trust ratio."""
     weight_decay = kwargs.get("weight_decay")
     if weight_decay is not None:
-        raise ValueError(
+        raise UsageError(
             f"{optimizer_name} got weight_decay={weight_decay!r}, Keras's decoupled "
             f"decay applied outside the trust ratio; pass weight_decay_rate instead")
 

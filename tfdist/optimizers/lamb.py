@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tfdist import optimizer_choice
 from tfdist.optimizers import _layerwise
 from tfdist.optimizers import exclusions
 
@@ -32,7 +33,7 @@ class LAMB(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
             or a callable returning the learning rate.
         beta_1: Decay rate of the first moment, in [0, 1).
         beta_2: Decay rate of the second moment, in [0, 1).
-        epsilon: Added to √v̂.
+        epsilon: Added to √v̂, >= 0.
         weight_decay_rate: Coefficient of `w` added to the update, >= 0.
         exclude_from_weight_decay: Regular expressions searched in variable
             paths (e.g. `"bias"`); matching variables get no weight decay.
@@ -42,19 +43,20 @@ class LAMB(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
         **kwargs: Keras optimizer arguments (`name`, `clipnorm`, `use_ema`,
             ...). Keras's decoupled `weight_decay` is refused: use
             `weight_decay_rate`.
+
+    Raises:
+        UsageError: An argument out of its range, Keras's `weight_decay`, or
+            an exclusion that is not a regular expression.
     """
 
     def __init__(self, learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
                  weight_decay_rate=0.0, exclude_from_weight_decay=None,
                  exclude_from_layer_adaptation=None, **kwargs):
         _layerwise.refuse_decoupled_weight_decay(kwargs, type(self).__name__)
+        optimizer_choice.check_arguments("lamb", {
+            "beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon,
+            "weight_decay_rate": weight_decay_rate})
         super().__init__(learning_rate=learning_rate, **kwargs)
-        for name, value in (("beta_1", beta_1), ("beta_2", beta_2)):
-            if not 0.0 <= value < 1.0:
-                raise ValueError(f"LAMB {name} is {value!r}, expected a number in [0, 1)")
-        for name, value in (("epsilon", epsilon), ("weight_decay_rate", weight_decay_rate)):
-            if not value >= 0.0:
-                raise ValueError(f"LAMB {name} is {value!r}, expected a number >= 0")
         self.beta_1 = float(beta_1)
         self.beta_2 = float(beta_2)
         self.epsilon = float(epsilon)

@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from tfdist import optimizer_choice
 from tfdist.optimizers import _layerwise
 from tfdist.optimizers import exclusions
 
@@ -30,8 +31,8 @@ class LARS(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
             or a callable returning the learning rate.
         momentum: Momentum in [0, 1). 0 keeps no velocity slot.
         weight_decay_rate: L2 coefficient added to the gradient, >= 0.
-        eeta: The trust coefficient.
-        epsilon: Added to the gradient norm in the trust ratio's denominator.
+        eeta: The trust coefficient, >= 0.
+        epsilon: Added to the gradient norm in the trust ratio's denominator, >= 0.
         nesterov: Whether to use Nesterov momentum.
         exclude_from_weight_decay: Regular expressions searched in variable
             paths (e.g. `"bias"`); matching variables get no weight decay.
@@ -41,19 +42,20 @@ class LARS(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
         **kwargs: Keras optimizer arguments (`name`, `clipnorm`, `use_ema`,
             ...). Keras's decoupled `weight_decay` is refused: use
             `weight_decay_rate`.
+
+    Raises:
+        UsageError: An argument out of its range, Keras's `weight_decay`, or
+            an exclusion that is not a regular expression.
     """
 
     def __init__(self, learning_rate, momentum=0.9, weight_decay_rate=0.0, eeta=0.001,
                  epsilon=0.0, nesterov=False, exclude_from_weight_decay=None,
                  exclude_from_layer_adaptation=None, **kwargs):
         _layerwise.refuse_decoupled_weight_decay(kwargs, type(self).__name__)
+        optimizer_choice.check_arguments("lars", {
+            "momentum": momentum, "weight_decay_rate": weight_decay_rate, "eeta": eeta,
+            "epsilon": epsilon})
         super().__init__(learning_rate=learning_rate, **kwargs)
-        if not 0.0 <= momentum < 1.0:
-            raise ValueError(f"LARS momentum is {momentum!r}, expected a number in [0, 1)")
-        for name, value in (("weight_decay_rate", weight_decay_rate), ("eeta", eeta),
-                            ("epsilon", epsilon)):
-            if not value >= 0.0:
-                raise ValueError(f"LARS {name} is {value!r}, expected a number >= 0")
         self.momentum = float(momentum)
         self.weight_decay_rate = float(weight_decay_rate)
         self.eeta = float(eeta)
