@@ -40,9 +40,10 @@ from `backup_dir` at the exact step, whatever Ray kept.
 """
 
 import dataclasses
-import json
+import functools
 import os
 import signal
+from typing import Callable
 
 try:
     import ray
@@ -55,34 +56,50 @@ except ImportError as error:  # pragma: no cover - exercised without the extra
 
 import keras
 
+from tfdist import cluster as cluster_lib
 from tfdist import signal_relay
 from tfdist.checkpointing.store import BackupStore
 from tfdist.errors import UsageError
+from tfdist.ray import job_end, roles
+from tfdist.ray.preemption_notice import PreemptionNotice
 
-__all__ = ["TensorflowConfig", "ReportBackups"]
+__all__ = ["TensorflowConfig", "ReportBackups", "PreemptionNotice", "train_function"]
 
 
-def _setup_worker(worker_addresses: list[str], index: int, signals: tuple[int, ...],
-                  legacy_keras: str) -> bool:
+def _setup_worker(tf_config: str, signals: tuple[int, ...], legacy_keras: str,
+                  has_evaluator: bool, job_end_actor: str) -> bool:
     """Runs on each Ray worker's main thread; returns whether the relay is on."""
-    os.environ["TF_CONFIG"] = json.dumps({
-        "cluster": {"worker": list(worker_addresses)},
-        "task": {"type": "worker", "index": index}})
+    os.environ[cluster_lib.TF_CONFIG] = tf_config
     os.environ["TF_USE_LEGACY_KERAS"] = legacy_keras
+    if has_evaluator:
+        os.environ[cluster_lib.HAS_EVALUATOR] = "1"
+    else:
+        os.environ.pop(cluster_lib.HAS_EVALUATOR, None)
+    os.environ[job_end.ACTOR_VARIABLE] = job_end_actor
     return signal_relay.install(signals) if signals else False
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class TensorflowConfig(_RayTensorflowConfig):
     """Ray Train's `TensorflowConfig`, with tfdist's worker setup.
 
     Attributes:
+        chief: Rank 0 is the `chief` (under parameter servers, the
+            coordinator; otherwise a MultiWorkerMirrored task that also
+            trains). False: every training rank is a `worker`, as in Ray.
+        parameter_servers: The last ranks (before the evaluator) are `ps`
+            tasks; needs `chief` and at least one worker. Their training
+            function is `train_function`'s server loop.
+        evaluator: The last rank is the `evaluator`.
         preemption_signals: Signals relayed to tfdist's preemption handling on
             the training thread; empty leaves signals to Ray.
         legacy_keras: What `TF_USE_LEGACY_KERAS` becomes in the workers (and
             so in their child processes): "0" (Keras 3, the default) or "1".
     """
 
+    chief: bool = False
+    parameter_servers: int = 0
+    evaluator: bool = False
     preemption_signals: tuple[int, ...] = (signal.SIGTERM,)
     legacy_keras: str = "0"
 
@@ -90,18 +107,35 @@ class TensorflowConfig(_RayTensorflowConfig):
         if self.legacy_keras not in ("0", "1"):
             raise UsageError(f"legacy_keras is {self.legacy_keras!r}, expected '0' (Keras 3) "
                              f"or '1' (tf_keras)")
+        roles.check_options(chief=self.chief, parameter_servers=self.parameter_servers,
+                            evaluator=self.evaluator)
         self.preemption_signals = tuple(int(signum) for signum in self.preemption_signals)
+
+    def layout(self, num_workers: int):
+        """The `tfdist.local_cluster.ClusterLayout` of `num_workers` Ray ranks.
+
+        Raises:
+            UsageError: The roles do not fit `num_workers` ranks.
+        """
+        return roles.layout(num_workers, chief=self.chief,
+                            parameter_servers=self.parameter_servers, evaluator=self.evaluator)
 
     @property
     def backend_cls(self):
         return _TfdistBackend
 
     def to_dict(self):
-        return {"preemption_signals": list(self.preemption_signals),
+        return {"chief": self.chief, "parameter_servers": self.parameter_servers,
+                "evaluator": self.evaluator,
+                "preemption_signals": list(self.preemption_signals),
                 "legacy_keras": self.legacy_keras}
 
 
 class _TfdistBackend(_TensorflowBackend):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._job_end = None
+
     def on_start(self, worker_group, backend_config: TensorflowConfig):
         from ray._common.network_utils import build_address  # pylint: disable=g-import-not-at-top
         from ray.train._internal.utils import get_address_and_port  # pylint: disable=g-import-not-at-top
@@ -110,15 +144,54 @@ class _TfdistBackend(_TensorflowBackend):
             address, port = get_address_and_port()
             return build_address(address, port)
 
+        cluster_layout = backend_config.layout(len(worker_group))
         urls = worker_group.execute(get_url)
+        configs = roles.tf_configs(cluster_layout, urls)
+        self._job_end, actor_name = job_end.create()
         futures = [worker_group.execute_single_async(
-            index, _setup_worker, worker_addresses=urls, index=index,
+            index, _setup_worker, tf_config=configs[index],
             signals=backend_config.preemption_signals,
-            legacy_keras=backend_config.legacy_keras) for index in range(len(worker_group))]
+            legacy_keras=backend_config.legacy_keras,
+            has_evaluator=cluster_layout.has_evaluator,
+            job_end_actor=actor_name) for index in range(len(worker_group))]
         relayed = ray.get(futures)
         if backend_config.preemption_signals and not all(relayed):
             raise RuntimeError("tfdist.ray could not install its signal relay on every "
                                "worker's main thread; preemption handling would be off")
+
+    def on_shutdown(self, worker_group, backend_config: TensorflowConfig):
+        if self._job_end is not None:
+            ray.kill(self._job_end)
+            self._job_end = None
+        super().on_shutdown(worker_group, backend_config)
+
+
+def train_function(fn: Callable) -> Callable:
+    """Wraps a training function so that every role of the layout does its part.
+
+    Under parameter servers, the `ps` and `worker` ranks serve (the chief
+    sends them the steps) and return once the chief's `fn` has returned;
+    every other rank runs `fn`. Ray passes `config` as it would to `fn`.
+
+        TensorflowTrainer(tfdist.ray.train_function(train_fn),
+                          tensorflow_config=tfdist.ray.TensorflowConfig(
+                              chief=True, parameter_servers=1), ...)
+    """
+
+    @functools.wraps(fn)
+    def run(*args):
+        cluster = cluster_lib.resolve_cluster(os.environ)
+        if cluster.addresses.get(cluster_lib.PS) and cluster.task_type in (
+                cluster_lib.WORKER, cluster_lib.PS):
+            job_end.serve_until_job_end(cluster)
+            return None
+        try:
+            return fn(*args)
+        finally:
+            if cluster.task_type == cluster_lib.CHIEF:
+                job_end.mark_ended()
+
+    return run
 
 
 class ReportBackups(keras.callbacks.Callback):
