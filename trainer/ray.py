@@ -60,6 +60,7 @@ def check_task_flags(task_argv: list[str], tensorflow_config, world_size: int) -
     from tfdist.ray import roles
     from trainer import task
 
+    flags.FLAGS.unparse_flags()
     try:
         remaining = flags.FLAGS([_TASK, *task_argv])
     except flags.Error as error:
@@ -107,6 +108,7 @@ def train_loop(config: dict) -> None:
 
 
 def main(argv: list[str]) -> int:
+    RAY_FLAGS.unparse_flags()  # a second call in one process starts from the defaults
     try:
         task_argv = RAY_FLAGS(argv)[1:]
     except flags.Error as error:

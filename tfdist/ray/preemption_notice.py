@@ -10,8 +10,14 @@ steps, so all workers call it at the same steps, and on the first notice sends
 this process the signal the backend relays (SIGTERM). From there it is
 tfdist's own path: the preemption watcher of `tfdist.resumable.fit` takes the
 notice, the workers agree on a stop step, back it up and end the training
-function with `Preempted`; Ray restarts the group (charged to
-`FailureConfig.max_preemption_failures`), which resumes at that step.
+function with `Preempted`; Ray restarts the group, which resumes at that step.
+
+Ray charges that restart to `FailureConfig.max_failures`, not to
+`max_preemption_failures`: its controller (`_handle_preempting_state` in Ray
+2.60) counts an error raised by a training function during a preemption as a
+worker failure; only a worker that dies with its node, or the drain deadline
+passing, counts as a preemption. Give `max_failures` room for the preemptions
+you expect.
 """
 
 import json
@@ -50,6 +56,13 @@ class PreemptionNotice(keras.callbacks.Callback):
         self.every_steps = every_steps
         self.signum = int(signum)
         self.notice = None  # Ray's PreemptionInfo, once seen
+
+    def get_state(self) -> dict:
+        """Nothing to keep across a resume: the restarted group polls afresh."""
+        return {}
+
+    def set_state(self, state: dict) -> None:
+        del state
 
     def on_train_begin(self, logs=None):
         cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})

@@ -34,14 +34,14 @@ def layout(world_size: int, *, chief: bool = False, parameter_servers: int = 0,
         UsageError: The options do not fit `world_size` ranks.
     """
     check_options(chief=chief, parameter_servers=parameter_servers, evaluator=evaluator)
-    needed = int(chief) + parameter_servers + int(evaluator) + (1 if parameter_servers else 0)
+    min_workers = 1 if parameter_servers or not chief else 0
+    needed = int(chief) + parameter_servers + int(evaluator) + min_workers
     workers = world_size - int(chief) - parameter_servers - int(evaluator)
-    if workers < 0 or world_size < max(needed, 1):
+    if world_size < needed:
         raise UsageError(
-            f"Ray Train has {world_size} worker(s), expected at least {max(needed, 1)} for "
+            f"Ray Train has {world_size} worker(s), expected at least {needed} for "
             f"chief={chief}, parameter_servers={parameter_servers}, evaluator={evaluator}"
-            f"{' and 1 worker' if parameter_servers else ''}; raise "
-            f"ScalingConfig(num_workers=...)")
+            f"{' and 1 worker' if min_workers else ''}; raise ScalingConfig(num_workers=...)")
     return local_cluster.ClusterLayout(num_workers=workers, num_ps=parameter_servers,
                                        has_chief=chief, has_evaluator=evaluator)
 
