@@ -22,8 +22,12 @@ Keep Ray's own trainer and pass tfdist's backend config:
 takes the same object as `backend_config=`.) On each worker, on the worker's
 main thread before the training function starts, the backend:
 
-- writes `TF_CONFIG` as Ray's own backend does (`worker` roles, rank = index;
-  worker 0 is tfdist's chief);
+- writes `TF_CONFIG`: by default as Ray's own backend does (`worker` roles,
+  rank = index; worker 0 is tfdist's chief); with `chief=True`,
+  `parameter_servers=N`, `evaluator=True` rank 0 is the chief, the last ranks
+  the parameter servers and the evaluator (`tfdist.ray.roles`). Wrap the
+  training function in `train_function` so that, under parameter servers, the
+  worker and ps ranks serve and return when the chief's function returns;
 - sets `TF_USE_LEGACY_KERAS=0`: Ray sets 1, which does nothing in its own
   workers (`tf.keras` is resolved before) but makes child processes load
   tf_keras; with 0, Keras 3 everywhere;
@@ -33,6 +37,10 @@ main thread before the training function starts, the backend:
   ends in a backup at a step the workers agree on, as outside Ray; the
   training function then ends with `tfdist.preemption.Preempted` and Ray's
   `FailureConfig` decides whether to restart.
+
+`PreemptionNotice` (a Keras callback) reads Ray's own preemption notice
+(`ray.train.get_preemption_info()`, a node drained for preemption) every N
+steps and hands it to the same path as a SIGTERM.
 
 `ReportBackups` reports tfdist's committed backups to Ray as checkpoints. The
 backups themselves stay the source of truth: a restarted worker group resumes
