@@ -7,7 +7,7 @@ the module starts its three jobs at once (`_jobs`) and each test waits for its o
   step 10 and gets a SIGTERM at step 18; each time Ray's FailureConfig restarts the group
   and tfdist resumes from its backups; compared with one uninterrupted process;
 - `python -m trainer.ray` running `trainer.task` as a parameter-server job (chief,
-  worker, ps), which must finish and leave no process behind."""
+  worker, ps, evaluator), which must finish and leave no process behind."""
 
 import re
 
@@ -49,7 +49,7 @@ def _start(out: pathlib.Path, *args, command=(str(JOB),)) -> subprocess.Popen:
 
 
 def _session_processes(session: int) -> list[str]:
-    """The processes still in `session` (what a job left behind)."""
+    """The processes still in `session` (what a job left behind), as "pid (name)"."""
     left = []
     for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
         try:
@@ -62,6 +62,18 @@ def _session_processes(session: int) -> list[str]:
     return left
 
 
+def _kill_session(process: subprocess.Popen) -> None:
+    """SIGKILLs the job and every process of its session (Ray's own start new groups)."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    for entry in _session_processes(process.pid):
+        try:
+            os.kill(int(entry.split()[0]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 @pytest.fixture(scope="module")
 def _jobs(tmp_path_factory):
     root = tmp_path_factory.mktemp("ray")
@@ -71,17 +83,16 @@ def _jobs(tmp_path_factory):
                             "--drain_at_step=4", "--kill_rank=1", "--kill_at_step=10",
                             "--term_at_step=18", "--max_failures=3"),
         "trainer": _start(root / "trainer", "--chief", "--num_workers=1", "--num_ps=1",
-                          "--max_failures=0", f"--storage_path={root / 'trainer' / 'ray'}",
+                          "--evaluator", "--max_failures=0",
+                          f"--storage_path={root / 'trainer' / 'ray'}",
                           "--", "--strategy=parameter_server",
                           f"--model_dir={root / 'trainer' / 'model'}", "--epochs=2",
                           "--steps_per_epoch=10", "--num_examples=512",
-                          command=("-m", "trainer.ray")),
+                          "--evaluation_checkpoints", command=("-m", "trainer.ray")),
     }
     yield jobs
     for process in jobs.values():
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        _kill_session(process)
 
 
 def _finish(*processes: subprocess.Popen) -> list[str]:
@@ -91,8 +102,7 @@ def _finish(*processes: subprocess.Popen) -> list[str]:
     finally:
         for process in processes:
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+                _kill_session(process)
     for process in processes:
         print(f"{' '.join(process.args[1:3])}: log in {process.out / 'log.txt'}")
     logs = [(process.out / "log.txt").read_text(errors="replace") for process in processes]
@@ -150,7 +160,7 @@ def test_a_drained_killed_then_preempted_worker_under_ray_resumes_at_the_exact_s
 
 
 @pytest.mark.slow
-def test_trainer_task_as_a_parameter_server_job_under_ray_finishes_and_leaves_nothing(_jobs):
+def test_trainer_task_with_every_role_under_ray_finishes_and_leaves_nothing(_jobs):
     process = _jobs["trainer"]
     log, = _finish(process)
     out = process.out
@@ -159,6 +169,10 @@ def test_trainer_task_as_a_parameter_server_job_under_ray_finishes_and_leaves_no
     assert summary["strategy"] == "parameter_server" and summary["steps_completed"] == PS_STEPS
     assert (out / "model" / "model.keras").exists()
     assert re.search(r"task chief:0 of cluster \[chief=1, worker=1, ps=1\]", log), log[-6000:]
+    # The evaluator rank evaluated each epoch's checkpoint and returned at the chief's marker.
+    evaluated = [json.loads(line)["step"] for line in
+                 (out / "model" / "eval" / "metrics.jsonl").read_text().splitlines()]
+    assert evaluated == [10, PS_STEPS], evaluated
     # The worker and ps ranks served until the chief's training function returned.
     for role in ("worker:0", "ps:0"):
         assert f"The chief's training function returned; {role} stops serving." in log, log[-6000:]

@@ -79,3 +79,19 @@ def test_trainer_ray_refuses_bad_flags_in_one_line_with_exit_2(argv, message, ca
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
+
+
+@pytest.mark.parametrize("make", [lambda path: tfdist.ray.ReportBackups(str(path)),
+                                  lambda path: tfdist.ray.PreemptionNotice(every_steps=2)])
+def test_callbacks_that_need_every_rank_refuse_a_parameter_server_job(make, tmp_path,
+                                                                      monkeypatch):
+    layout = tfdist.ray.TensorflowConfig(chief=True, parameter_servers=1).layout(3)
+    monkeypatch.setenv("TF_CONFIG", roles.tf_configs(layout, ["127.0.0.1:1", "127.0.0.1:2",
+                                                              "127.0.0.1:3"])[0])
+    with pytest.raises(UsageError, match="is in a parameter-server job, expected a synchronous"):
+        make(tmp_path).on_train_begin()
+
+
+def test_the_notice_poll_interval_is_a_whole_number_of_steps():
+    with pytest.raises(UsageError, match="every_steps"):
+        tfdist.ray.PreemptionNotice(every_steps=0)

@@ -224,6 +224,13 @@ class ReportBackups(keras.callbacks.Callback):
         self._logs = {}
         self.reported_steps: list[int] = []
 
+    def on_train_begin(self, logs=None):
+        if cluster_lib.resolve_cluster(os.environ).addresses.get(cluster_lib.PS):
+            raise UsageError(
+                "ReportBackups is in a parameter-server job, expected a synchronous job: "
+                "ray.train.report needs every Ray worker, and only the chief runs fit; leave "
+                "it out (the backups in backup_dir are what a restart resumes from)")
+
     def on_epoch_end(self, epoch, logs=None):
         self._logs = {name: float(value) for name, value in (logs or {}).items()
                       if isinstance(value, (int, float))}
