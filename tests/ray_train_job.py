@@ -27,6 +27,7 @@ import sys
 STEPS_PER_EPOCH = 8
 EPOCHS = 3
 GLOBAL_BATCH = 32
+DRAIN_DEADLINE_MS = 12_000  # below tfdist's 25 s grace period, as the docs advise
 
 
 def _drain_this_node(out: pathlib.Path) -> None:
@@ -43,7 +44,7 @@ def _drain_this_node(out: pathlib.Path) -> None:
     accepted, rejection = client.drain_node(
         context.get_node_id(),
         autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
-        "tfdist test: a spot reclaim", int(time.time() * 1000) + 120_000)
+        "tfdist test: a spot reclaim", int(time.time() * 1000) + DRAIN_DEADLINE_MS)
     assert accepted, rejection
     (out / "drained").write_text(context.get_node_id())
     waited_until = time.monotonic() + 60
@@ -136,6 +137,7 @@ def main() -> int:
 
     import tfdist.ray  # pylint: disable=g-import-not-at-top
 
+    @tfdist.ray.train_function
     def train_fn(config):
         build_and_train(pathlib.Path(config["out"]), rank=ray.train.get_context().get_world_rank(),
                         kill_rank=config["kill_rank"], kill_at_step=config["kill_at_step"],

@@ -81,7 +81,7 @@ def _jobs(tmp_path_factory):
         "reference": _start(root / "reference", f"--out={root / 'reference'}", "--reference"),
         "resumable": _start(root / "ray", f"--out={root / 'ray'}", "--workers=2", "--nodes=3",
                             "--drain_at_step=4", "--kill_rank=1", "--kill_at_step=10",
-                            "--term_at_step=18", "--max_failures=3"),
+                            "--term_at_step=18", "--max_failures=2"),
         "trainer": _start(root / "trainer", "--chief", "--num_workers=1", "--num_ps=1",
                           "--evaluator", "--max_failures=0",
                           f"--storage_path={root / 'trainer' / 'ray'}",
@@ -132,6 +132,12 @@ def test_a_drained_killed_then_preempted_worker_under_ray_resumes_at_the_exact_s
     assert len(notices) == 2 and len(set(notices)) == 1 and int(notices[0]) >= 4, notices
     assert agreed[0] == agreed[1] and int(notices[0]) <= agreed[0] < 8, agreed
     assert f"Resuming from the backup at step {agreed[0]} " in log, log[-6000:]
+    # The workers waited for Ray to end the group at the drain's deadline, so Ray charged
+    # that restart to max_preemption_failures; the SIGKILL and the SIGTERM used the two
+    # max_failures (one more worker failure would have ended the run).
+    assert log.count("waiting for Ray to end the worker group") == 2, log[-6000:]
+    assert re.findall(r"Source: (preemption|worker group)", log) == [
+        "preemption", "worker group", "worker group"], log[-6000:]
     # After the SIGKILL: the backup before it (save_freq 4).
     assert "Resuming from the backup at step 8 " in log, log[-6000:]
     # The SIGTERM reached tfdist on Ray's training thread; the same agreement.

@@ -1,5 +1,6 @@
-"""Fast, in-process: the roles `tfdist.ray.TensorflowConfig` lays over Ray's ranks, and
-the one-line refusals of it and of `python -m trainer.ray` (no Ray cluster started)."""
+"""Fast, in-process (no Ray cluster started): the roles `tfdist.ray.TensorflowConfig` lays
+over Ray's ranks, the one-line refusals of it, of its callbacks and of `python -m trainer.ray`,
+and the bounded wait after Ray's notice."""
 
 import json
 
@@ -95,3 +96,16 @@ def test_callbacks_that_need_every_rank_refuse_a_parameter_server_job(make, tmp_
 def test_the_notice_poll_interval_is_a_whole_number_of_steps():
     with pytest.raises(UsageError, match="every_steps"):
         tfdist.ray.PreemptionNotice(every_steps=0)
+
+
+def test_after_rays_notice_the_wait_for_ray_ends_at_the_deadline_plus_the_margin():
+    from ray.train import PreemptionInfo
+
+    from tfdist.ray import preemption_notice
+
+    now = [1000.0]
+    info = PreemptionInfo(deadline_ms=1_012_000, preempted_node_to_ranks={"n": [0]})
+    preemption_notice.wait_for_ray(info, clock=lambda: now[0],
+                                   sleep=lambda seconds: now.__setitem__(0, now[0] + seconds))
+    assert 1012 + preemption_notice.WAIT_MARGIN_SECONDS <= now[0] < 1012.5 + (
+        preemption_notice.WAIT_MARGIN_SECONDS)

@@ -65,10 +65,11 @@ except ImportError as error:  # pragma: no cover - exercised without the extra
 import keras
 
 from tfdist import cluster as cluster_lib
+from tfdist import preemption
 from tfdist import signal_relay
 from tfdist.checkpointing.store import BackupStore
 from tfdist.errors import UsageError
-from tfdist.ray import job_end, roles
+from tfdist.ray import job_end, preemption_notice, roles
 from tfdist.ray.preemption_notice import PreemptionNotice
 
 __all__ = ["TensorflowConfig", "ReportBackups", "PreemptionNotice", "train_function"]
@@ -180,6 +181,9 @@ def train_function(fn: Callable) -> Callable:
     Under parameter servers, the `ps` and `worker` ranks serve (the chief
     sends them the steps) and return once the chief's `fn` has returned;
     every other rank runs `fn`. Ray passes `config` as it would to `fn`.
+    After a backup for Ray's own preemption notice (`PreemptionNotice`), it
+    waits for Ray to end the group, so that Ray charges the restart to
+    `max_preemption_failures` (`tfdist.ray.preemption_notice`).
 
         TensorflowTrainer(tfdist.ray.train_function(train_fn),
                           tensorflow_config=tfdist.ray.TensorflowConfig(
@@ -195,6 +199,11 @@ def train_function(fn: Callable) -> Callable:
             return None
         try:
             return fn(*args)
+        except preemption.Preempted:
+            notice = preemption_notice.handled_notice()
+            if notice is not None:  # Ray's own notice: let Ray end the group (see the module)
+                preemption_notice.wait_for_ray(notice)
+            raise
         finally:
             if cluster.task_type == cluster_lib.CHIEF:
                 job_end.mark_ended()

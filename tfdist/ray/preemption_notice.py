@@ -10,14 +10,21 @@ steps, so all workers call it at the same steps, and on the first notice sends
 this process the signal the backend relays (SIGTERM). From there it is
 tfdist's own path: the preemption watcher of `tfdist.resumable.fit` takes the
 notice, the workers agree on a stop step, back it up and end the training
-function with `Preempted`; Ray restarts the group, which resumes at that step.
+function with `Preempted`.
 
-Ray charges that restart to `FailureConfig.max_failures`, not to
-`max_preemption_failures`: its controller (`_handle_preempting_state` in Ray
-2.60) counts an error raised by a training function during a preemption as a
-worker failure; only a worker that dies with its node, or the drain deadline
-passing, counts as a preemption. Give `max_failures` room for the preemptions
-you expect.
+Which Ray budget the restart uses: Ray's controller (`_handle_preempting_state`
+in Ray 2.60) counts an error raised by a training function during a preemption
+as a worker failure (`FailureConfig.max_failures`); only a worker that dies
+with its node, or the drain deadline passing, counts against
+`max_preemption_failures`. So `tfdist.ray.train_function` does not hand
+`Preempted` to Ray at once after Ray's notice: the backup is committed, and the
+function waits (`wait_for_ray`) until Ray ends the group, at the node's death
+or the deadline, as Ray expects; Ray then restarts the group, charged to
+`max_preemption_failures`, and it resumes at the agreed step. The wait ends
+anyway `WAIT_MARGIN_SECONDS` after the deadline (Ray's
+`DEFAULT_PREEMPTION_DEADLINE_S`, 120 s after the notice, without one), or when
+tfdist's grace period ends first: then the restart counts as a worker failure.
+Keep `grace_period_seconds` above the drain window to avoid that.
 """
 
 import json
@@ -34,6 +41,26 @@ from tfdist.errors import UsageError
 from tfdist.preconditions import check_whole_number
 
 _log = logging.getLogger(__name__)
+
+WAIT_MARGIN_SECONDS = 30.0
+NO_DEADLINE_SECONDS = 120.0  # Ray's DEFAULT_PREEMPTION_DEADLINE_S
+_handled = {"info": None, "at": None}  # the notice this process handed on, and when
+
+
+def handled_notice():
+    """Ray's `PreemptionInfo` this process handed to tfdist, or None."""
+    return _handled["info"]
+
+
+def wait_for_ray(info, *, clock=time.time, sleep=time.sleep) -> None:
+    """Waits for Ray to end the worker group after its notice; returns at the latest
+    `WAIT_MARGIN_SECONDS` after the notice's deadline."""
+    deadline = (info.deadline_ms / 1000 if info.deadline_ms
+                else (_handled["at"] or clock()) + NO_DEADLINE_SECONDS)
+    _log.warning("Backed up for Ray's preemption notice; waiting for Ray to end the worker "
+                 "group (deadline in %.0f s).", max(deadline - clock(), 0.0))
+    while clock() < deadline + WAIT_MARGIN_SECONDS:
+        sleep(0.5)
 
 
 class PreemptionNotice(keras.callbacks.Callback):
@@ -80,6 +107,7 @@ class PreemptionNotice(keras.callbacks.Callback):
         if info is None or self.notice is not None:
             return
         self.notice = info
+        _handled.update(info=info, at=time.time())
         seconds = (f"{info.deadline_ms / 1000 - time.time():.0f} s"
                    if info.deadline_ms else "no deadline")
         if not signal_relay.covers((self.signum,)):
