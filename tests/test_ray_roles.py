@@ -73,10 +73,16 @@ def test_the_config_takes_its_options_by_keyword_only():
     (["--", "--epochs=0"], "epochs"),
 ])
 def test_trainer_ray_refuses_bad_flags_in_one_line_with_exit_2(argv, message, capsys):
+    from absl import flags
+    from absl.testing import flagsaver
+
     from trainer import ray as trainer_ray
 
-    with pytest.raises(SystemExit) as exit_info:
-        trainer_ray.main(["trainer.ray", *argv])
+    with flagsaver.flagsaver(), pytest.raises(SystemExit) as exit_info:
+        try:
+            trainer_ray.main(["trainer.ray", *argv])
+        finally:
+            flags.FLAGS.unparse_flags()  # as tests/test_config.py leaves trainer.task's flags
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
