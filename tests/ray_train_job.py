@@ -33,11 +33,12 @@ DRAIN_DEADLINE_MS = 12_000  # below tfdist's 25 s grace period, as the docs advi
 def _drain_this_node(out: pathlib.Path) -> None:
     """Drains this worker's node for preemption, as Ray's autoscaler does on a spot reclaim,
     and returns once Ray Train has marked this worker (bounded)."""
-    import time  # pylint: disable=g-import-not-at-top
+    # pylint: disable=g-import-not-at-top
+    import time
 
-    import ray  # pylint: disable=g-import-not-at-top
-    from ray.core.generated import autoscaler_pb2  # pylint: disable=g-import-not-at-top
-    from ray.train.v2._internal.execution.context import get_train_context  # pylint: disable=g-import-not-at-top
+    import ray
+    from ray.core.generated import autoscaler_pb2
+    from ray.train.v2._internal.execution.context import get_train_context
 
     context = ray.get_runtime_context()
     client = ray._raylet.GcsClient(address=context.gcs_address)  # pylint: disable=protected-access

@@ -6,12 +6,14 @@ Keep Ray's own trainer and pass tfdist's backend config:
     from ray.train.tensorflow import TensorflowTrainer
     import tfdist.ray, tfdist.resumable
 
+    @tfdist.ray.train_function
     def train_fn():
         strategy = tfdist.resumable.strategy_from_environment()
         ...
         tfdist.resumable.fit(model, dataset, backup_dir=SHARED_DIR, epochs=4,
                              steps_per_epoch=16,
-                             callbacks=[tfdist.ray.ReportBackups(SHARED_DIR)])
+                             callbacks=[tfdist.ray.PreemptionNotice(every_steps=8),
+                                        tfdist.ray.ReportBackups(SHARED_DIR)])
 
     TensorflowTrainer(train_fn, tensorflow_config=tfdist.ray.TensorflowConfig(),
                       scaling_config=ray.train.ScalingConfig(num_workers=2),
@@ -40,7 +42,8 @@ main thread before the training function starts, the backend:
 
 `PreemptionNotice` (a Keras callback) reads Ray's own preemption notice
 (`ray.train.get_preemption_info()`, a node drained for preemption) every N
-steps and hands it to the same path as a SIGTERM.
+steps and hands it to the same path as a SIGTERM; `train_function` then lets
+Ray end the group so that Ray counts a preemption, not a failure.
 
 `ReportBackups` reports tfdist's committed backups to Ray as checkpoints. The
 backups themselves stay the source of truth: a restarted worker group resumes
