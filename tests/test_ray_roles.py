@@ -9,9 +9,14 @@ import pytest
 pytest.importorskip("ray.train")
 
 # pylint: disable=g-import-not-at-top
+from absl import flags
+from absl.testing import flagsaver
+
 import tfdist.ray
 from tfdist.errors import UsageError
 from tfdist.ray import roles
+from trainer import ray as trainer_ray
+from trainer import task as _task  # defines trainer.task's flags outside every flagsaver
 
 
 def _roles(world_size, **options):
@@ -73,11 +78,6 @@ def test_the_config_takes_its_options_by_keyword_only():
     (["--", "--epochs=0"], "epochs"),
 ])
 def test_trainer_ray_refuses_bad_flags_in_one_line_with_exit_2(argv, message, capsys):
-    from absl import flags
-    from absl.testing import flagsaver
-
-    from trainer import ray as trainer_ray
-
     with flagsaver.flagsaver(), pytest.raises(SystemExit) as exit_info:
         try:
             trainer_ray.main(["trainer.ray", *argv])
