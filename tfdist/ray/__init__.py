@@ -6,12 +6,14 @@ Keep Ray's own trainer and pass tfdist's backend config:
     from ray.train.tensorflow import TensorflowTrainer
     import tfdist.ray, tfdist.resumable
 
+    @tfdist.ray.train_function
     def train_fn():
         strategy = tfdist.resumable.strategy_from_environment()
         ...
         tfdist.resumable.fit(model, dataset, backup_dir=SHARED_DIR, epochs=4,
                              steps_per_epoch=16,
-                             callbacks=[tfdist.ray.ReportBackups(SHARED_DIR)])
+                             callbacks=[tfdist.ray.PreemptionNotice(every_steps=8),
+                                        tfdist.ray.ReportBackups(SHARED_DIR)])
 
     TensorflowTrainer(train_fn, tensorflow_config=tfdist.ray.TensorflowConfig(),
                       scaling_config=ray.train.ScalingConfig(num_workers=2),
@@ -22,8 +24,12 @@ Keep Ray's own trainer and pass tfdist's backend config:
 takes the same object as `backend_config=`.) On each worker, on the worker's
 main thread before the training function starts, the backend:
 
-- writes `TF_CONFIG` as Ray's own backend does (`worker` roles, rank = index;
-  worker 0 is tfdist's chief);
+- writes `TF_CONFIG`: by default as Ray's own backend does (`worker` roles,
+  rank = index; worker 0 is tfdist's chief); with `chief=True`,
+  `parameter_servers=N`, `evaluator=True` rank 0 is the chief, the last ranks
+  the parameter servers and the evaluator (`tfdist.ray.roles`). Wrap the
+  training function in `train_function` so that, under parameter servers, the
+  worker and ps ranks serve and return when the chief's function returns;
 - sets `TF_USE_LEGACY_KERAS=0`: Ray sets 1, which does nothing in its own
   workers (`tf.keras` is resolved before) but makes child processes load
   tf_keras; with 0, Keras 3 everywhere;
@@ -34,15 +40,21 @@ main thread before the training function starts, the backend:
   training function then ends with `tfdist.preemption.Preempted` and Ray's
   `FailureConfig` decides whether to restart.
 
+`PreemptionNotice` (a Keras callback) reads Ray's own preemption notice
+(`ray.train.get_preemption_info()`, a node drained for preemption) every N
+steps and hands it to the same path as a SIGTERM; `train_function` then lets
+Ray end the group so that Ray counts a preemption, not a failure.
+
 `ReportBackups` reports tfdist's committed backups to Ray as checkpoints. The
 backups themselves stay the source of truth: a restarted worker group resumes
 from `backup_dir` at the exact step, whatever Ray kept.
 """
 
 import dataclasses
-import json
+import functools
 import os
 import signal
+from typing import Callable
 
 try:
     import ray
@@ -55,34 +67,51 @@ except ImportError as error:  # pragma: no cover - exercised without the extra
 
 import keras
 
+from tfdist import cluster as cluster_lib
+from tfdist import preemption
 from tfdist import signal_relay
 from tfdist.checkpointing.store import BackupStore
 from tfdist.errors import UsageError
+from tfdist.ray import job_end, preemption_notice, roles
+from tfdist.ray.preemption_notice import PreemptionNotice
 
-__all__ = ["TensorflowConfig", "ReportBackups"]
+__all__ = ["TensorflowConfig", "ReportBackups", "PreemptionNotice", "train_function"]
 
 
-def _setup_worker(worker_addresses: list[str], index: int, signals: tuple[int, ...],
-                  legacy_keras: str) -> bool:
+def _setup_worker(tf_config: str, signals: tuple[int, ...], legacy_keras: str,
+                  has_evaluator: bool, job_end_actor: str) -> bool:
     """Runs on each Ray worker's main thread; returns whether the relay is on."""
-    os.environ["TF_CONFIG"] = json.dumps({
-        "cluster": {"worker": list(worker_addresses)},
-        "task": {"type": "worker", "index": index}})
+    os.environ[cluster_lib.TF_CONFIG] = tf_config
     os.environ["TF_USE_LEGACY_KERAS"] = legacy_keras
+    if has_evaluator:
+        os.environ[cluster_lib.HAS_EVALUATOR] = "1"
+    else:
+        os.environ.pop(cluster_lib.HAS_EVALUATOR, None)
+    os.environ[job_end.ACTOR_VARIABLE] = job_end_actor
     return signal_relay.install(signals) if signals else False
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class TensorflowConfig(_RayTensorflowConfig):
     """Ray Train's `TensorflowConfig`, with tfdist's worker setup.
 
     Attributes:
+        chief: Rank 0 is the `chief` (under parameter servers, the
+            coordinator; otherwise a MultiWorkerMirrored task that also
+            trains). False: every training rank is a `worker`, as in Ray.
+        parameter_servers: The last ranks (before the evaluator) are `ps`
+            tasks; needs `chief` and at least one worker. Their training
+            function is `train_function`'s server loop.
+        evaluator: The last rank is the `evaluator`.
         preemption_signals: Signals relayed to tfdist's preemption handling on
             the training thread; empty leaves signals to Ray.
         legacy_keras: What `TF_USE_LEGACY_KERAS` becomes in the workers (and
             so in their child processes): "0" (Keras 3, the default) or "1".
     """
 
+    chief: bool = False
+    parameter_servers: int = 0
+    evaluator: bool = False
     preemption_signals: tuple[int, ...] = (signal.SIGTERM,)
     legacy_keras: str = "0"
 
@@ -90,18 +119,35 @@ class TensorflowConfig(_RayTensorflowConfig):
         if self.legacy_keras not in ("0", "1"):
             raise UsageError(f"legacy_keras is {self.legacy_keras!r}, expected '0' (Keras 3) "
                              f"or '1' (tf_keras)")
+        roles.check_options(chief=self.chief, parameter_servers=self.parameter_servers,
+                            evaluator=self.evaluator)
         self.preemption_signals = tuple(int(signum) for signum in self.preemption_signals)
+
+    def layout(self, num_workers: int):
+        """The `tfdist.local_cluster.ClusterLayout` of `num_workers` Ray ranks.
+
+        Raises:
+            UsageError: The roles do not fit `num_workers` ranks.
+        """
+        return roles.layout(num_workers, chief=self.chief,
+                            parameter_servers=self.parameter_servers, evaluator=self.evaluator)
 
     @property
     def backend_cls(self):
         return _TfdistBackend
 
     def to_dict(self):
-        return {"preemption_signals": list(self.preemption_signals),
+        return {"chief": self.chief, "parameter_servers": self.parameter_servers,
+                "evaluator": self.evaluator,
+                "preemption_signals": list(self.preemption_signals),
                 "legacy_keras": self.legacy_keras}
 
 
 class _TfdistBackend(_TensorflowBackend):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._job_end = None
+
     def on_start(self, worker_group, backend_config: TensorflowConfig):
         from ray._common.network_utils import build_address  # pylint: disable=g-import-not-at-top
         from ray.train._internal.utils import get_address_and_port  # pylint: disable=g-import-not-at-top
@@ -110,15 +156,62 @@ class _TfdistBackend(_TensorflowBackend):
             address, port = get_address_and_port()
             return build_address(address, port)
 
+        cluster_layout = backend_config.layout(len(worker_group))
         urls = worker_group.execute(get_url)
+        configs = roles.tf_configs(cluster_layout, urls)
+        self._job_end, actor_name = job_end.create()
         futures = [worker_group.execute_single_async(
-            index, _setup_worker, worker_addresses=urls, index=index,
+            index, _setup_worker, tf_config=configs[index],
             signals=backend_config.preemption_signals,
-            legacy_keras=backend_config.legacy_keras) for index in range(len(worker_group))]
+            legacy_keras=backend_config.legacy_keras,
+            has_evaluator=cluster_layout.has_evaluator,
+            job_end_actor=actor_name) for index in range(len(worker_group))]
         relayed = ray.get(futures)
         if backend_config.preemption_signals and not all(relayed):
             raise RuntimeError("tfdist.ray could not install its signal relay on every "
                                "worker's main thread; preemption handling would be off")
+
+    def on_shutdown(self, worker_group, backend_config: TensorflowConfig):
+        if self._job_end is not None:
+            ray.kill(self._job_end)
+            self._job_end = None
+        super().on_shutdown(worker_group, backend_config)
+
+
+def train_function(fn: Callable) -> Callable:
+    """Wraps a training function so that every role of the layout does its part.
+
+    Under parameter servers, the `ps` and `worker` ranks serve (the chief
+    sends them the steps) and return once the chief's `fn` has returned;
+    every other rank runs `fn`. Ray passes `config` as it would to `fn`.
+    After a backup for Ray's own preemption notice (`PreemptionNotice`), it
+    waits for Ray to end the group, so that Ray charges the restart to
+    `max_preemption_failures` (`tfdist.ray.preemption_notice`).
+
+        TensorflowTrainer(tfdist.ray.train_function(train_fn),
+                          tensorflow_config=tfdist.ray.TensorflowConfig(
+                              chief=True, parameter_servers=1), ...)
+    """
+
+    @functools.wraps(fn)
+    def run(*args):
+        cluster = cluster_lib.resolve_cluster(os.environ)
+        if cluster.addresses.get(cluster_lib.PS) and cluster.task_type in (
+                cluster_lib.WORKER, cluster_lib.PS):
+            job_end.serve_until_job_end(cluster)
+            return None
+        try:
+            return fn(*args)
+        except preemption.Preempted:
+            notice = preemption_notice.handled_notice()
+            if notice is not None:  # Ray's own notice: let Ray end the group (see the module)
+                preemption_notice.wait_for_ray(notice)
+            raise
+        finally:
+            if cluster.task_type == cluster_lib.CHIEF:
+                job_end.mark_ended()
+
+    return run
 
 
 class ReportBackups(keras.callbacks.Callback):
@@ -142,6 +235,13 @@ class ReportBackups(keras.callbacks.Callback):
         self._reported_step = None
         self._logs = {}
         self.reported_steps: list[int] = []
+
+    def on_train_begin(self, logs=None):
+        if cluster_lib.resolve_cluster(os.environ).addresses.get(cluster_lib.PS):
+            raise UsageError(
+                "ReportBackups is in a parameter-server job, expected a synchronous job: "
+                "ray.train.report needs every Ray worker, and only the chief runs fit; leave "
+                "it out (the backups in backup_dir are what a restart resumes from)")
 
     def on_epoch_end(self, epoch, logs=None):
         self._logs = {name: float(value) for name, value in (logs or {}).items()
