@@ -30,7 +30,6 @@ import sys
 import tempfile
 import urllib.parse
 
-from absl import app
 from absl import flags
 
 from tfdist import cli
@@ -65,7 +64,6 @@ cli.define_flags((
 ))
 
 _LOOPBACK_NAMES = ("localhost",)
-_LONG_TOKEN = re.compile(r"\S{121,}")
 _ENDPOINT = re.compile(r"^(?:https?://)?(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])"
                        r"(?::[0-9]{1,5})?/?$")
 
@@ -268,44 +266,10 @@ def _describe(spec, kind, packages, package_uris, endpoint, is_emulator, dry_run
             print(f"  {line}", file=sys.stderr)
 
 
-def _shortened(message: str) -> str:
-    """`message` with any overlong unbroken run (a pasted value) cut to 100 characters."""
-    return _LONG_TOKEN.sub(lambda match: f"{match.group(0)[:100]}... "
-                                         f"({len(match.group(0))} characters)", message)
-
-
-_HELP_FLAGS = {"--help": True, "-help": True, "-h": True, "-?": True, "--helpshort": True,
-               "--helpfull": False, "-helpfull": False}
-
-
-def _parse_flags(argv):
-    for arg in argv[1:]:
-        if arg in _HELP_FLAGS:  # absl exits 1 after --help; asking for help is not an error
-            app.usage(shorthelp=_HELP_FLAGS[arg], writeto_stdout=True, exitcode=0)
-    try:
-        return FLAGS(list(argv))
-    except flags.Error as error:
-        cli.exit_usage_error(f"{_shortened(str(error))} (run with --helpfull to list the flags)")
-
-
-def submit_from_argv():
-    """Entry point: splits off the trainer flags after `--`, then runs `main`."""
-    argv = list(sys.argv)
-    trainer_args = ()
-    if "--" in argv:
-        split = argv.index("--")
-        argv, trainer_args = argv[:split], tuple(argv[split + 1:])
-
-    def guarded_main(remaining):
-        try:
-            main(remaining, trainer_args)
-        except UsageError as error:
-            cli.exit_usage_error(_shortened(str(error)))
-        except ServiceError as error:
-            sys.stderr.write(f"error: {' '.join(_shortened(str(error)).split())}\n")
-            sys.exit(1)
-
-    app.run(guarded_main, argv=argv, flags_parser=_parse_flags)
+def submit_from_argv(argv=None):
+    """Entry point: the trainer flags after `--` go to every replica, then `main` runs."""
+    cli.run(main, argv, takes_command=True,
+            exits=[cli.ErrorExit((ServiceError,), cli.EXIT_SERVICE_FAILURE)])
 
 
 if __name__ == "__main__":
