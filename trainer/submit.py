@@ -188,15 +188,13 @@ def _application_default_credentials():
     """ADC, looked up before anything is built, uploaded or sent."""
     google_auth = require_module("google.auth", purpose="submitting a job to Vertex AI")
     from google.auth import exceptions as auth_exceptions
+    from trainer.vertex import client
 
     try:
         credentials, _ = google_auth.default(
             scopes=["https://www.googleapis.com/auth/cloud-platform"])
     except auth_exceptions.DefaultCredentialsError:
-        raise UsageError(
-            "no Application Default Credentials found, expected credentials to call Vertex "
-            "AI; run `gcloud auth application-default login` or point "
-            "GOOGLE_APPLICATION_CREDENTIALS at a key file") from None
+        raise UsageError(client.NO_CREDENTIALS) from None
     return credentials
 
 
