@@ -34,7 +34,8 @@ from absl import flags
 
 from tfdist import cli
 from tfdist.errors import UsageError
-from trainer.vertex import bill, config_files, images, options, serving, staging, tuning
+# client imports the Vertex AI library only inside its calls: real submissions only.
+from trainer.vertex import bill, client, config_files, images, options, serving, staging, tuning
 from trainer.vertex.checks import ServiceError, quoted
 from trainer.vertex.dependencies import check_installed, require_module
 from trainer.vertex.rendering import build_custom_job, redact_env
@@ -99,10 +100,10 @@ def main(argv, trainer_args=()):
         packages = _build_packages(spec, merged["staging_bucket"], build_dir)
         package_uris = [package.uri(staging_bucket) for package in packages]
         if study:
-            kind, job = "hyperparameterTuningJobs", tuning.build_tuning_job(
+            kind, job = client.TUNING_JOB, tuning.build_tuning_job(
                 spec, study, package_uris=package_uris)
         else:
-            kind, job = "customJobs", build_custom_job(spec, package_uris=package_uris)
+            kind, job = client.CUSTOM_JOB, build_custom_job(spec, package_uris=package_uris)
         _describe(spec, kind, packages, package_uris, endpoint, is_emulator, FLAGS.dry_run)
         for line in bill.bill_lines(spec, tuning=study):
             print(line, file=sys.stderr)
@@ -112,8 +113,6 @@ def main(argv, trainer_args=()):
         credentials = _anonymous() if is_emulator else _application_default_credentials()
         for package in packages:
             staging.stage(package, staging_bucket)
-    from trainer.vertex import client  # Imports the Vertex AI library: real submissions only.
-
     print(client.create_job(kind, job, project=spec.project, region=spec.region,
                             api_endpoint=endpoint, credentials=credentials))
 
@@ -188,7 +187,6 @@ def _application_default_credentials():
     """ADC, looked up before anything is built, uploaded or sent."""
     google_auth = require_module("google.auth", purpose="submitting a job to Vertex AI")
     from google.auth import exceptions as auth_exceptions
-    from trainer.vertex import client
 
     try:
         credentials, _ = google_auth.default(
@@ -249,7 +247,7 @@ def _describe(spec, kind, packages, package_uris, endpoint, is_emulator, dry_run
     credentials = ("no credentials (loopback emulator)" if is_emulator
                    else "Application Default Credentials")
     verb = "create" if dry_run else "Creating"
-    what = "HyperparameterTuningJob" if kind == "hyperparameterTuningJobs" else "CustomJob"
+    what = "HyperparameterTuningJob" if kind == client.TUNING_JOB else "CustomJob"
     print(f"{prefix}{verb} {what} {spec.display_name!r} in projects/{spec.project}/"
           f"locations/{spec.region} via {target} with {credentials}", file=sys.stderr)
     account = spec.service_account or (
@@ -260,7 +258,7 @@ def _describe(spec, kind, packages, package_uris, endpoint, is_emulator, dry_run
         for line in serving.serving_commands(
                 project=spec.project, region=spec.region, display_name=spec.display_name,
                 base_output_dir=spec.base_output_dir, image=FLAGS.serving_container_uri,
-                tuning=kind == "hyperparameterTuningJobs"):
+                tuning=kind == client.TUNING_JOB):
             print(f"  {line}", file=sys.stderr)
 
 
