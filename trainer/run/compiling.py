@@ -112,7 +112,8 @@ def tune_steps_per_execution(config: ExperimentConfig, model: keras.Model, input
         return int(model.steps_per_execution)
     first_step = todo.segments[0].first_step
     return execution_tuner.tune_steps_per_execution(
-        model, inputs.train_stream(first_step, model.distribute_strategy), steps_per_epoch=inputs.steps_per_epoch,
+        model, inputs.train_stream(first_step, model.distribute_strategy),
+        steps_per_epoch=inputs.steps_per_epoch,
         backup_every_steps=config.backup_every_steps, first_step=first_step,
         other_step_counts=(config.validation_steps,) if config.validation_steps else (),
         run_steps=config.epochs * inputs.steps_per_epoch - first_step,
