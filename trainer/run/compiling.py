@@ -22,6 +22,7 @@ from trainer.run.inputs import Inputs
 from trainer.run.restarts import Plan
 from trainer.tasks import LoadedTask
 
+
 def check_settings_for_strategy(config: ExperimentConfig, strategy_name: str) -> None:
     """Refuses settings the chosen strategy cannot honour; call before any peer is contacted.
 

@@ -21,6 +21,7 @@ from tfdist.errors import UsageError
 from trainer.config import AUTO, ExperimentConfig, check_steps_per_execution
 from trainer.tasks import LoadedTask
 
+
 @dataclasses.dataclass(frozen=True)
 class Inputs:
     """A task's examples or sources, and the streams tfdist makes of them.
