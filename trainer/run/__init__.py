@@ -31,6 +31,7 @@ import keras
 import tensorflow as tf
 
 from tfdist import parameter_server as ps_lib
+from tfdist.parameter_server import training as ps_training
 from tfdist import strategy as strategy_lib
 from tfdist import tasks as tasks_lib
 from tfdist.cluster import CHIEF, EVALUATOR, PS, WORKER, Cluster
@@ -42,9 +43,9 @@ from trainer.run import evaluator, parameter_server, synchronous
 from trainer.run.compiling import check_settings_for_strategy
 from trainer.run.directories import OutputDirs
 
-# What a collective or a remote call raises when another task died or hung.
-PEER_FAILURES = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-                 tf.errors.AbortedError, tf.errors.CancelledError)
+# What a collective or a remote call raises when another task died or hung
+# (`trainer.task` exits 200 on these): the same errors as a lost parameter server's.
+PEER_FAILURES = ps_training.PEER_FAILURES
 
 
 def strategy_options(config: ExperimentConfig) -> strategy_lib.StrategyOptions:
