@@ -34,7 +34,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 MODES = ("fused", "python_loop")
 
 _PAIRS = flags.DEFINE_integer("pairs", 5, "Fused/loop run pairs.", lower_bound=1)
-_MODEL = flags.DEFINE_string("model", "mlp", "trainer.models name.")
+_MODEL = flags.DEFINE_string("model", "mlp", "trainer.tasks.models name.")
 _STEPS = flags.DEFINE_integer("steps", 400, "Timed training steps per run.", lower_bound=2)
 _SPE = flags.DEFINE_integer("steps_per_execution", 10, "Steps per execution.", lower_bound=2)
 _BATCH = flags.DEFINE_integer("global_batch_size", 64, "Global batch size.", lower_bound=2)

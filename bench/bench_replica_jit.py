@@ -3,7 +3,7 @@
 With `tfdist.keras_compat.apply()`, `model.compile(jit_compile=True)` under
 MirroredStrategy compiles each replica's forward and backward pass with XLA
 (the all-reduce and the optimizer update stay outside). This measures whether
-that pays on this machine's CPU, for the `trainer.models` `mlp` and `cnn` on
+that pays on this machine's CPU, for the `trainer.tasks.models` `mlp` and `cnn` on
 the synthetic data (global batch 64, SGD with momentum), with MirroredStrategy
 on 1 device and on 2 logical CPUs (`--num_cpu_devices=2`, the tests' setup).
 
@@ -34,7 +34,7 @@ SIDES = ("xla", "plain")
 
 _PAIRS = flags.DEFINE_integer("pairs", 3, "XLA/plain run pairs per configuration.",
                               lower_bound=1)
-_MODELS = flags.DEFINE_list("models", ["mlp", "cnn"], "trainer.models names.")
+_MODELS = flags.DEFINE_list("models", ["mlp", "cnn"], "trainer.tasks.models names.")
 _DEVICES = flags.DEFINE_list("devices", ["1", "2"], "MirroredStrategy CPU device counts.")
 _STEPS = flags.DEFINE_integer("steps", 300, "Timed training steps per run.", lower_bound=2)
 _BATCH = flags.DEFINE_integer("global_batch_size", 64, "Global batch size.", lower_bound=2)

@@ -198,6 +198,61 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, fragments):
     assert not (tmp_path / "out").exists()
 
 
+# Each command's own flag, which its --help lists.
+COMMANDS = {"trainer.task": "--global_batch_size", "trainer.submit": "--job_config",
+            "trainer.kubernetes": "--restart_policy", "tfdist.launch": "--workers"}
+
+
+@pytest.mark.parametrize("module, own_flag", COMMANDS.items(), ids=COMMANDS.keys())
+def test_help_of_every_command_exits_0_and_lists_its_flags(module, own_flag):
+    # absl exits 1 after --help; all four share tfdist.cli.run, which exits 0.
+    result = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO,
+                            env=clean_environ(), capture_output=True, text=True,
+                            timeout=TIMEOUT, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert own_flag in result.stdout, result.stdout[-2000:]
+
+
+_CLI_SCRIPT = """
+import sys
+from tfdist import cli
+
+class Lost(Exception):
+    pass
+
+def main(argv, command):
+    print(repr(argv[1:]), repr(command), flush=True)
+    if command and command[0] == "lose":
+        raise Lost("peer gone\\nsecond line")
+    if command and command[0] == "crash":
+        raise KeyError("not a reported error")
+
+cli.run(main, ["prog", *sys.argv[1:]], takes_command=True,
+        exits=[cli.ErrorExit(lambda: (Lost,), cli.EXIT_PEER_LOST, cli.describe_lost_peer)])
+"""
+
+
+@pytest.mark.parametrize("after_dashes, code, error_line", [
+    (["ok", "--x=1"], 0, None),
+    (["lose"], 200, "error: lost contact with another task of the job (Lost: peer gone); "
+                    "exiting so that the job can restart from its last backup"),
+    (["crash"], 1, None),
+])
+def test_cli_run_splits_at_dashes_and_reports_each_error_once(after_dashes, code, error_line):
+    result = subprocess.run([sys.executable, "-c", _CLI_SCRIPT, "--", *after_dashes], cwd=REPO,
+                            env=clean_environ(), capture_output=True, text=True,
+                            timeout=TIMEOUT, check=False)
+    assert result.returncode == code, result.stderr[-2000:]
+    assert result.stdout.splitlines()[0] == f"[] {tuple(after_dashes)!r}"
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    if error_line is None:
+        assert errors == []
+    else:
+        assert errors == [error_line] and "Traceback" not in result.stderr
+    if code == 1:  # not a reported error: a crash, with its traceback
+        assert "KeyError: 'not a reported error'" in result.stderr
+
+
 SECRET = "s3cr3t-in-the-job-spec"
 
 

@@ -11,10 +11,16 @@ backup); anything else a crash.
 Restart policies read these codes: Kubeflow's TFJob `restartPolicy: ExitCode`
 retries exactly the codes >= 128 (137, 143, 200) and never 2 or 3. 200 lies
 above every signal's 128+N (Linux signals end at 64), so it never reads as a
-process killed by a signal.
+process killed by a signal. Two codes belong to single commands: 1 from
+`trainer.submit` when Vertex AI or Cloud Storage fails (5xx, unreachable), 124
+from `tfdist.launch` when its `--timeout` expires.
+
+`run` is every entry point's wrapper: absl flags, `--help`, the command after
+`--`, and each exception it reports as one `error:` line with its code.
 """
 
 import dataclasses
+import re
 import sys
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
@@ -24,18 +30,31 @@ from absl import flags
 from tfdist.errors import NonFiniteError, UsageError
 
 EXIT_OK = 0
+EXIT_SERVICE_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_NON_FINITE = 3
+EXIT_TIMEOUT = 124
 EXIT_PREEMPTED = 143
 EXIT_GRACE_EXPIRED = 137
 EXIT_PEER_LOST = 200
 # Codes after which a restart of the job can succeed (TFJob's ExitCode policy: >= 128).
 RETRYABLE_EXIT_CODES = (EXIT_GRACE_EXPIRED, EXIT_PREEMPTED, EXIT_PEER_LOST)
 
+_LONG_TOKEN = re.compile(r"\S{121,}")
+# absl's own --help exits 1; asking for help is not an error. True: the short help.
+_HELP_FLAGS = {"--help": True, "-help": True, "-h": True, "-?": True, "--helpshort": True,
+               "--helpfull": False, "-helpfull": False}
+
+
+def shortened(message: str) -> str:
+    """`message` with any overlong unbroken run (a pasted value) cut to 100 characters."""
+    return _LONG_TOKEN.sub(lambda match: f"{match.group(0)[:100]}... "
+                                         f"({len(match.group(0))} characters)", message)
+
 
 def exit_with_error(message: str, code: int) -> NoReturn:
     """Prints `message` as one `error: ...` line on stderr and exits with `code`."""
-    one_line = " ".join(str(message).split())
+    one_line = " ".join(shortened(str(message)).split())
     sys.stderr.write(f"error: {one_line}\n")
     sys.stderr.flush()
     sys.exit(code)
@@ -47,23 +66,89 @@ def exit_usage_error(message: str) -> NoReturn:
 
 
 def parse_flags_or_exit(argv: Sequence[str]) -> list:
-    """absl flags parser for `app.run` that turns flag errors into exit code 2."""
+    """absl flags parser for `app.run`: help exits 0, a flag error exits 2 in one line."""
+    for arg in argv[1:]:
+        if arg in _HELP_FLAGS:
+            app.usage(shorthelp=_HELP_FLAGS[arg], writeto_stdout=True, exitcode=EXIT_OK)
     try:
         return flags.FLAGS(list(argv))
     except flags.Error as error:
         exit_usage_error(f"{error} (run with --helpfull to list the flags)")
 
 
-def run(main: Callable[[list], None], argv: Sequence[str] | None = None) -> None:
-    """Runs an absl `main`: `UsageError` -> one line, exit 2; `NonFiniteError` -> exit 3."""
+def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Splits argv at the first `--` into the program's own part and the command after it."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, []
+    cut = argv.index("--")
+    return argv[:cut], argv[cut + 1:]
+
+
+@dataclasses.dataclass(frozen=True)
+class ErrorExit:
+    """An exception an entry point reports as one `error:` line and an exit code.
+
+    Attributes:
+        errors: The exception types; or a function that returns them, called
+            only once an exception arrives (so that naming TensorFlow's errors
+            does not import TensorFlow).
+        code: The exit code.
+        describe: The line's text, from the exception.
+    """
+
+    errors: tuple[type[BaseException], ...] | Callable[[], tuple[type[BaseException], ...]]
+    code: int
+    describe: Callable[[BaseException], str] = str
+
+    def matches(self, error: BaseException) -> bool:
+        errors = self.errors if isinstance(self.errors, tuple) else self.errors()
+        return isinstance(error, errors)
+
+
+def describe_lost_peer(error: BaseException) -> str:
+    """The line for a collective or remote call that failed because another task is gone."""
+    first_line = (str(error).strip().splitlines() or [""])[0][:300]
+    return (f"lost contact with another task of the job ({type(error).__name__}: "
+            f"{first_line}); exiting so that the job can restart from its last backup")
+
+
+# What every entry point reports without a traceback.
+STANDARD_EXITS = (ErrorExit((UsageError,), EXIT_USAGE),
+                  ErrorExit((NonFiniteError,), EXIT_NON_FINITE))
+
+
+def run(main: Callable[..., Any], argv: Sequence[str] | None = None, *,
+        takes_command: bool = False, exits: Sequence[ErrorExit] = ()) -> NoReturn:
+    """Runs an absl `main` as a command-line entry point, and exits.
+
+    Flag errors exit 2 in one line, `--help` exits 0, and an exception matched
+    by `exits` or `STANDARD_EXITS` (`UsageError` 2, `NonFiniteError` 3) becomes
+    one `error:` line and its code; anything else is a crash with a traceback.
+
+    Args:
+        main: Called with the arguments absl left after the flags; with
+            `takes_command`, also with the tuple of arguments after `--`.
+        argv: The command line, program name first; default `sys.argv`.
+        takes_command: Split `argv` at the first `--`: flags before it, a
+            command (or another program's flags) after it.
+        exits: More exceptions to report, checked before the standard ones.
+    """
+    argv = list(sys.argv if argv is None else argv)
+    command = ()
+    if takes_command:
+        argv, rest = split_command(argv)
+        command = tuple(rest)
+    reported = (*exits, *STANDARD_EXITS)
 
     def guarded_main(remaining_argv):
         try:
-            return main(remaining_argv)
-        except UsageError as error:
-            exit_usage_error(str(error))
-        except NonFiniteError as error:
-            exit_with_error(str(error), EXIT_NON_FINITE)
+            return main(remaining_argv, command) if takes_command else main(remaining_argv)
+        except Exception as error:  # pylint: disable=broad-except  (re-raised unless reported)
+            for exit_spec in reported:
+                if exit_spec.matches(error):
+                    exit_with_error(exit_spec.describe(error), exit_spec.code)
+            raise
 
     app.run(guarded_main, argv=argv, flags_parser=parse_flags_or_exit)
 

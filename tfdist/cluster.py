@@ -424,7 +424,7 @@ def check_cluster_for_strategy(cluster: Cluster, strategy: str) -> None:
 
     Args:
         cluster: The resolved cluster.
-        strategy: A strategy name as `tfdist.strategy.STRATEGIES` lists.
+        strategy: A strategy name as `tfdist.strategy_choice.STRATEGIES` lists.
 
     Raises:
         ClusterConfigError: The combination cannot run.

@@ -12,12 +12,13 @@ per checkpoint to `<output_dir>/metrics.jsonl`, writes the same numbers as
 TensorBoard scalars to `<output_dir>`, and returns once the completion marker
 is there and the last checkpoint is evaluated.
 
-Variables are saved by position (`model.variables`), as tfdist backups are:
-Keras layer names depend on what a process created before, but the order of a
-model's variables does not. A checkpoint becomes visible only when TensorFlow
-has updated the directory's `checkpoint` state file, after its data is
-written, so the evaluator never reads a half-written one. A checkpoint that
-was rotated away before the evaluator got to it is skipped.
+Variables are saved by position (`model.variables`): Keras layer names depend
+on what a process created before, but the order of a model's variables does
+not. (Backups restore by stable path instead, `tfdist.checkpointing.paths`.)
+A checkpoint becomes visible only when TensorFlow has updated the directory's
+`checkpoint` state file, after its data is written, so the evaluator never
+reads a half-written one. A checkpoint that was rotated away before the
+evaluator got to it is skipped.
 """
 
 import json

@@ -26,7 +26,6 @@ from typing import Any, Mapping, Sequence
 from tfdist.errors import UsageError
 
 EXPORT_FORMATS = ("savedmodel", "keras", "both")
-SERVING_SIGNATURE = "serving_default"
 SAVED_MODEL_FILE = "saved_model.pb"
 _TEMPORARY_PREFIX = ".savedmodel-tmp-"
 

@@ -16,7 +16,9 @@ Every task of a job runs the same check on the same examples, so every task
 fails alike.
 """
 
+import contextlib
 import re
+from typing import Callable
 
 import keras
 import tensorflow as tf
@@ -46,6 +48,23 @@ def _first_line(error: Exception) -> str:
         ("Exception encountered", "Arguments received", "•", "[[", "Call arguments"))]
     text = " ".join((useful or lines or [type(error).__name__])[0].split())
     return text if len(text) <= _MESSAGE_LIMIT else text[:_MESSAGE_LIMIT] + "..."
+
+
+def _dtypes(value):
+    return tf.nest.map_structure(lambda t: t.dtype.name, value)
+
+
+@contextlib.contextmanager
+def _mistakes_explained(batched: str | None, describe: Callable[[str], str]):
+    """Turns a mistake in the task into one `UsageError` line.
+
+    `batched` (the already-batched message) when given, else `describe` of the
+    error's first line.
+    """
+    try:
+        yield
+    except _MISTAKES as error:
+        raise UsageError(batched or describe(_first_line(error))) from None
 
 
 def looks_batched(element_spec) -> bool:
@@ -148,17 +167,14 @@ def check(model: keras.Model, batch, *, loss, spec: str = "the task",
             f"--task {spec!r}: loss() returned None, expected a loss for "
             f"model.compile(loss=...) such as keras.losses.SparseCategoricalCrossentropy(); "
             f"return one, or override the model's train_step/compute_loss to compute it")
-    try:
-        predictions = model(features, training=False)
-    except _MISTAKES as error:
-        if batched_hint:
-            raise UsageError(batched_message(spec, element_spec, global_batch_size)) from None
-        raise UsageError(
+    # Data that looks batched already explains any mistake better than the error does.
+    batched = batched_message(spec, element_spec, global_batch_size) if batched_hint else None
+    with _mistakes_explained(batched, lambda error: (
             f"--task {spec!r}: the model cannot take a batch of the training features "
-            f"(shapes {_shapes(features)}, dtypes "
-            f"{tf.nest.map_structure(lambda t: t.dtype.name, features)}): {_first_line(error)}; "
+            f"(shapes {_shapes(features)}, dtypes {_dtypes(features)}): {error}; "
             f"make build_inputs yield features the model's inputs accept, or change the "
-            f"model's inputs") from None
+            f"model's inputs")):
+        predictions = model(features, training=False)
     if own_loss and model.loss is None:
         return
     if isinstance(labels, tf.Tensor) and labels.dtype == tf.string:
@@ -175,17 +191,13 @@ def check(model: keras.Model, batch, *, loss, spec: str = "the task",
             f"predictions {tuple(predictions.shape)}) but the loss {_loss_name(loss)} expects "
             f"class ids (shape {tuple(labels.shape[:-1])}); return integer class ids, or use "
             f"the non-sparse loss (e.g. CategoricalCrossentropy)")
-    try:
+    with _mistakes_explained(batched, lambda error: (
+            f"--task {spec!r}: the loss {_loss_name(loss)} cannot take the labels (shapes "
+            f"{_shapes(labels)}, dtype {_dtypes(labels)}) against the predictions (shapes "
+            f"{_shapes(predictions)}): {error}; make build_inputs yield the labels the loss "
+            f"expects, or change loss()")):
         value = model.compute_loss(x=features, y=labels, y_pred=predictions,
                                    sample_weight=weights, training=False)
-    except _MISTAKES as error:
-        if batched_hint:
-            raise UsageError(batched_message(spec, element_spec, global_batch_size)) from None
-        raise UsageError(
-            f"--task {spec!r}: the loss {_loss_name(loss)} cannot take the labels (shapes "
-            f"{_shapes(labels)}, dtype {tf.nest.map_structure(lambda t: t.dtype.name, labels)}) "
-            f"against the predictions (shapes {_shapes(predictions)}): {_first_line(error)}; "
-            f"make build_inputs yield the labels the loss expects, or change loss()") from None
     if value is None:
         raise UsageError(f"--task {spec!r}: the model computes no loss on a training batch; "
                          f"return a loss from loss(), or compute one in compute_loss")

@@ -24,7 +24,7 @@ from tfdist import cli
 from tfdist.errors import UsageError
 from tfdist.local_cluster import LocalCluster, shell_exit_code
 
-EXIT_TIMEOUT = 124
+EXIT_TIMEOUT = cli.EXIT_TIMEOUT
 
 _USAGE_EXAMPLE = "python -m tfdist.launch --workers 2 -- python -m trainer.task"
 
@@ -53,15 +53,6 @@ _FLAGS = cli.define_flags((
 # absl.logging already defines --log_dir ("directory to write logfiles into"); the
 # launcher reads that flag as the directory for the tasks' log files.
 _LOG_DIR_FLAG = "log_dir"
-
-
-def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Splits argv at the first `--` into the launcher's part and the command."""
-    argv = list(argv)
-    if "--" not in argv:
-        return argv, []
-    cut = argv.index("--")
-    return argv[:cut], argv[cut + 1:]
 
 
 def _run_cluster(leftover_args: Sequence[str], command: Sequence[str]) -> int:
@@ -109,8 +100,7 @@ def _run_cluster(leftover_args: Sequence[str], command: Sequence[str]) -> int:
 
 def launch_from_argv(argv: Sequence[str] | None = None) -> None:
     """Entry point: parses the flags before `--` and runs the command after it."""
-    launcher_argv, command = split_command(sys.argv if argv is None else argv)
-    cli.run(lambda leftover_args: _run_cluster(leftover_args, command), argv=launcher_argv)
+    cli.run(_run_cluster, argv, takes_command=True)
 
 
 if __name__ == "__main__":

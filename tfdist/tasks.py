@@ -26,7 +26,6 @@ runs it; `NAME` may also be a zero-argument factory (called with the
 with the four methods works.
 """
 
-import dataclasses
 import importlib
 import inspect
 import json
@@ -192,16 +191,8 @@ def check_model(model, spec: str = "the task") -> None:
             f"model.compile(...) call and return its loss and metrics from the task")
 
 
-@dataclasses.dataclass(frozen=True)
-class ExampleStructure:
-    """What one split's examples look like."""
-
-    has_sample_weights: bool
-    element_spec: Any
-
-
 def check_examples(dataset, spec: str = "the task", *, training: bool,
-                   element_spec=None) -> ExampleStructure | None:
+                   element_spec=None) -> tuple | None:
     """Checks what `build_inputs(training)` returned.
 
     Args:
@@ -212,8 +203,9 @@ def check_examples(dataset, spec: str = "the task", *, training: bool,
             source is checked for its type only, as before the strategy exists).
 
     Returns:
-        The structure of the examples, or None when `dataset` is None (allowed
-        for evaluation only) or is a source whose examples were not read yet.
+        The examples' structure, `(features, labels[, sample_weights])` specs,
+        or None when `dataset` is None (allowed for evaluation only) or is a
+        source whose examples were not read yet.
 
     Raises:
         TaskError: Not a `tf.data.Dataset` or source; None for training; elements
@@ -249,7 +241,7 @@ def check_examples(dataset, spec: str = "the task", *, training: bool,
             == tf.data.INFINITE_CARDINALITY):
         raise TaskError(f"--task {spec!r}: {split} is infinite (it repeats), expected one "
                         f"pass over the examples: tfdist repeats and shuffles it")
-    return ExampleStructure(has_sample_weights=len(element) == 3, element_spec=element)
+    return element
 
 
 def _describe(element) -> str:

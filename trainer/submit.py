@@ -30,12 +30,12 @@ import sys
 import tempfile
 import urllib.parse
 
-from absl import app
 from absl import flags
 
 from tfdist import cli
 from tfdist.errors import UsageError
-from trainer.vertex import bill, config_files, images, options, serving, staging, tuning
+# client imports the Vertex AI library only inside its calls: real submissions only.
+from trainer.vertex import bill, client, config_files, images, options, serving, staging, tuning
 from trainer.vertex.checks import ServiceError, quoted
 from trainer.vertex.dependencies import check_installed, require_module
 from trainer.vertex.rendering import build_custom_job, redact_env
@@ -65,7 +65,6 @@ cli.define_flags((
 ))
 
 _LOOPBACK_NAMES = ("localhost",)
-_LONG_TOKEN = re.compile(r"\S{121,}")
 _ENDPOINT = re.compile(r"^(?:https?://)?(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])"
                        r"(?::[0-9]{1,5})?/?$")
 
@@ -101,10 +100,10 @@ def main(argv, trainer_args=()):
         packages = _build_packages(spec, merged["staging_bucket"], build_dir)
         package_uris = [package.uri(staging_bucket) for package in packages]
         if study:
-            kind, job = "hyperparameterTuningJobs", tuning.build_tuning_job(
+            kind, job = client.TUNING_JOB, tuning.build_tuning_job(
                 spec, study, package_uris=package_uris)
         else:
-            kind, job = "customJobs", build_custom_job(spec, package_uris=package_uris)
+            kind, job = client.CUSTOM_JOB, build_custom_job(spec, package_uris=package_uris)
         _describe(spec, kind, packages, package_uris, endpoint, is_emulator, FLAGS.dry_run)
         for line in bill.bill_lines(spec, tuning=study):
             print(line, file=sys.stderr)
@@ -114,8 +113,6 @@ def main(argv, trainer_args=()):
         credentials = _anonymous() if is_emulator else _application_default_credentials()
         for package in packages:
             staging.stage(package, staging_bucket)
-    from trainer.vertex import client  # Imports the Vertex AI library: real submissions only.
-
     print(client.create_job(kind, job, project=spec.project, region=spec.region,
                             api_endpoint=endpoint, credentials=credentials))
 
@@ -195,10 +192,7 @@ def _application_default_credentials():
         credentials, _ = google_auth.default(
             scopes=["https://www.googleapis.com/auth/cloud-platform"])
     except auth_exceptions.DefaultCredentialsError:
-        raise UsageError(
-            "no Application Default Credentials found, expected credentials to call Vertex "
-            "AI; run `gcloud auth application-default login` or point "
-            "GOOGLE_APPLICATION_CREDENTIALS at a key file") from None
+        raise UsageError(client.NO_CREDENTIALS) from None
     return credentials
 
 
@@ -253,7 +247,7 @@ def _describe(spec, kind, packages, package_uris, endpoint, is_emulator, dry_run
     credentials = ("no credentials (loopback emulator)" if is_emulator
                    else "Application Default Credentials")
     verb = "create" if dry_run else "Creating"
-    what = "HyperparameterTuningJob" if kind == "hyperparameterTuningJobs" else "CustomJob"
+    what = "HyperparameterTuningJob" if kind == client.TUNING_JOB else "CustomJob"
     print(f"{prefix}{verb} {what} {spec.display_name!r} in projects/{spec.project}/"
           f"locations/{spec.region} via {target} with {credentials}", file=sys.stderr)
     account = spec.service_account or (
@@ -264,48 +258,14 @@ def _describe(spec, kind, packages, package_uris, endpoint, is_emulator, dry_run
         for line in serving.serving_commands(
                 project=spec.project, region=spec.region, display_name=spec.display_name,
                 base_output_dir=spec.base_output_dir, image=FLAGS.serving_container_uri,
-                tuning=kind == "hyperparameterTuningJobs"):
+                tuning=kind == client.TUNING_JOB):
             print(f"  {line}", file=sys.stderr)
 
 
-def _shortened(message: str) -> str:
-    """`message` with any overlong unbroken run (a pasted value) cut to 100 characters."""
-    return _LONG_TOKEN.sub(lambda match: f"{match.group(0)[:100]}... "
-                                         f"({len(match.group(0))} characters)", message)
-
-
-_HELP_FLAGS = {"--help": True, "-help": True, "-h": True, "-?": True, "--helpshort": True,
-               "--helpfull": False, "-helpfull": False}
-
-
-def _parse_flags(argv):
-    for arg in argv[1:]:
-        if arg in _HELP_FLAGS:  # absl exits 1 after --help; asking for help is not an error
-            app.usage(shorthelp=_HELP_FLAGS[arg], writeto_stdout=True, exitcode=0)
-    try:
-        return FLAGS(list(argv))
-    except flags.Error as error:
-        cli.exit_usage_error(f"{_shortened(str(error))} (run with --helpfull to list the flags)")
-
-
-def submit_from_argv():
-    """Entry point: splits off the trainer flags after `--`, then runs `main`."""
-    argv = list(sys.argv)
-    trainer_args = ()
-    if "--" in argv:
-        split = argv.index("--")
-        argv, trainer_args = argv[:split], tuple(argv[split + 1:])
-
-    def guarded_main(remaining):
-        try:
-            main(remaining, trainer_args)
-        except UsageError as error:
-            cli.exit_usage_error(_shortened(str(error)))
-        except ServiceError as error:
-            sys.stderr.write(f"error: {' '.join(_shortened(str(error)).split())}\n")
-            sys.exit(1)
-
-    app.run(guarded_main, argv=argv, flags_parser=_parse_flags)
+def submit_from_argv(argv=None):
+    """Entry point: the trainer flags after `--` go to every replica, then `main` runs."""
+    cli.run(main, argv, takes_command=True,
+            exits=[cli.ErrorExit((ServiceError,), cli.EXIT_SERVICE_FAILURE)])
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 Every task of a job runs this same command. Flags override the `--config` file,
 which overrides the embedded defaults (`trainer.config.ExperimentConfig`).
-Exit codes: 0 done, 2 usage or configuration error, 143 preempted and saved,
-200 another task of the job was lost (`tfdist.cli`).
+Exit codes (`tfdist.cli`): 0 done, 2 usage or configuration error, 3 stopped
+by a non-finite loss or variable, 143 preempted and saved, 137 the preemption
+grace period ran out first, 200 another task of the job was lost.
 """
 
 import json
@@ -58,19 +59,19 @@ def main(argv) -> None:
 
     from trainer import run  # pylint: disable=g-import-not-at-top  (imports TensorFlow)
 
-    try:
-        summary = run.run(config, cluster)
-    except run.PEER_FAILURES as error:
-        first_line = (str(error).strip().splitlines() or [""])[0][:300]
-        sys.stderr.write(
-            f"error: lost contact with another task of the job ({type(error).__name__}: "
-            f"{first_line}); exiting so that the job can restart from its last backup\n")
-        sys.exit(cli.EXIT_PEER_LOST)
+    summary = run.run(config, cluster)
     if cluster.is_chief and summary is not None:
         print(json.dumps({key: summary[key] for key in
                           ("strategy", "num_replicas", "steps_completed", "final_loss",
                            "examples_per_second")}), flush=True)
 
 
+def _peer_failures() -> tuple:
+    """`trainer.run.PEER_FAILURES` once `main` has imported it (and TensorFlow); none before."""
+    run_module = sys.modules.get("trainer.run")
+    return run_module.PEER_FAILURES if run_module is not None else ()
+
+
 if __name__ == "__main__":
-    cli.run(main)
+    cli.run(main, exits=[cli.ErrorExit(_peer_failures, cli.EXIT_PEER_LOST,
+                                       cli.describe_lost_peer)])

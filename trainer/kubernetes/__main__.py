@@ -15,7 +15,6 @@ import dataclasses
 import json
 import sys
 
-from absl import app
 from absl import flags
 
 from tfdist import cli
@@ -155,12 +154,8 @@ def main(argv, trainer_args=()) -> None:
 
 
 def main_from_argv(argv=None) -> None:
-    argv = list(sys.argv if argv is None else argv)
-    trainer_args = ()
-    if "--" in argv:
-        split = argv.index("--")
-        argv, trainer_args = argv[:split], tuple(argv[split + 1:])
-    cli.run(lambda remaining: main(remaining, trainer_args), argv=argv)
+    """Entry point: the trainer flags after `--` go to every replica, then `main` runs."""
+    cli.run(main, argv, takes_command=True)
 
 
 if __name__ == "__main__":

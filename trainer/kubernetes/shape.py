@@ -9,12 +9,14 @@ already run: a shape that passes starts.
 import dataclasses
 import re
 
+from tfdist import strategy_choice
 from tfdist.errors import UsageError
 from trainer.vertex.checks import quoted, require
 
 RESTART_POLICIES = ("ExitCode", "OnFailure", "Never", "Always")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
-STRATEGIES = ("multiworker", "parameter_server", "mirrored", "one_device", "default", "auto")
+# trainer.task's strategies but tpu: a TFJob has no TPU replicas.
+STRATEGIES = tuple(name for name in strategy_choice.STRATEGIES if name != "tpu")
 DEFAULT_MOUNT_PATH = "/mnt/tfdist"
 
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")

@@ -9,6 +9,18 @@
 
 Everything a user can get wrong (flags, the task, the cluster) is checked
 before any task contacts another.
+
+Reading order, one job per module:
+
+1. this module: the role and strategy decide what runs;
+2. `synchronous`, `parameter_server`, `evaluator`: the three ways a task trains or evaluates;
+3. `pipeline`: `prepare` (everything before the first step) and `conclude`
+   (everything after the last), the same for every strategy, made of:
+4. `directories` (where outputs go), `inputs` (the task's examples as
+   streams), `compiling` (strategy limits, XLA, the optimizer, steps per
+   execution), `restarts` (what a backup records, what a restart may change,
+   where it resumes), `callbacks` (in their order), `outputs` (`summary.json`
+   and the model), `throughput` (the examples-per-second meter).
 """
 
 import os
@@ -19,6 +31,7 @@ import keras
 import tensorflow as tf
 
 from tfdist import parameter_server as ps_lib
+from tfdist.parameter_server import training as ps_training
 from tfdist import strategy as strategy_lib
 from tfdist import tasks as tasks_lib
 from tfdist.cluster import CHIEF, EVALUATOR, PS, WORKER, Cluster
@@ -26,11 +39,13 @@ from tfdist.data import per_replica_batch_size
 from tfdist.errors import UsageError
 from trainer import tasks
 from trainer.config import ExperimentConfig
-from trainer.run import evaluator, parameter_server, pipeline, synchronous
+from trainer.run import evaluator, parameter_server, synchronous
+from trainer.run.compiling import check_settings_for_strategy
+from trainer.run.directories import OutputDirs
 
-# What a collective or a remote call raises when another task died or hung.
-PEER_FAILURES = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-                 tf.errors.AbortedError, tf.errors.CancelledError)
+# What a collective or a remote call raises when another task died or hung
+# (`trainer.task` exits 200 on these): the same errors as a lost parameter server's.
+PEER_FAILURES = ps_training.PEER_FAILURES
 
 
 def strategy_options(config: ExperimentConfig) -> strategy_lib.StrategyOptions:
@@ -50,11 +65,11 @@ def run(config: ExperimentConfig, cluster: Cluster,
     Raises:
         UsageError: Bad flags, task or cluster; raised before any peer is contacted.
     """
-    dirs = pipeline.OutputDirs.from_config(config, environ)
+    dirs = OutputDirs.from_config(config, environ)
     tf.get_logger().setLevel("WARNING")
     options = strategy_options(config)
     strategy_name = strategy_lib.resolve_strategy_name(config.strategy, cluster, options)
-    pipeline.check_settings_for_strategy(config, strategy_name)
+    check_settings_for_strategy(config, strategy_name)
     loaded = tasks.load(config)
     tasks_lib.preflight(loaded.task, loaded.spec)
     if config.mixed_precision != "none":

@@ -15,7 +15,10 @@ from tfdist.cluster import CHIEF, WORKER, Cluster
 from tfdist.errors import UsageError
 from tfdist.parameter_server import ChiefWatch
 from trainer.config import ExperimentConfig
-from trainer.run import pipeline
+from trainer.run.compiling import build_model
+from trainer.run.directories import OutputDirs
+from trainer.run.inputs import build_inputs
+from trainer.run.pipeline import seed_everything
 from trainer.tasks import LoadedTask
 
 
@@ -29,7 +32,7 @@ def _training_address(cluster: Cluster) -> str | None:
     return None
 
 
-def evaluate(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
+def evaluate(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs,
              loaded: LoadedTask) -> None:
     """Evaluates the chief's checkpoints until training is done."""
     if not dirs.model_dir:
@@ -37,13 +40,13 @@ def evaluate(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDi
             "the evaluator task has no --model_dir (and no AIP_MODEL_DIR), expected the "
             "chief's model directory, whose checkpoints/ it evaluates; pass the same "
             "--model_dir to every task")
-    pipeline.seed_everything(config)
-    inputs = pipeline.build_inputs(loaded, config)
+    seed_everything(config)
+    inputs = build_inputs(loaded, config)
     if inputs.eval_examples is None:
         raise UsageError(f"{loaded.spec}: build_inputs(training=False) returned None, so the "
                          f"evaluator task has nothing to evaluate; return evaluation examples "
                          f"or run the job without an evaluator")
-    model = pipeline.build_model(loaded, config, inputs, for_training=False)
+    model = build_model(loaded, config, inputs, for_training=False)
     cannot_evaluate = custom_steps.evaluation_skip_reason(model)
     if cannot_evaluate:
         logging.warning("The evaluator task has nothing to do: %s.", cannot_evaluate)

@@ -1,7 +1,7 @@
 """`--strategy=parameter_server`: the chief's coordinator loop over the same pipeline.
 
 Workers and ps tasks serve (`tfdist.parameter_server.serve`); the chief builds
-the task's inputs and model with `trainer.run.pipeline` and drives the steps
+the task's inputs and model with `trainer.run.pipeline.prepare` and drives the steps
 with `tfdist.parameter_server.ParameterServerTrainer`.
 """
 
@@ -20,11 +20,15 @@ from tfdist import weighting
 from tfdist.cluster import WORKER, Cluster
 from trainer.config import ExperimentConfig
 from trainer.run import pipeline
+from trainer.run.directories import OutputDirs
+from trainer.run.inputs import Inputs, validation_kwargs
+from trainer.run.outputs import Outcome, epoch_logs
+from trainer.run.restarts import already_completed
 from trainer.run.throughput import ThroughputMeter
 from trainer.tasks import LoadedTask
 
 
-def _worker_dataset_fn(loaded: LoadedTask, inputs: pipeline.Inputs):
+def _worker_dataset_fn(loaded: LoadedTask, inputs: Inputs):
     """Each worker's copy of the training stream, starting at its own batch.
 
     Under ParameterServerStrategy every worker runs the same input graph and
@@ -58,7 +62,7 @@ def _worker_dataset_fn(loaded: LoadedTask, inputs: pipeline.Inputs):
     return dataset_fn
 
 
-def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
+def train(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs,
           loaded: LoadedTask, *, strategy: tf.distribute.Strategy,
           environ: Mapping[str, str]) -> dict:
     """Coordinates training from the chief and returns the summary."""
@@ -66,7 +70,7 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
                            environ)
     num_replicas = int(strategy.num_replicas_in_sync)
     if run.todo.completed:
-        return pipeline.already_completed(run.backup, dirs, "parameter_server", num_replicas)
+        return already_completed(run.backup, dirs, "parameter_server", num_replicas)
 
     model, inputs = run.model, run.inputs
     trainer = parameter_server.ParameterServerTrainer(model)
@@ -75,7 +79,7 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
     cannot_evaluate = custom_steps.evaluation_skip_reason(model)
     if cannot_evaluate:
         logging.info("Skipping evaluation: %s.", cannot_evaluate)
-    validation = {} if cannot_evaluate else pipeline.validation_kwargs(config, inputs)
+    validation = {} if cannot_evaluate else validation_kwargs(config, inputs)
     dataset_fn = _worker_dataset_fn(loaded, inputs)
     started = time.perf_counter()
     history = None
@@ -86,10 +90,10 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: pipeline.OutputDirs,
                               steps_per_sync=config.backup_every_steps or None,
                               callbacks=callbacks, verbose=2, **validation)
     wall_seconds = time.perf_counter() - started
-    train_logs = pipeline.epoch_logs(history, run)
+    train_logs = epoch_logs(history, run.backup)
     eval_stream = None if cannot_evaluate else inputs.eval_stream()
     evaluation = trainer.evaluate_on_coordinator(eval_stream) if eval_stream is not None else {}
-    return pipeline.conclude(config, cluster, dirs, run, pipeline.Outcome(
+    return pipeline.conclude(config, cluster, dirs, run, Outcome(
         strategy="parameter_server", num_replicas=num_replicas,
         num_workers=cluster.count(WORKER), num_ps=cluster.num_ps,
         steps_per_epoch=inputs.steps_per_epoch,

@@ -1,8 +1,13 @@
-"""Small helpers every check uses: a precondition and a bounded quote of a value."""
+"""Small helpers every check uses: a precondition and a bounded quote of a value.
+
+`require` is `tfdist.preconditions.require`, importable from here.
+"""
 
 from typing import Any
 
-from tfdist.errors import UsageError
+from tfdist.preconditions import require
+
+__all__ = ["QUOTE_LIMIT", "ServiceError", "quoted", "require"]
 
 QUOTE_LIMIT = 100
 
@@ -13,12 +18,6 @@ def quoted(value: Any, limit: int = QUOTE_LIMIT) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(text)} characters)"
-
-
-def require(condition: bool, message: str) -> None:
-    """Raises `UsageError(message)` unless `condition` holds."""
-    if not condition:
-        raise UsageError(message)
 
 
 class ServiceError(Exception):

@@ -11,6 +11,7 @@ Every failure is one line: `UsageError` (exit 2) for what the user can fix
 (exit 1) for Vertex AI's own failures (5xx, unreachable).
 """
 
+import contextlib
 import json
 import logging
 import sys
@@ -22,6 +23,9 @@ from trainer.vertex.dependencies import require_module
 
 CUSTOM_JOB = "customJobs"
 TUNING_JOB = "hyperparameterTuningJobs"
+NO_CREDENTIALS = ("no Application Default Credentials found, expected credentials to call "
+                  "Vertex AI; run `gcloud auth application-default login` or point "
+                  "GOOGLE_APPLICATION_CREDENTIALS at a key file")
 
 
 def create_job(kind: str, resource: Mapping[str, Any], *, project: str, region: str,
@@ -49,36 +53,57 @@ def create_job(kind: str, resource: Mapping[str, Any], *, project: str, region: 
     """
     aiplatform = require_module("google.cloud.aiplatform_v1",
                                 purpose="submitting a job to Vertex AI")
-    from google.api_core import exceptions as api_exceptions
-    from google.auth import exceptions as auth_exceptions
     from google.protobuf import json_format
-    requests = require_module("requests", purpose="submitting a job to Vertex AI")
 
     keep_stdout_for_the_result()
     endpoint = api_endpoint or f"{region}-aiplatform.googleapis.com"
     parent = f"projects/{project}/locations/{region}"
     try:
-        client = aiplatform.JobServiceClient(credentials=credentials, transport="rest",
-                                             client_options={"api_endpoint": endpoint})
-        body = json.dumps(resource)
-        if kind == CUSTOM_JOB:
-            job = aiplatform.CustomJob.from_json(body, ignore_unknown_fields=False)
-            created = client.create_custom_job(parent=parent, custom_job=job)
-        else:
-            job = aiplatform.HyperparameterTuningJob.from_json(body,
-                                                               ignore_unknown_fields=False)
-            created = client.create_hyperparameter_tuning_job(
-                parent=parent, hyperparameter_tuning_job=job)
-        return created.name
+        with call_errors(purpose="submitting a job to Vertex AI", refused="the job",
+                         expected=f"a job it accepts: check the machine types, quota and "
+                                  f"permissions in {region}",
+                         failed="create the job", endpoint=endpoint):
+            client = aiplatform.JobServiceClient(credentials=credentials, transport="rest",
+                                                 client_options={"api_endpoint": endpoint})
+            body = json.dumps(resource)
+            if kind == CUSTOM_JOB:
+                job = aiplatform.CustomJob.from_json(body, ignore_unknown_fields=False)
+                created = client.create_custom_job(parent=parent, custom_job=job)
+            else:
+                job = aiplatform.HyperparameterTuningJob.from_json(body,
+                                                                   ignore_unknown_fields=False)
+                created = client.create_hyperparameter_tuning_job(
+                    parent=parent, hyperparameter_tuning_job=job)
+            return created.name
     except json_format.ParseError as error:
         raise UsageError(f"the job does not parse as a Vertex AI {kind[:-1]} "
                          f"({quoted(str(error))}); expected values within the API's "
                          f"ranges") from None
+
+
+@contextlib.contextmanager
+def call_errors(*, purpose: str, refused: str, expected: str, failed: str, endpoint: str):
+    """Turns what a Vertex AI client call raises into one line a user can act on.
+
+    Args:
+        purpose: What the call is for, should a library be missing.
+        refused: What Vertex AI refuses with a 4xx, e.g. "the job".
+        expected: What it would accept, after "expected".
+        failed: What failed with a 5xx, after "failed to", e.g. "create the job".
+        endpoint: The endpoint called, for an unreachable one.
+
+    Raises:
+        UsageError: No usable credentials, or Vertex AI refused the call (4xx).
+        ServiceError: Vertex AI failed (5xx) or could not be reached.
+    """
+    from google.api_core import exceptions as api_exceptions
+    from google.auth import exceptions as auth_exceptions
+    requests = require_module("requests", purpose=purpose)
+
+    try:
+        yield
     except auth_exceptions.DefaultCredentialsError:
-        raise UsageError(
-            "no Application Default Credentials found, expected credentials to call Vertex "
-            "AI; run `gcloud auth application-default login` or point "
-            "GOOGLE_APPLICATION_CREDENTIALS at a key file") from None
+        raise UsageError(NO_CREDENTIALS) from None
     except auth_exceptions.RefreshError:
         raise UsageError("Application Default Credentials could not be refreshed (expired "
                          "or revoked); run `gcloud auth application-default login` "
@@ -86,10 +111,9 @@ def create_job(kind: str, resource: Mapping[str, Any], *, project: str, region: 
     except api_exceptions.GoogleAPICallError as error:
         summary = quoted(" ".join(str(error.message or "").split()), 300)
         if error.code is not None and 400 <= int(error.code) < 500:
-            raise UsageError(f"Vertex AI refused the job ({int(error.code)}: {summary}); "
-                             f"expected a job it accepts: check the machine types, quota "
-                             f"and permissions in {region}") from None
-        raise ServiceError(f"Vertex AI failed to create the job ({error.code}: "
+            raise UsageError(f"Vertex AI refused {refused} ({int(error.code)}: {summary}); "
+                             f"expected {expected}") from None
+        raise ServiceError(f"Vertex AI failed to {failed} ({error.code}: "
                            f"{summary}); try again later") from None
     except (requests.exceptions.RequestException, auth_exceptions.TransportError) as error:
         raise ServiceError(f"Vertex AI at {quoted(endpoint)} could not be reached "

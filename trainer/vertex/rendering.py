@@ -32,6 +32,11 @@ def build_custom_job(spec: JobSpec, *, package_uris: Sequence[str] = ()) -> dict
         UsageError: Packages missing for a prebuilt image, or given for ours.
     """
     job = {"displayName": spec.display_name, "jobSpec": build_job_spec(spec, package_uris)}
+    return with_labels_and_encryption(job, spec)
+
+
+def with_labels_and_encryption(job: dict, spec: JobSpec) -> dict:
+    """`job` with the spec's labels and CMEK key, as a CustomJob or a tuning job takes them."""
     if spec.labels:
         job["labels"] = dict(spec.labels)
     if spec.kms_key_name:

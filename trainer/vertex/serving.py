@@ -66,39 +66,20 @@ def upload_model(*, project: str, region: str, display_name: str, artifact_uri: 
         UsageError: Vertex AI refused the upload (4xx) or the credentials failed.
         ServiceError: Vertex AI failed (5xx) or could not be reached.
     """
-    from tfdist.errors import UsageError  # pylint: disable=g-import-not-at-top
-    from trainer.vertex.checks import ServiceError, quoted  # pylint: disable=g-import-not-at-top
+    from trainer.vertex import client  # pylint: disable=g-import-not-at-top
     from trainer.vertex.dependencies import require_module  # pylint: disable=g-import-not-at-top
 
     aiplatform = require_module("google.cloud.aiplatform", purpose="uploading a model")
-    from google.api_core import exceptions as api_exceptions  # pylint: disable=g-import-not-at-top
-    from google.auth import exceptions as auth_exceptions  # pylint: disable=g-import-not-at-top
-    requests = require_module("requests", purpose="uploading a model")
-
-    from trainer.vertex.client import keep_stdout_for_the_result  # pylint: disable=g-import-not-at-top
-
-    keep_stdout_for_the_result()
+    client.keep_stdout_for_the_result()
     init = {"project": project, "location": region, "credentials": credentials}
     if api_endpoint:
         init.update(api_endpoint=api_endpoint, api_transport="rest")
-    try:
+    with client.call_errors(purpose="uploading a model", refused="the model upload",
+                            expected="a SavedModel directory and an image it accepts",
+                            failed="upload the model",
+                            endpoint=api_endpoint or f"{region}-aiplatform.googleapis.com"):
         aiplatform.init(**init)
         model = aiplatform.Model.upload(
             display_name=display_name, artifact_uri=artifact_uri,
             serving_container_image_uri=image, labels=labels or None, sync=True)
         return model.resource_name
-    except auth_exceptions.DefaultCredentialsError:
-        raise UsageError("no Application Default Credentials found, expected credentials to "
-                         "call Vertex AI; run `gcloud auth application-default login`") from None
-    except api_exceptions.GoogleAPICallError as error:
-        summary = quoted(" ".join(str(error.message or "").split()), 300)
-        if error.code is not None and 400 <= int(error.code) < 500:
-            raise UsageError(f"Vertex AI refused the model upload ({int(error.code)}: "
-                             f"{summary}); expected a SavedModel directory and an image it "
-                             f"accepts") from None
-        raise ServiceError(f"Vertex AI failed to upload the model ({error.code}: {summary}); "
-                           f"try again later") from None
-    except (requests.exceptions.RequestException, auth_exceptions.TransportError) as error:
-        raise ServiceError(f"Vertex AI at {quoted(api_endpoint or region)} could not be reached "
-                           f"({quoted(type(error).__name__)}); check the network and "
-                           f"--api_endpoint") from None

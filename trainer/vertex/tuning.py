@@ -383,8 +383,4 @@ def build_tuning_job(spec: JobSpec, tuning: TuningSpec, *,
     if tuning.max_failed_trial_count:
         job["maxFailedTrialCount"] = tuning.max_failed_trial_count
     job["trialJobSpec"] = rendering.build_job_spec(trial_spec, package_uris)
-    if spec.labels:
-        job["labels"] = dict(spec.labels)
-    if spec.kms_key_name:
-        job["encryptionSpec"] = {"kmsKeyName": spec.kms_key_name}
-    return job
+    return rendering.with_labels_and_encryption(job, spec)

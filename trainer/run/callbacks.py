@@ -1,0 +1,66 @@
+"""The callbacks of a training run: throughput, TensorBoard, tuning, evaluation exports, backup.
+
+`training_callbacks` puts them in order (the backup last: it may end the
+process after a preemption notice); `evaluation_exporter` is the chief's
+checkpoint exporter for an evaluator task, and `finish_exports` its last
+export once training is over.
+"""
+
+from typing import Mapping
+
+import keras
+
+from tfdist import hypertune
+from tfdist.callbacks import BackupAndRestore, EpochTensorBoard, NonFiniteGuard
+from tfdist.cluster import Cluster, has_evaluator
+from tfdist.evaluation import CheckpointExporter
+from trainer.config import ExperimentConfig
+from trainer.run.directories import OutputDirs
+from trainer.run.throughput import ThroughputMeter
+
+# Evaluation checkpoints kept; the evaluator reads the newest.
+EVALUATION_CHECKPOINTS_KEPT = 3
+
+
+def evaluation_exporter(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs,
+                        environ: Mapping[str, str]) -> CheckpointExporter | None:
+    """The chief's exporter when an evaluator exists or one was asked for; else None."""
+    if not dirs.model_dir or not (config.evaluation_checkpoints
+                                  or has_evaluator(cluster, environ)):
+        return None
+    return CheckpointExporter(dirs.checkpoints_dir, max_to_keep=EVALUATION_CHECKPOINTS_KEPT)
+
+
+def training_callbacks(*, config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs,
+                       backup: BackupAndRestore | None,
+                       exporter: CheckpointExporter | None,
+                       steps_per_execution: int = 1) -> list:
+    """The meter, the chief's TensorBoard and exporter, and the backup (last)."""
+    callbacks = [ThroughputMeter(global_batch_size=config.global_batch_size,
+                                 steps_per_execution=steps_per_execution)]
+    if backup is None:
+        callbacks.append(NonFiniteGuard())  # the backup checks the same itself
+    if config.hparam_metric:
+        callbacks.append(hypertune.HypertuneCallback(config.hparam_metric,
+                                                     is_chief=cluster.is_chief))
+    if cluster.is_chief:
+        if dirs.tensorboard_dir:
+            callbacks.append(EpochTensorBoard(dirs.tensorboard_dir))
+        if exporter is not None:
+            callbacks.append(exporter)
+    if backup is not None:
+        callbacks.append(backup)  # last: it may end the process after a preemption notice
+    return callbacks
+
+
+def finish_exports(exporter: CheckpointExporter | None, model: keras.Model) -> None:
+    """Exports the final checkpoint and marks training done for the evaluator.
+
+    Works also when no `fit` ran in this process (a restart after the last step).
+    """
+    if exporter is None:
+        return
+    if exporter.model is None:
+        exporter.set_model(model)
+        exporter.on_train_begin()
+    exporter.finish()

@@ -1,0 +1,126 @@
+"""The restart policy: what a backup records, what a restart may change, where it resumes.
+
+`run_settings` is the run's fingerprint beyond its variables;
+`changeable_settings` the settings a restart may change, each with why;
+`make_backup` the `BackupAndRestore` that checks them; `plan` restores the
+newest good backup and returns the `fit` segments left; `already_completed`
+answers a restart after the job had finished.
+"""
+
+import dataclasses
+
+from absl import logging
+import keras
+import tensorflow as tf
+
+from tfdist.callbacks import BackupAndRestore
+from tfdist.checkpointing import ResumePoint
+from tfdist.checkpointing.state import FitSegment
+from tfdist.cluster import Cluster
+from tfdist.preemption import PreemptionOptions
+from trainer.config import ExperimentConfig
+from trainer.run.directories import OutputDirs
+from trainer.run.inputs import Inputs
+from trainer.run.outputs import read_summary
+from trainer.tasks import LoadedTask
+
+# What decides the steps a run computes, recorded in every backup. The model's
+# variables, the optimizer's class and variables and the dtype policy are
+# recorded by the backup itself.
+_SCHEDULE_FIELDS = ("learning_rate", "momentum", "weight_decay", "lr_scaling",
+                    "reference_batch_size", "warmup_epochs", "warmup_steps", "lr_decay",
+                    "decay_power", "decay_boundaries", "decay_rate",
+                    "exclude_from_weight_decay", "exclude_from_layer_adaptation")
+_SAME_GLOBAL_BATCH = ("every step still averages the same global batch of the same examples, "
+                      "so it computes the same update")
+
+
+def run_settings(config: ExperimentConfig, loaded: LoadedTask, inputs: Inputs,
+                 cluster: Cluster, strategy_name: str) -> dict:
+    """The run's fingerprint beyond its variables, as `BackupAndRestore(run_settings=)` takes it."""
+    settings = {
+        "task": loaded.identity,
+        "num_train_examples": inputs.num_train_examples,
+        "input": inputs.train.kind,
+        "global_batch_size": config.global_batch_size,
+        "seed": config.seed,
+        "steps_per_epoch": inputs.steps_per_epoch,
+        "steps_per_execution": config.steps_per_execution,
+        "epochs": config.epochs,
+        "strategy": strategy_name,
+        "num_workers": cluster.num_workers,
+        "all_reduce_dtype": config.all_reduce_dtype,
+    }
+    for name in _SCHEDULE_FIELDS:
+        value = getattr(config, name)
+        settings[name] = list(value) if isinstance(value, tuple) else value
+    return settings
+
+
+def changeable_settings(config: ExperimentConfig, inputs: Inputs | None = None) -> dict:
+    """Settings a restart may change, each with why the change is safe (it is logged).
+
+    Files sharded per worker are read in an order that depends on the number
+    of workers: a restart with another number cannot resume exactly.
+    """
+    changeable = {
+        "steps_per_execution": "an execution only groups steps; each step is the same",
+    }
+    if inputs is None or not inputs.train.order_depends_on_workers():
+        changeable["num_workers"] = _SAME_GLOBAL_BATCH
+        changeable["strategy"] = _SAME_GLOBAL_BATCH
+    if config.lr_decay == "constant":
+        changeable["epochs"] = ("the learning rate does not decay, so no step depends on the "
+                                "total number of steps")
+    return changeable
+
+
+def make_backup(config: ExperimentConfig, dirs: OutputDirs, strategy: tf.distribute.Strategy,
+                cluster: Cluster, settings: dict,
+                inputs: Inputs | None = None) -> BackupAndRestore | None:
+    if not dirs.backup_dir:
+        logging.warning("No --backup_dir (and no AIP_CHECKPOINT_DIR): training cannot resume "
+                        "after a failure or preemption.")
+        return None
+    return BackupAndRestore(dirs.backup_dir, save_freq=config.backup_every_steps or "epoch",
+                            delete_checkpoint=not config.keep_backup,
+                            complete_on_train_end=False, strategy=strategy, cluster=cluster,
+                            preemption=PreemptionOptions(
+                                grace_period_seconds=config.preemption_grace_seconds),
+                            run_settings=settings, changeable=changeable_settings(config, inputs))
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """What is left to run.
+
+    Attributes:
+        segments: The `fit` calls that finish training exactly once.
+        resumed_from_step: Steps already applied before this run (0 when fresh).
+        completed: An earlier run finished the job, outputs included.
+    """
+
+    segments: tuple[FitSegment, ...]
+    resumed_from_step: int = 0
+    completed: bool = False
+
+
+def plan(backup: BackupAndRestore | None, model: keras.Model, *, epochs: int,
+         steps_per_epoch: int) -> Plan:
+    """Restores the newest good backup into `model` and plans the rest of training."""
+    if backup is None:
+        return Plan(ResumePoint().segments(epochs=epochs, steps_per_epoch=steps_per_epoch))
+    segments = backup.resume(model, epochs=epochs, steps_per_epoch=steps_per_epoch)
+    return Plan(tuple(segments), backup.resumed_from_step, backup.completed)
+
+
+def already_completed(backup: BackupAndRestore, dirs: OutputDirs, strategy_name: str,
+                      num_replicas: int) -> dict:
+    """The summary of a job that had finished before this restart; trains nothing."""
+    logging.warning("%s records that this job completed at step %d; not training again. "
+                    "Use a new --backup_dir to train anew.", backup.backup_dir,
+                    backup.resumed_from_step)
+    return read_summary(dirs) or {
+        "strategy": strategy_name, "num_replicas": num_replicas,
+        "steps_completed": backup.resumed_from_step, "final_loss": None,
+        "examples_per_second": 0.0, "resumed_from_step": backup.resumed_from_step}
