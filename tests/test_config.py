@@ -158,7 +158,7 @@ FLAGS_DOC = pathlib.Path(__file__).resolve().parents[1] / "docs" / "flags.md"
 
 def _trainer_flags():
     by_module = FLAGS.flags_by_module_dict()
-    return [flag for module in ("tfdist.flags", "trainer.task")
+    return [flag for module in ("tfdist.distribute.flags", "trainer.task")
             for flag in by_module.get(module, [])]
 
 

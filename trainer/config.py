@@ -10,9 +10,9 @@ import os
 from typing import Any, Mapping
 
 from tfdist.errors import UsageError
-from tfdist.preconditions import require
-from tfdist.export import check_export_format
-from tfdist.strategy_choice import STRATEGIES
+from tfdist._internal.preconditions import require
+from tfdist.outputs.export import check_export_format
+from tfdist.distribute.choice import STRATEGIES
 
 OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
 LR_SCALING_RULES = ("none", "linear", "sqrt")
@@ -49,7 +49,7 @@ class ExperimentConfig:
     steps_per_epoch: int = 0
     validation_steps: int = 0
     global_batch_size: int = 64
-    # "auto" (tfdist.execution_tuner measures at the start) or a number of steps.
+    # "auto" (tfdist.distribute.execution_tuner measures at the start) or a number of steps.
     steps_per_execution: int | str = AUTO
     jit_compile: str = "auto"
     all_reduce_dtype: str = "float32"

@@ -14,10 +14,10 @@ from absl import flags
 from absl import logging
 
 from tfdist import cli
-from tfdist import startup_logs
+from tfdist._internal import startup_logs
 from tfdist.errors import UsageError
-from tfdist import flags as tfdist_flags
-from tfdist.cluster import check_cluster_for_strategy, resolve_cluster_for_strategy
+from tfdist.distribute import flags as tfdist_flags
+from tfdist.distribute.cluster import check_cluster_for_strategy, resolve_cluster_for_strategy
 from trainer import config as config_lib
 
 FLAGS = flags.FLAGS

@@ -27,7 +27,7 @@ main thread before the training function starts, the backend:
 - sets `TF_USE_LEGACY_KERAS=0`: Ray sets 1, which does nothing in its own
   workers (`tf.keras` is resolved before) but makes child processes load
   tf_keras; with 0, Keras 3 everywhere;
-- installs `tfdist.signal_relay`: Ray runs the training
+- installs `tfdist.preemption.signal_relay`: Ray runs the training
   function in a thread, where no signal handler can be installed, so without
   it tfdist's SIGTERM handling is off. With it, a SIGTERM to a worker process
   ends in a backup at a step the workers agree on, as outside Ray; the
@@ -55,8 +55,8 @@ except ImportError as error:  # pragma: no cover - exercised without the extra
 
 import keras
 
-from tfdist import signal_relay
-from tfdist.checkpointing.store import BackupStore
+from tfdist.preemption import signal_relay
+from tfdist.backups.store import BackupStore
 from tfdist.errors import UsageError
 
 __all__ = ["TensorflowConfig", "ReportBackups"]

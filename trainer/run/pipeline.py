@@ -17,23 +17,23 @@ from absl import logging
 import keras
 import tensorflow as tf
 
-from tfdist import batching as batching_lib
+from tfdist.data import batching as batching_lib
 from tfdist import data as data_lib
 from tfdist.data import counts as data_counts
-from tfdist import first_batch_check
-from tfdist import weighting
-from tfdist import export as export_lib
-from tfdist import hypertune
-from tfdist import execution_tuner
+from tfdist.tasks import first_batch_check
+from tfdist.tasks import weighting
+from tfdist.outputs import export as export_lib
+from tfdist.outputs import hypertune
+from tfdist.distribute import execution_tuner
 from tfdist import keras_compat
 from tfdist import tasks as tasks_lib
 from tfdist.callbacks import BackupAndRestore, EpochTensorBoard, NonFiniteGuard
-from tfdist.checkpointing import ResumePoint
-from tfdist.checkpointing.state import FitSegment
-from tfdist.cluster import Cluster, has_evaluator
+from tfdist.backups import ResumePoint
+from tfdist.backups.state import FitSegment
+from tfdist.distribute.cluster import Cluster, has_evaluator
 from tfdist.errors import UsageError
-from tfdist.evaluation import CheckpointExporter
-from tfdist.files import write_json_atomically
+from tfdist.outputs.evaluation import CheckpointExporter
+from tfdist._internal.files import write_json_atomically
 from tfdist.preemption import PreemptionOptions
 from trainer.config import AUTO, ExperimentConfig, check_steps_per_execution
 from trainer.optimization import build_optimizer
@@ -98,7 +98,7 @@ class Inputs:
         steps_per_epoch: Optimizer updates per epoch.
         global_batch_size: Examples per step across all replicas.
         seed: Fixes the order of every pass.
-        batching: The task's declared padding or bucketing (`tfdist.batching`), or None.
+        batching: The task's declared padding or bucketing (`tfdist.data.batching`), or None.
     """
 
     train: data_lib.TaskInput
@@ -124,7 +124,7 @@ class Inputs:
         A source under a strategy with several replicas comes back distributed:
         each worker builds only its replicas' part of every global batch.
         """
-        if self.batching is not None:  # variable lengths: tfdist.batching
+        if self.batching is not None:  # variable lengths: tfdist.data.batching
             return batching_lib.training_batches(
                 self.train.value, self.batching, global_batch_size=self.global_batch_size,
                 seed=self.seed, num_examples=self.num_train_examples, first_step=first_step)
@@ -135,7 +135,7 @@ class Inputs:
     def eval_stream(self) -> tf.data.Dataset | None:
         if self.evaluation is None:
             return None
-        if self.batching is not None:  # variable lengths: tfdist.batching
+        if self.batching is not None:  # variable lengths: tfdist.data.batching
             return batching_lib.evaluation_batches(self.evaluation.examples(), self.batching,
                                                    global_batch_size=self.global_batch_size)
         return self.evaluation.evaluation_stream(self.global_batch_size)
@@ -242,7 +242,7 @@ def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
     """The task's model, built and compiled; call inside the strategy's scope.
 
     The model and its loss run once on the first training examples
-    (`tfdist.first_batch_check`): a subclassed model gets every variable before
+    (`tfdist.tasks.first_batch_check`): a subclassed model gets every variable before
     a backup is restored into it, and mistakes in the task become one line.
 
     Args:
@@ -280,7 +280,7 @@ def explicit_steps_per_execution(config: ExperimentConfig) -> int:
 
 def tune_steps_per_execution(config: ExperimentConfig, model: keras.Model, inputs: Inputs,
                              todo: "Plan") -> int:
-    """Sets `model.steps_per_execution` when it is `auto` (see `tfdist.execution_tuner`).
+    """Sets `model.steps_per_execution` when it is `auto` (see `tfdist.distribute.execution_tuner`).
 
     Parameter-server training schedules single steps (auto means 1 there).
     """

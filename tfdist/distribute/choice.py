@@ -1,6 +1,6 @@
 """Strategy names and the `auto` choice, kept free of TensorFlow imports."""
 
-from tfdist.cluster import Cluster
+from tfdist.distribute.cluster import Cluster
 from tfdist.errors import UsageError
 
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multiworker",

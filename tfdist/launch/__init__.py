@@ -22,9 +22,9 @@ from absl import flags
 
 from tfdist import cli
 from tfdist.errors import UsageError
-from tfdist.local_cluster import LocalCluster, shell_exit_code
+from tfdist.launch.local_cluster import LocalCluster, shell_exit_code
 
-EXIT_TIMEOUT = 124
+EXIT_TIMEOUT = cli.EXIT_TIMEOUT
 
 _USAGE_EXAMPLE = "python -m tfdist.launch --workers 2 -- python -m trainer.task"
 
@@ -112,6 +112,3 @@ def launch_from_argv(argv: Sequence[str] | None = None) -> None:
     launcher_argv, command = split_command(sys.argv if argv is None else argv)
     cli.run(lambda leftover_args: _run_cluster(leftover_args, command), argv=launcher_argv)
 
-
-if __name__ == "__main__":
-    launch_from_argv()
