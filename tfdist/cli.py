@@ -29,7 +29,6 @@ EXIT_NON_FINITE = 3
 EXIT_PREEMPTED = 143
 EXIT_GRACE_EXPIRED = 137
 EXIT_PEER_LOST = 200
-EXIT_TIMEOUT = 124  # tfdist.launch --timeout expired (as coreutils' timeout)
 # Codes after which a restart of the job can succeed (TFJob's ExitCode policy: >= 128).
 RETRYABLE_EXIT_CODES = (EXIT_GRACE_EXPIRED, EXIT_PREEMPTED, EXIT_PEER_LOST)
 

@@ -24,7 +24,7 @@ from tfdist import cli
 from tfdist.errors import UsageError
 from tfdist.launch.local_cluster import LocalCluster, shell_exit_code
 
-EXIT_TIMEOUT = cli.EXIT_TIMEOUT
+EXIT_TIMEOUT = 124
 
 _USAGE_EXAMPLE = "python -m tfdist.launch --workers 2 -- python -m trainer.task"
 

@@ -23,12 +23,14 @@ from tfdist.distribute import strategy as strategy_lib
 from tfdist import tasks as tasks_lib
 from tfdist.distribute.cluster import CHIEF, EVALUATOR, PS, WORKER, Cluster
 from tfdist.data import per_replica_batch_size
-from tfdist._internal.peers import PEER_FAILURES  # noqa: F401  (run.PEER_FAILURES: trainer.task)
 from tfdist.errors import UsageError
 from trainer import tasks
 from trainer.config import ExperimentConfig
 from trainer.run import evaluator, parameter_server, pipeline, synchronous
 
+# What a collective or a remote call raises when another task died or hung.
+PEER_FAILURES = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+                 tf.errors.AbortedError, tf.errors.CancelledError)
 
 
 def strategy_options(config: ExperimentConfig) -> strategy_lib.StrategyOptions:
