@@ -154,6 +154,17 @@ def test_configuration_modules_do_not_import_tensorflow():
         f"this module imported TensorFlow or Keras: {result.stdout.strip()}")
 
 
+def test_importing_the_local_cluster_defines_no_launcher_flags():
+    # The launcher's flags (--workers, --ps, ...) would collide with a program's own.
+    program = ("import tfdist.launch, tfdist.launch.local_cluster, tfdist.launch.testing\n"
+               "from absl import flags\n"
+               "print(sorted({'workers', 'ps', 'chief', 'timeout'} & set(flags.FLAGS)))\n")
+    result = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip() == "[]"
+
+
 def _forget(old: str) -> None:
     """Drops the alias (not the module) so the next import goes through the finder again."""
     for name in [name for name in sys.modules if name == old or name.startswith(old + ".")]:
