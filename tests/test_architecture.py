@@ -156,7 +156,8 @@ def test_configuration_modules_do_not_import_tensorflow():
 
 def test_importing_the_local_cluster_defines_no_launcher_flags():
     # The launcher's flags (--workers, --ps, ...) would collide with a program's own.
-    program = ("import tfdist.launch, tfdist.launch.local_cluster, tfdist.launch.testing\n"
+    program = ("import tfdist.launch, tfdist.launch.local_cluster\n"
+               "from tfdist.launch import local_cluster, testing\n"
                "from absl import flags\n"
                "print(sorted({'workers', 'ps', 'chief', 'timeout'} & set(flags.FLAGS)))\n")
     result = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True,
