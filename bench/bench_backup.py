@@ -140,7 +140,7 @@ def bench_throughput(args) -> None:
 
 
 def _time_saves(model, count: int = 10) -> tuple[float, float]:
-    from tfdist.checkpointing import BackupStore, TrainingBackup  # pylint: disable=g-import-not-at-top
+    from tfdist.backups import BackupStore, TrainingBackup  # pylint: disable=g-import-not-at-top
 
     backup_dir = tempfile.mkdtemp(prefix="bench-saves-")
     backup = TrainingBackup(BackupStore(backup_dir), model)
@@ -180,7 +180,7 @@ def child(args) -> None:
 
 def _prepare_backup(path: str, resume_at: int, args) -> None:
     """A backup recorded at step `resume_at` (the weights' values do not matter here)."""
-    from tfdist.checkpointing import BackupStore, TrainingBackup  # pylint: disable=g-import-not-at-top
+    from tfdist.backups import BackupStore, TrainingBackup  # pylint: disable=g-import-not-at-top
 
     _, model = _setup()
     epoch, step_in_epoch = divmod(resume_at, args.steps)

@@ -163,7 +163,7 @@ def child_side() -> None:
     """One round of the single-process variants for one model; prints JSON."""
     import keras  # pylint: disable=g-import-not-at-top
 
-    from tfdist.cluster import resolve_cluster  # pylint: disable=g-import-not-at-top
+    from tfdist.distribute.cluster import resolve_cluster  # pylint: disable=g-import-not-at-top
     from trainer import run as run_lib  # pylint: disable=g-import-not-at-top
 
     keras.mixed_precision.set_global_policy("float32")
@@ -194,8 +194,8 @@ def child_side() -> None:
 
 def worker_side() -> None:
     """One task of a 2-worker run of the trainer; the chief writes its summary."""
-    from tfdist import preemption_agreement  # pylint: disable=g-import-not-at-top
-    from tfdist.cluster import resolve_cluster  # pylint: disable=g-import-not-at-top
+    from tfdist.preemption import agreement as preemption_agreement  # pylint: disable=g-import-not-at-top
+    from tfdist.distribute.cluster import resolve_cluster  # pylint: disable=g-import-not-at-top
     from trainer import run as run_lib  # pylint: disable=g-import-not-at-top
 
     if _VARIANT.value == "on, collective check":

@@ -73,8 +73,8 @@ def _python_loop_function(model):
 
 def worker_side() -> None:
     """One task of a 2-worker run; the chief writes steps/s to --result."""
-    from tfdist import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
-    from tfdist.cluster import resolve_cluster  # pylint: disable=g-import-not-at-top
+    from tfdist.distribute import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
+    from tfdist.distribute.cluster import resolve_cluster  # pylint: disable=g-import-not-at-top
 
     cluster = resolve_cluster(os.environ)
     strategy = strategy_lib.make_strategy("multiworker", cluster, strategy_lib.StrategyOptions())

@@ -48,8 +48,8 @@ _OUTPUT = flags.DEFINE_string("output", None, "Also write the results as JSON he
 def run_side() -> None:
     """One run in this process; prints examples/s as a JSON line."""
     from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
-    from tfdist import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
-    from tfdist.cluster import resolve_cluster  # pylint: disable=g-import-not-at-top
+    from tfdist.distribute import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
+    from tfdist.distribute.cluster import resolve_cluster  # pylint: disable=g-import-not-at-top
 
     options = strategy_lib.StrategyOptions(
         num_cpu_devices=_NUM_DEVICES.value if _NUM_DEVICES.value > 1 else 0)

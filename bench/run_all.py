@@ -79,8 +79,8 @@ def _trainer(model: str, *, epochs: int = SPEED_EPOCHS, steps: int = SPEED_STEPS
     """One `trainer.run.run` in this process; returns its summary (+ chosen spe)."""
     import keras  # pylint: disable=g-import-not-at-top
 
-    from tfdist import execution_tuner  # pylint: disable=g-import-not-at-top
-    from tfdist.cluster import resolve_cluster  # pylint: disable=g-import-not-at-top
+    from tfdist.distribute import execution_tuner  # pylint: disable=g-import-not-at-top
+    from tfdist.distribute.cluster import resolve_cluster  # pylint: disable=g-import-not-at-top
     from trainer import config as config_lib  # pylint: disable=g-import-not-at-top
     from trainer import run as run_lib  # pylint: disable=g-import-not-at-top
 

@@ -18,7 +18,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfdist import flags as tfdist_flags  # tfdist
+from tfdist.distribute import flags as tfdist_flags  # tfdist
 from tfdist.data import per_replica_batch_size, with_shard_policy  # tfdist
 
 tfdist_flags.define_strategy_flags()  # tfdist: --strategy, --all_reduce, --num_cpu_devices, --tpu

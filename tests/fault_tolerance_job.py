@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from tfdist.cluster import resolve_cluster
+from tfdist.distribute.cluster import resolve_cluster
 
 PAUSE_TIMEOUT_SECONDS = 120
 
@@ -53,7 +53,7 @@ def main():
     task = f"{cluster.task_type or 'single'}-{cluster.task_index}"
     strategy = None
     if args.strategy == "multiworker":
-        from tfdist import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
+        from tfdist.distribute import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
         strategy = strategy_lib.make_strategy("multiworker", cluster)
 
     import keras  # pylint: disable=g-import-not-at-top

@@ -24,8 +24,8 @@ import pathlib
 import numpy as np
 
 from tfdist import keras_compat
-from tfdist import strategy as strategy_lib
-from tfdist.cluster import resolve_cluster
+from tfdist.distribute import strategy as strategy_lib
+from tfdist.distribute.cluster import resolve_cluster
 from tfdist.data import with_shard_policy
 
 

@@ -38,7 +38,7 @@ import time
 
 import numpy as np
 
-from tfdist.cluster import resolve_cluster
+from tfdist.distribute.cluster import resolve_cluster
 
 BATCH_SIZE = 16
 NUM_FEATURES = 8
@@ -213,6 +213,7 @@ def _chief(args, cluster, out: pathlib.Path) -> int:
     import keras  # pylint: disable=g-import-not-at-top
 
     from tfdist import parameter_server  # pylint: disable=g-import-not-at-top
+    from tfdist import callbacks  # pylint: disable=g-import-not-at-top
 
     strategy = parameter_server.make_parameter_server_strategy(
         cluster, min_shard_bytes=args.min_shard_bytes, max_shards=args.max_shards)
@@ -221,7 +222,7 @@ def _chief(args, cluster, out: pathlib.Path) -> int:
     trainer = parameter_server.ParameterServerTrainer(model)
     counter = _count_recorder()
     metric_counter = _metric_count_recorder()
-    exporter = parameter_server.CheckpointExporter(str(out / "checkpoints"))
+    exporter = callbacks.CheckpointExporter(str(out / "checkpoints"))
     mark_dir = ""
     if args.mark_batches:
         mark_dir = str(out / "batches")
@@ -256,6 +257,7 @@ def _chief(args, cluster, out: pathlib.Path) -> int:
 
 def _evaluator(out: pathlib.Path, cluster) -> int:
     from tfdist import parameter_server  # pylint: disable=g-import-not-at-top
+    from tfdist.outputs import evaluation  # pylint: disable=g-import-not-at-top
 
     model = _model()
     model.build((None, NUM_FEATURES))
@@ -264,7 +266,7 @@ def _evaluator(out: pathlib.Path, cluster) -> int:
         watch = parameter_server.ChiefWatch(parameter_server.chief_address(cluster),
                                             gone_seconds=3.0)
         alive = lambda: not watch.gone()  # noqa: E731
-    evaluator = parameter_server.SidecarEvaluator(
+    evaluator = evaluation.SidecarEvaluator(
         model, _dataset(), checkpoint_dir=str(out / "checkpoints"),
         output_dir=str(out / "eval"), poll_seconds=0.2, is_training_alive=alive,
         give_up_seconds=5.0)

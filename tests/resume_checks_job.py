@@ -17,7 +17,7 @@ import os
 import numpy as np
 
 from tfdist import cli
-from tfdist.cluster import resolve_cluster
+from tfdist.distribute.cluster import resolve_cluster
 from tfdist.errors import NonFiniteError, UsageError
 
 
@@ -32,7 +32,7 @@ def _parse_args():
 
 
 def train(args) -> None:
-    from tfdist import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
+    from tfdist.distribute import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
     strategy = strategy_lib.make_strategy("multiworker", resolve_cluster(os.environ))
 
     import keras  # pylint: disable=g-import-not-at-top

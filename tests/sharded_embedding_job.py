@@ -14,7 +14,7 @@ import pathlib
 
 import numpy as np
 
-from tfdist.cluster import resolve_cluster
+from tfdist.distribute.cluster import resolve_cluster
 
 VOCABULARY = 1000
 NUM_SHARDS = 4

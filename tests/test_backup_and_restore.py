@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from tests.fault_injection import CrashAfterBatches
 from tfdist.callbacks import BackupAndRestore
-from tfdist.checkpointing import FitSegment, ResumePoint
+from tfdist.backups import FitSegment, ResumePoint
 from tfdist.errors import UsageError
 
 EPOCHS, STEPS = 3, 10

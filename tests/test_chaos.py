@@ -20,7 +20,7 @@ import pytest
 
 from tests.backup_files import committed_steps
 from tests.logged_process import finish, log_tail, start_logged
-from tfdist.testing import poll_until
+from tfdist.launch.testing import poll_until
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TIMEOUT = 600

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 import keras
 
-from tfdist.checkpointing import (BackupStore, CorruptBackupError, ResumePoint,
+from tfdist.backups import (BackupStore, CorruptBackupError, ResumePoint,
                                   TrainingBackup, has_atomic_rename)
 from tfdist.errors import UsageError
 
@@ -105,7 +105,7 @@ def test_truncated_newest_backup_falls_back_to_the_previous(backup_dir, damaged_
     data = _read(path)
     _rewrite(path, data[:_torn_sizes(len(data))[how]])
 
-    with caplog.at_level(logging.WARNING, logger="tfdist.checkpointing.store"):
+    with caplog.at_level(logging.WARNING, logger="tfdist.backups.store"):
         info, values = _restore(BackupStore(backup_dir))
 
     assert info.step == 10
@@ -136,7 +136,7 @@ def test_corrupt_newest_backup_falls_back_to_the_previous(backup_dir, corruption
     else:
         _rewrite(f"{newest}/COMMITTED", b"not json")
 
-    with caplog.at_level(logging.WARNING, logger="tfdist.checkpointing.store"):
+    with caplog.at_level(logging.WARNING, logger="tfdist.backups.store"):
         info, values = _restore(BackupStore(backup_dir))
 
     assert info.step == 10 and values[0] == 1.0
@@ -173,7 +173,7 @@ def test_uncommitted_backup_is_invisible_then_cleaned_up(backup_dir, caplog):
 
     restarted = BackupStore(backup_dir)
     assert restarted.committed_steps() == [10]
-    with caplog.at_level(logging.WARNING, logger="tfdist.checkpointing.store"):
+    with caplog.at_level(logging.WARNING, logger="tfdist.backups.store"):
         removed = restarted.clean_leftovers()
     assert [path.rsplit("/", 1)[1] for path in removed] == leftovers
     assert _listing(backup_dir) == ["backup-000000000010"]
@@ -254,7 +254,7 @@ def test_unreadable_completion_record_is_ignored(backup_dir, caplog):
     store = BackupStore(backup_dir)
     tf.io.gfile.makedirs(backup_dir)
     _rewrite(f"{backup_dir}/COMPLETED.json", b"{\"step\":")
-    with caplog.at_level(logging.WARNING, logger="tfdist.checkpointing.store"):
+    with caplog.at_level(logging.WARNING, logger="tfdist.backups.store"):
         assert store.completion() is None
     assert "Ignoring unreadable" in caplog.text
 
@@ -353,7 +353,7 @@ def test_damaged_backup_is_quarantined_not_deleted(backup_dir, caplog):
     _rewrite(f"{newest}/{DATA_FILE}", bytes(data))
     damaged = _tree(newest)
 
-    with caplog.at_level(logging.WARNING, logger="tfdist.checkpointing.store"):
+    with caplog.at_level(logging.WARNING, logger="tfdist.backups.store"):
         info, _ = _restore(BackupStore(backup_dir))
 
     assert info.step == 10
@@ -424,7 +424,7 @@ def test_gcs_fuse_paths_are_object_stores():
 
 
 def test_fuse_mount_commits_by_marker_not_rename(tmp_path, monkeypatch):
-    from tfdist.checkpointing import store as store_module
+    from tfdist.backups import store as store_module
     mount = tmp_path / "gcs"
     monkeypatch.setattr(store_module, "FUSE_MOUNT_PREFIXES",
                         (*store_module.FUSE_MOUNT_PREFIXES, f"{mount}/"))

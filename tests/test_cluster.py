@@ -10,7 +10,7 @@ import logging
 
 import pytest
 
-from tfdist.cluster import Cluster, check_cluster_for_strategy, resolve_cluster
+from tfdist.distribute.cluster import Cluster, check_cluster_for_strategy, resolve_cluster
 from tfdist.errors import ClusterConfigError, UsageError
 
 SECRET = "s3cr3t-token-value"
@@ -260,7 +260,7 @@ def test_resolve_cluster(environ, kwargs, expected, caplog):
 
 
 def test_tf_config_wins_and_the_log_says_why(caplog):
-    caplog.set_level(logging.INFO, logger="tfdist.cluster")
+    caplog.set_level(logging.INFO, logger="tfdist.distribute.cluster")
     environ = {"TF_CONFIG": tf_config({"worker": TWO_WORKERS}, "worker", 1),
                "CLUSTER_SPEC": cluster_spec(VERTEX_POOLS, "workerpool0", 0)}
     cluster = resolve_cluster(environ)
@@ -273,7 +273,7 @@ def test_tf_config_wins_and_the_log_says_why(caplog):
 
 
 def test_one_variable_alone_logs_nothing_about_precedence(caplog):
-    caplog.set_level(logging.INFO, logger="tfdist.cluster")
+    caplog.set_level(logging.INFO, logger="tfdist.distribute.cluster")
     resolve_cluster({"CLUSTER_SPEC": cluster_spec(VERTEX_POOLS, "workerpool1", 0)})
     assert "Both TF_CONFIG" not in caplog.text
 

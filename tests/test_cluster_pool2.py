@@ -1,8 +1,8 @@
 """What Vertex AI's worker pool 2 runs: one policy for every entry point.
 
 Pool 2 holds parameter servers (our trainer) or Reduction Server (Vertex's
-image). `tfdist.cluster.pool2_is_reduction_server` decides it the same way
-for `trainer.task`, `tfdist.flags` and `tfdist.resumable`.
+image). `tfdist.distribute.cluster.pool2_is_reduction_server` decides it the same way
+for `trainer.task`, `tfdist.distribute.flags` and `tfdist.resumable`.
 """
 
 import json
@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from tfdist.cluster import (POOL2_ROLE, ClusterConfigError, pool2_is_reduction_server,
+from tfdist.distribute.cluster import (POOL2_ROLE, ClusterConfigError, pool2_is_reduction_server,
                             resolve_cluster_for_strategy)
-from tfdist.strategy_choice import choose_strategy
-from tfdist.testing import local_cluster  # noqa: F401  (pytest fixture)
+from tfdist.distribute.choice import choose_strategy
+from tfdist.launch.testing import local_cluster  # noqa: F401  (pytest fixture)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CLUSTER = {"workerpool0": ["c:2222"], "workerpool1": ["w0:2222", "w1:2222"],

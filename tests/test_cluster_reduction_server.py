@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tfdist.cluster import ClusterConfigError, check_cluster_for_strategy, resolve_cluster
+from tfdist.distribute.cluster import ClusterConfigError, check_cluster_for_strategy, resolve_cluster
 
 TF_CONFIG = {"cluster": {"chief": ["chief:2222"], "worker": ["w0:2222"],
                          "ps": ["rs0:2222", "rs1:2222"]},

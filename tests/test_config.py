@@ -175,19 +175,20 @@ def test_docs_flags_md_is_generated_from_the_option_table():
 def test_every_option_is_a_flag_and_a_config_key_and_nothing_else_is():
     by_module = FLAGS.flags_by_module_dict()
     defined = {module: {flag.name for flag in by_module.get(module, [])}
-               for module in ("tfdist.flags", "trainer.task")}
+               for module in ("tfdist.distribute.flags", "trainer.task")}
     rows = {module: {row.name for row in config_lib.OPTIONS if row.flag_module == module}
             for module in defined}
-    assert defined["tfdist.flags"] == rows["tfdist.flags"]
+    assert defined["tfdist.distribute.flags"] == rows["tfdist.distribute.flags"]
     assert defined["trainer.task"] == rows["trainer.task"] | {"config"}
-    assert set(config_lib.FIELDS) == rows["tfdist.flags"] | rows["trainer.task"]
+    assert set(config_lib.FIELDS) == rows["tfdist.distribute.flags"] | rows["trainer.task"]
     for row in config_lib.OPTIONS:
         assert FLAGS[row.name].default == (list(row.default) if row.default == () else
                                            row.default), row.name
 
 
 def test_choices_come_from_the_library():
-    from tfdist import optimizer_choice, strategy_choice  # pylint: disable=g-import-not-at-top
+    from tfdist import optimizer_choice  # pylint: disable=g-import-not-at-top
+    from tfdist.distribute import choice as strategy_choice  # pylint: disable=g-import-not-at-top
     choices = {row.name: row.choices for row in config_lib.OPTIONS}
     assert choices["strategy"] is strategy_choice.STRATEGIES
     assert choices["all_reduce"] is strategy_choice.ALL_REDUCE

@@ -108,7 +108,7 @@ def test_dockerignore_keeps_sources_and_drops_secrets_and_git():
     with open(os.path.join(REPO, ".dockerignore"), encoding="utf-8") as handle:
         patterns = [line.strip() for line in handle
                     if line.strip() and not line.startswith("#")]
-    for needed in ("setup.cfg", "pyproject.toml", "README.md", "tfdist/cluster.py",
+    for needed in ("setup.cfg", "pyproject.toml", "README.md", "tfdist/distribute/cluster.py",
                    "trainer/task.py", "configs/jobs/mirrored_1x8_gpu.json"):
         assert not _ignored(needed, patterns), needed
     for dropped in (".git/config", "tests/test_submit.py", "trainer/__pycache__/x.pyc",

@@ -3,7 +3,7 @@ tfdist's guarantees when the trainer runs it under each strategy.
 
 The fast tests run a task in this process, as `trainer.run` would (the same task
 contract and input stream); the slow ones run `python -m trainer.task --task=...`
-as real processes, on loopback clusters from `tfdist.testing.local_cluster`,
+as real processes, on loopback clusters from `tfdist.launch.testing.local_cluster`,
 which keeps every task's log and prints it when a test fails.
 """
 
@@ -21,8 +21,8 @@ import pytest
 from tests.logged_process import finish, log_tail, start_logged
 from tfdist import data as data_lib
 from tfdist import tasks as tasks_lib
-from tfdist.checkpointing import BackupStore
-from tfdist.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
+from tfdist.backups import BackupStore
+from tfdist.launch.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # Backstops against hangs, never speed assertions.

@@ -1,4 +1,4 @@
-"""`tfdist.execution_tuner`: probes roll back exactly; auto trains like its explicit choice."""
+"""`tfdist.distribute.execution_tuner`: probes roll back exactly; auto trains like its explicit choice."""
 
 import json
 import pathlib
@@ -11,9 +11,9 @@ import pytest
 import tensorflow as tf
 
 from tfdist import data as data_lib
-from tfdist import execution_tuner
+from tfdist.distribute import execution_tuner
 from tests.logged_process import finish, log_tail, start_logged
-from tfdist.testing import local_cluster  # noqa: F401  (pytest fixture)
+from tfdist.launch.testing import local_cluster  # noqa: F401  (pytest fixture)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TIMEOUT = 600

@@ -12,7 +12,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist import data as data_lib
-from tfdist import execution_tuner
+from tfdist.distribute import execution_tuner
 
 NUM_EXAMPLES, BATCH, STEPS_PER_EPOCH = 1024, 32, 32
 

@@ -1,4 +1,4 @@
-"""tfdist.export: a SavedModel that plain TensorFlow (Vertex AI Prediction's
+"""tfdist.outputs.export: a SavedModel that plain TensorFlow (Vertex AI Prediction's
 TF Serving) loads and that predicts what the Keras model predicts."""
 
 import json
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from tfdist import export
+from tfdist.outputs import export
 from tfdist.errors import UsageError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

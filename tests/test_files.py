@@ -1,10 +1,10 @@
-"""`tfdist.files.write_json_atomically` writes strict JSON or nothing."""
+"""`tfdist._internal.files`: the one atomic write (strict JSON, bytes, a writer callable), or nothing."""
 
 import json
 
 import pytest
 
-from tfdist.files import write_json_atomically
+from tfdist._internal.files import replace_atomically, write_atomically, write_json_atomically
 
 
 def test_round_trip_is_strict_json(tmp_path):
@@ -27,3 +27,26 @@ def test_non_finite_numbers_are_refused_and_the_old_file_stays(tmp_path, payload
         write_json_atomically(str(path), payload)
     assert path.read_text() == '{"old": true}\n'
     assert [p.name for p in tmp_path.iterdir()] == ["summary.json"]
+
+
+@pytest.mark.parametrize("scheme", ["", "ram://"])
+def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, scheme):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    directory = f"ram://{tmp_path.name}" if scheme else str(tmp_path)
+    tf.io.gfile.makedirs(directory)
+    path = f"{directory}/model.keras"
+    write_atomically(path, b"old")
+
+    def fail(temporary):
+        write_atomically(temporary, b"half")
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        replace_atomically(path, fail, suffix=".keras")
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        assert handle.read() == b"old"
+    assert tf.io.gfile.listdir(directory) == ["model.keras"]
+    write_atomically(path, "new")
+    with tf.io.gfile.GFile(path, "rb") as handle:
+        assert handle.read() == b"new"
+    assert tf.io.gfile.listdir(directory) == ["model.keras"]

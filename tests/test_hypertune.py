@@ -1,4 +1,4 @@
-"""tfdist.hypertune: the metric file Vertex AI tuning reads, chief only, and
+"""tfdist.outputs.hypertune: the metric file Vertex AI tuning reads, chief only, and
 per-trial output directories."""
 
 import json
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from tfdist import hypertune
+from tfdist.outputs import hypertune
 from tfdist.errors import UsageError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -128,7 +128,7 @@ def test_each_trial_gets_its_own_output_directory():
 
 
 def test_helpers_import_no_keras():
-    code = ("import sys, tfdist.hypertune, tfdist.export; "
+    code = ("import sys, tfdist.outputs.hypertune, tfdist.outputs.export; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('keras', 'tensorflow')))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=60, env=dict(os.environ, PYTHONPATH=REPO), check=True)

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from tfdist.testing import PROCESS_TAG_ENV, poll_until, tagged_processes
+from tfdist.launch.testing import PROCESS_TAG_ENV, poll_until, tagged_processes
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TASK = str(REPO_ROOT / "tests" / "cluster_task.py")

@@ -14,10 +14,10 @@ import textwrap
 
 import pytest
 
-from tfdist import cluster as cluster_lib
+from tfdist.distribute import cluster as cluster_lib
 from tfdist.errors import UsageError
-from tfdist.local_cluster import LocalCluster, pick_free_ports
-from tfdist.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
+from tfdist.launch.local_cluster import LocalCluster, pick_free_ports
+from tfdist.launch.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TASK = str(REPO_ROOT / "tests" / "cluster_task.py")
@@ -232,7 +232,7 @@ def test_fixture_prints_task_logs_when_a_test_fails(tmp_path):
     test_file = tmp_path / "test_uses_fixture.py"
     test_file.write_text(textwrap.dedent(f"""
         import sys
-        from tfdist.testing import local_cluster
+        from tfdist.launch.testing import local_cluster
 
         def test_fails(local_cluster, tmp_path):
             cluster = local_cluster(num_workers=1, command=[

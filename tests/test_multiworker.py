@@ -1,7 +1,7 @@
 """Keras 3 under MultiWorkerMirroredStrategy: equal to one process, and the upstream bug.
 
 Every test here starts real TensorFlow processes on loopback through
-`tfdist.testing.local_cluster`, which keeps per-task logs, prints them when a
+`tfdist.launch.testing.local_cluster`, which keeps per-task logs, prints them when a
 test fails and checks that no process is left behind.
 """
 
@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from tfdist.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
+from tfdist.launch.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from tfdist.errors import UsageError
 from tfdist.optimizers import LAMB, LARS, usual_exclusions
-from tfdist.schedules import WarmupDecay
+from tfdist.optimizers.schedules import WarmupDecay
 from trainer.config import build_config, load_config_file
 from trainer.optimization import build_optimizer
 

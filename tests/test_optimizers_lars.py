@@ -238,7 +238,7 @@ def test_bad_arguments_are_one_line_usage_errors(arguments, message):
 
 
 USER_SCRIPT = textwrap.dedent("""
-    from tfdist import flags as tfdist_flags
+    from tfdist.distribute import flags as tfdist_flags
     from tfdist.optimizers import LARS
 
     def main(argv):

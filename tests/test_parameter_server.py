@@ -16,7 +16,7 @@ import time
 import pytest
 
 from tfdist.errors import UsageError
-from tfdist.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
+from tfdist.launch.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 JOB = str(REPO / "tests" / "parameter_server_job.py")
@@ -105,7 +105,7 @@ def test_partitioner_is_off_unless_asked():
 
 
 def test_strategy_refuses_a_worker_task():
-    from tfdist.cluster import Cluster
+    from tfdist.distribute.cluster import Cluster
     from tfdist.parameter_server import make_parameter_server_strategy
 
     cluster = Cluster(task_type="worker", task_index=0, source="TF_CONFIG",
@@ -132,31 +132,32 @@ def _tiny_data():
 
 
 def test_sidecar_evaluates_every_exported_checkpoint_then_stops_at_the_marker(tmp_path):
-    from tfdist import parameter_server
+    from tfdist import callbacks
+    from tfdist.outputs import evaluation
 
     trained = _tiny_model()
-    exporter = parameter_server.CheckpointExporter(str(tmp_path / "ckpt"))
+    exporter = callbacks.CheckpointExporter(str(tmp_path / "ckpt"))
     trained.fit(_tiny_data().repeat(), epochs=3, steps_per_epoch=4, verbose=0,
                 callbacks=[exporter])
-    assert parameter_server.read_done_marker(str(tmp_path / "ckpt")) is None
+    assert evaluation.read_done_marker(str(tmp_path / "ckpt")) is None
     exporter.finish()
     expected = trained.evaluate(_tiny_data(), verbose=0, return_dict=True)
 
-    evaluator = parameter_server.SidecarEvaluator(
+    evaluator = evaluation.SidecarEvaluator(
         _tiny_model(), _tiny_data(), checkpoint_dir=str(tmp_path / "ckpt"),
         output_dir=str(tmp_path / "eval"), poll_seconds=0.01)
     results = evaluator.run()
     assert sorted(results) == [4, 8, 12]
     assert results[12]["loss"] == pytest.approx(expected["loss"], rel=1e-6)
     lines = [json.loads(line) for line in
-             (tmp_path / "eval" / parameter_server.METRICS_FILE).read_text().splitlines()]
+             (tmp_path / "eval" / evaluation.METRICS_FILE).read_text().splitlines()]
     assert [line["checkpoint"] for line in lines] == ["ckpt-4", "ckpt-8", "ckpt-12"]
 
 
 def test_sidecar_gives_up_when_training_is_gone_without_the_marker(tmp_path):
-    from tfdist import parameter_server
+    from tfdist.outputs import evaluation
 
-    evaluator = parameter_server.SidecarEvaluator(
+    evaluator = evaluation.SidecarEvaluator(
         _tiny_model(), _tiny_data(), checkpoint_dir=str(tmp_path / "ckpt"),
         output_dir=str(tmp_path / "eval"), poll_seconds=0.01,
         is_training_alive=lambda: False, give_up_seconds=0.2)
@@ -165,16 +166,17 @@ def test_sidecar_gives_up_when_training_is_gone_without_the_marker(tmp_path):
 
 
 def test_sidecar_skips_a_checkpoint_rotated_away_before_it_was_read(tmp_path):
-    from tfdist import parameter_server
+    from tfdist import callbacks
+    from tfdist.outputs import evaluation
 
     trained = _tiny_model()
-    exporter = parameter_server.CheckpointExporter(str(tmp_path / "ckpt"))
+    exporter = callbacks.CheckpointExporter(str(tmp_path / "ckpt"))
     trained.fit(_tiny_data().repeat(), epochs=2, steps_per_epoch=4, verbose=0,
                 callbacks=[exporter])
     exporter.finish()
     for path in (tmp_path / "ckpt").glob("ckpt-4.*"):
         path.unlink()
-    evaluator = parameter_server.SidecarEvaluator(
+    evaluator = evaluation.SidecarEvaluator(
         _tiny_model(), _tiny_data(), checkpoint_dir=str(tmp_path / "ckpt"),
         output_dir=str(tmp_path / "eval"), poll_seconds=0.01)
     assert sorted(evaluator.run()) == [8]
@@ -318,7 +320,7 @@ def test_a_server_task_exits_0_once_the_chief_has_come_and_gone(tmp_path):
     import socket
     import threading
 
-    from tfdist.local_cluster import pick_free_ports
+    from tfdist.launch.local_cluster import pick_free_ports
 
     chief_port, worker_port, ps_port = pick_free_ports("127.0.0.1", 3)
     listener = socket.create_server(("127.0.0.1", chief_port))

@@ -31,7 +31,7 @@ import sys
 import numpy as np
 import pytest
 
-from tfdist.testing import local_cluster  # noqa: F401  (pytest fixture)
+from tfdist.launch.testing import local_cluster  # noqa: F401  (pytest fixture)
 
 pytestmark = pytest.mark.peers
 
@@ -380,7 +380,7 @@ def tutorial_runs(tmp_path_factory):
     import contextlib  # pylint: disable=g-import-not-at-top
 
     from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
-    from tfdist.local_cluster import LocalCluster  # pylint: disable=g-import-not-at-top
+    from tfdist.launch.local_cluster import LocalCluster  # pylint: disable=g-import-not-at-top
 
     tmp_path = tmp_path_factory.mktemp("tutorial")
     runs = {"compat": (tmp_path / "compat" / "model" / "model.keras", ())}

@@ -1,9 +1,9 @@
-"""`tfdist.preconditions`: one message shape for every bad argument."""
+"""`tfdist._internal.preconditions`: one message shape for every bad argument."""
 
 import pytest
 
 from tfdist.errors import ClusterConfigError, UsageError
-from tfdist.preconditions import check_seconds, check_whole_number, require
+from tfdist._internal.preconditions import check_seconds, check_whole_number, require
 
 
 @pytest.mark.parametrize("value", [0, -1, True, 1.0, "3", None])

@@ -3,7 +3,7 @@
 The process tests run tests/fault_tolerance_job.py (one TensorFlow process at a
 time): SIGKILL after a backup exists, and SIGTERM, each followed by a restart
 that must end with the weights of an uninterrupted run, every step applied once.
-The 2-worker versions run it under `tfdist.local_cluster` with MWMS.
+The 2-worker versions run it under `tfdist.launch.local_cluster` with MWMS.
 """
 
 import json
@@ -20,7 +20,7 @@ from tfdist.errors import UsageError
 from tfdist.preemption import (EXIT_GRACE_EXPIRED, Preempted, PreemptionOptions,
                                PreemptionWatcher)
 from tests.logged_process import finish, log_tail, start_logged
-from tfdist.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
+from tfdist.launch.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TOTAL_STEPS = 30  # the job's 3 epochs x 10 steps
@@ -224,7 +224,7 @@ def _run_cluster(local_cluster, tmp_path, name, backup_dir, *extra, timeout=PROC
 @pytest.fixture(scope="module")
 def two_worker_reference(tmp_path_factory):
     """Weights of an uninterrupted 2-worker run."""
-    from tfdist.local_cluster import LocalCluster  # pylint: disable=g-import-not-at-top
+    from tfdist.launch.local_cluster import LocalCluster  # pylint: disable=g-import-not-at-top
 
     tmp_path = tmp_path_factory.mktemp("mw-reference")
     out = tmp_path / "out"

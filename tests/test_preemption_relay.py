@@ -1,5 +1,5 @@
 """A PreemptionWatcher on a non-main thread (Ray Train's training thread) gets
-SIGTERM through `tfdist.signal_relay`, installed from the main thread."""
+SIGTERM through `tfdist.preemption.signal_relay`, installed from the main thread."""
 
 import ctypes
 import os
@@ -8,8 +8,9 @@ import threading
 
 import pytest
 
-from tfdist import preemption, signal_relay
-from tfdist.testing import poll_until
+from tfdist import preemption
+from tfdist.preemption import signal_relay
+from tfdist.launch.testing import poll_until
 
 
 def _install_on_a_thread(watcher):

@@ -20,8 +20,8 @@ import tensorflow as tf
 
 from tests.backup_files import snapshot
 from tfdist.callbacks import BackupAndRestore
-from tfdist.checkpointing import BackupStore, TrainingBackup
-from tfdist.checkpointing.paths import model_variable_paths
+from tfdist.backups import BackupStore, TrainingBackup
+from tfdist.backups.paths import model_variable_paths
 from tfdist.errors import UsageError
 from tfdist.optimizers import LAMB, LARS
 
@@ -205,7 +205,7 @@ def test_changeable_setting_is_allowed_and_logged_in_one_line(tmp_path, caplog):
     backup_dir = _trained_backup_dir(tmp_path, model,
                                      run_settings={"epochs": 3, "num_workers": 2})
     restarted = _sequential(seed=5)
-    with caplog.at_level(logging.INFO, logger="tfdist.checkpointing"):
+    with caplog.at_level(logging.INFO, logger="tfdist.backups"):
         point = TrainingBackup(
             BackupStore(backup_dir), restarted,
             run_settings={"epochs": 5, "num_workers": 4},
@@ -255,7 +255,7 @@ def test_backup_without_fingerprint_restores_by_position_with_a_warning(tmp_path
         "global_step": 4, "epoch": 1, "step_in_epoch": 0, "steps_per_epoch": 4,
         "model_variable_shapes": [list(v.shape) for v in model.variables]})
     restarted = _sequential(seed=3)
-    with caplog.at_level(logging.WARNING, logger="tfdist.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="tfdist.backups"):
         point = TrainingBackup(BackupStore(backup_dir), restarted).restore()
     assert point.global_step == 4
     for want, got in zip(model.get_weights(), restarted.get_weights()):
@@ -311,7 +311,7 @@ def test_variables_without_stable_paths_restore_by_position_with_a_warning(tmp_p
     assert model_variable_paths(trained)[:2] == [None, None]
     backup_dir = _trained_backup_dir(tmp_path, trained)
     restarted = _scaled(2)
-    with caplog.at_level(logging.WARNING, logger="tfdist.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="tfdist.backups"):
         TrainingBackup(BackupStore(backup_dir), restarted).restore()
     for want, got in zip(trained.get_weights(), restarted.get_weights()):
         np.testing.assert_array_equal(got, want)
@@ -344,7 +344,7 @@ def test_unnamed_weights_are_matched_by_attribute_not_by_counter_name(tmp_path, 
     assert restarted.layers[0].first.name != trained.layers[0].first.name
     assert model_variable_paths(restarted)[:2] == [
         "layers/unnamed_scales/first", "layers/unnamed_scales/second"]
-    with caplog.at_level(logging.WARNING, logger="tfdist.checkpointing"):
+    with caplog.at_level(logging.WARNING, logger="tfdist.backups"):
         TrainingBackup(BackupStore(backup_dir), restarted).restore()
     for want, got in zip(trained.get_weights(), restarted.get_weights()):
         np.testing.assert_array_equal(got, want)

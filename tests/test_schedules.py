@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfdist import schedules
+from tfdist.optimizers import schedules
 from tfdist.errors import UsageError
 
 

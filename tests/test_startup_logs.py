@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from tfdist import startup_logs
+from tfdist._internal import startup_logs
 
 CAPTURED = """\
 WARNING: All log messages before absl::InitializeLog() is called are written to STDERR

@@ -17,11 +17,11 @@ import textwrap
 import pytest
 import tensorflow as tf
 
-from tfdist.cluster import Cluster, resolve_cluster
+from tfdist.distribute.cluster import Cluster, resolve_cluster
 from tfdist.errors import ClusterConfigError, UsageError
-from tfdist.strategy import (StrategyOptions, expected_num_replicas, make_strategy,
+from tfdist.distribute.strategy import (StrategyOptions, expected_num_replicas, make_strategy,
                              resolve_strategy_name)
-from tfdist.strategy_choice import STRATEGIES, check_strategy_name, choose_strategy
+from tfdist.distribute.choice import STRATEGIES, check_strategy_name, choose_strategy
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SUBPROCESS_TIMEOUT = 300
@@ -88,8 +88,8 @@ _FIT_AND_REPORT = """
 
 def test_mirrored_on_two_logical_cpus():
     report = run_script(script("""
-        from tfdist.cluster import Cluster
-        from tfdist.strategy import StrategyOptions, make_strategy
+        from tfdist.distribute.cluster import Cluster
+        from tfdist.distribute.strategy import StrategyOptions, make_strategy
         strategy = make_strategy("mirrored", Cluster(), StrategyOptions(num_cpu_devices=2))
         extra = {}
     """, _FIT_AND_REPORT))
@@ -113,8 +113,8 @@ def test_multiworker_with_a_one_task_cluster():
     code = script("""
         import os
         from tfdist import keras_compat
-        from tfdist.cluster import resolve_cluster
-        from tfdist.strategy import StrategyOptions, make_strategy
+        from tfdist.distribute.cluster import resolve_cluster
+        from tfdist.distribute.strategy import StrategyOptions, make_strategy
         strategy = make_strategy("multiworker", resolve_cluster(os.environ),
                                  StrategyOptions(all_reduce="ring"))
         extra = {"compat_applied": keras_compat.is_applied()}

@@ -221,7 +221,7 @@ def test_sdist_name_is_derived_from_contents(tmp_path):
     with tarfile.open(first.path) as archive:
         names = archive.getnames()
     assert "tfdist-0.1.0/trainer/submit.py" in names
-    assert "tfdist-0.1.0/tfdist/cluster.py" in names
+    assert "tfdist-0.1.0/tfdist/distribute/cluster.py" in names
     assert not [name for name in names if "__pycache__" in name]
     assert os.path.exists(egg_info) == had_egg_info, "the build must not write into the checkout"
 

@@ -16,8 +16,8 @@ import pytest
 import tensorflow_datasets as tfds
 
 from tests.logged_process import run_side_by_side
-from tfdist import startup_logs
-from tfdist.cluster import resolve_cluster
+from tfdist._internal import startup_logs
+from tfdist.distribute.cluster import resolve_cluster
 from tfdist.errors import UsageError
 from trainer import config as config_lib
 from trainer.tasks import datasets as datasets_lib

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from tests.logged_process import clean_environment, run_side_by_side
-from tfdist.testing import local_cluster  # noqa: F401  (pytest fixture)
+from tfdist.launch.testing import local_cluster  # noqa: F401  (pytest fixture)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TASKS = "tests.tasks.user_tasks"
@@ -138,7 +138,7 @@ def _take(stream, count):
 
 @pytest.mark.parametrize("mode", ["longest", "declared", "buckets"])
 def test_padded_and_bucketed_streams_are_deterministic_and_resume_exactly(mode):
-    from tfdist import batching  # pylint: disable=g-import-not-at-top
+    from tfdist.data import batching  # pylint: disable=g-import-not-at-top
     declared = {"longest": batching.PadToLongest(), "declared": batching.PadToShape((16,)),
                 "buckets": batching.BucketByLength(boundaries=(4, 8))}[mode]
 
@@ -166,7 +166,7 @@ def test_padded_and_bucketed_streams_are_deterministic_and_resume_exactly(mode):
 
 
 def test_a_bad_declaration_is_refused_with_what_is_expected():
-    from tfdist import batching  # pylint: disable=g-import-not-at-top
+    from tfdist.data import batching  # pylint: disable=g-import-not-at-top
     with pytest.raises(Exception, match="expected increasing positive ints"):
         batching.BucketByLength(boundaries=(8, 4))
     with pytest.raises(Exception, match=r"expected a tuple of positive ints"):
@@ -185,7 +185,7 @@ def test_weighted_metrics_and_class_weight_reach_compile_and_the_inputs(tmp_path
 
 
 def test_class_weight_multiplies_the_sample_weights():
-    from tfdist import weighting  # pylint: disable=g-import-not-at-top
+    from tfdist.tasks import weighting  # pylint: disable=g-import-not-at-top
     examples = tf.data.Dataset.from_tensor_slices(
         (np.zeros((4, 2), np.float32), np.array([0, 1, 2, 1]), np.array([1., 2., 1., 1.])))
     weighted = weighting.apply_class_weight(examples, {1: 3.0, 0: 0.5})

@@ -31,10 +31,10 @@ import os
 import keras
 import tensorflow as tf
 
-from tfdist import strategy as strategy_lib
-from tfdist import worker_files
+from tfdist.distribute import strategy as strategy_lib
+from tfdist.distribute import worker_files
 from tfdist.callbacks import BackupAndRestore
-from tfdist.cluster import resolve_cluster, resolve_cluster_for_strategy
+from tfdist.distribute.cluster import resolve_cluster, resolve_cluster_for_strategy
 from tfdist.errors import UsageError
 from tfdist.preemption import PreemptionOptions
 
@@ -49,7 +49,7 @@ def strategy_from_environment(name: str = "auto", *,
     must be configured at program start).
 
     Args:
-        name: A strategy name (`tfdist.strategy_choice.STRATEGIES`); `auto`
+        name: A strategy name (`tfdist.distribute.choice.STRATEGIES`); `auto`
             chooses from the cluster and the machine, and logs why.
         options: Implementation choices.
     """

@@ -13,9 +13,9 @@ from typing import Any, Mapping
 
 from tfdist import optimizer_choice
 from tfdist.errors import UsageError
-from tfdist.preconditions import require
-from tfdist.export import EXPORT_FORMATS, check_export_format
-from tfdist.strategy_choice import ALL_REDUCE, STRATEGIES
+from tfdist._internal.preconditions import require
+from tfdist.outputs.export import EXPORT_FORMATS, check_export_format
+from tfdist.distribute.choice import ALL_REDUCE, STRATEGIES
 from trainer import options as options_lib
 from trainer.options import (DISTRIBUTION, MODEL_AND_DATA, NOT_NEGATIVE, NUMERICS,
                              OPTIMIZATION, OUTPUTS, POSITIVE, SCHEDULE, option)
@@ -43,21 +43,21 @@ class ExperimentConfig:
     """
 
     strategy: str = option(
-        "auto", "", DISTRIBUTION, choices=STRATEGIES, flag_module="tfdist.flags",
+        "auto", "", DISTRIBUTION, choices=STRATEGIES, flag_module="tfdist.distribute.flags",
         details="`auto` picks from the cluster and the machine and logs why: `tpu` if "
                 "`--tpu` is set, `parameter_server` if the cluster has ps tasks, "
                 "`multiworker` if it has more than one chief/worker task, `mirrored` with "
                 "several GPUs, `one_device` with one GPU, else `default`.")
     all_reduce: str = option(
-        "auto", "", DISTRIBUTION, choices=ALL_REDUCE, flag_module="tfdist.flags",
+        "auto", "", DISTRIBUTION, choices=ALL_REDUCE, flag_module="tfdist.distribute.flags",
         details="For `multiworker` it picks the MultiWorkerMirroredStrategy communication; "
                 "for `mirrored` on GPUs, `nccl` is NCCL all-reduce and `ring` hierarchical "
                 "copy. On CPUs `mirrored` always reduces on one device.")
     tpu: str = option(
-        "", "", DISTRIBUTION, flag_module="tfdist.flags",
+        "", "", DISTRIBUTION, flag_module="tfdist.distribute.flags",
         details="Setting it makes `--strategy=auto` choose `tpu`.")
     num_cpu_devices: int = option(
-        0, "", DISTRIBUTION, check=NOT_NEGATIVE, flag_module="tfdist.flags",
+        0, "", DISTRIBUTION, check=NOT_NEGATIVE, flag_module="tfdist.distribute.flags",
         details="One replica each, so mirrored training can be tried on a laptop; `0` keeps "
                 "one device.")
     task: str = option(
@@ -98,7 +98,7 @@ class ExperimentConfig:
         details="It must divide evenly among them (e.g. 64 on 3 replicas is an error that "
                 "suggests 63 or 66). Each replica computes on "
                 "`global_batch_size / num_replicas`.")
-    # "auto" (tfdist.execution_tuner measures at the start) or a number of steps.
+    # "auto" (tfdist.distribute.execution_tuner measures at the start) or a number of steps.
     steps_per_execution: int | str = option(
         AUTO, "'auto' (measured at the start of training) or the steps run per call into "
               "the compiled training function.", SCHEDULE,
@@ -110,7 +110,7 @@ class ExperimentConfig:
                 "bounded: it costs at most 5% of the run's estimated time or 3 s, whichever "
                 "is larger (it stops after the execution that reaches the budget and starts "
                 "no candidate it cannot afford; the log line gives the steps probed and the "
-                "budget) (`tfdist.execution_tuner`; under `parameter_server` auto means 1). "
+                "budget) (`tfdist.distribute.execution_tuner`; under `parameter_server` auto means 1). "
                 "A number must divide the steps of an epoch (Keras would otherwise run whole "
                 "executions past the epoch end: 10 steps at 3 per execution would run 12); a "
                 "value that does not is a usage error naming the nearest divisor.")

@@ -1,13 +1,13 @@
 """Writes docs/flags.md from the option table: `python -m trainer.flags_doc > docs/flags.md`.
 
 The per-option rows come from `trainer.config.OPTIONS` (and, for the strategy
-flags, their help from `tfdist.flags`); only the prose around them is here.
+flags, their help from `tfdist.distribute.flags`); only the prose around them is here.
 tests/test_config.py fails when docs/flags.md differs from `render()`.
 """
 
 import sys
 
-from tfdist.flags import STRATEGY_FLAGS
+from tfdist.distribute.flags import STRATEGY_FLAGS
 from trainer import config as config_lib
 from trainer import options as options_lib
 
@@ -39,7 +39,7 @@ a preemption notice, the outputs written); non-chief tasks log warnings and erro
 TensorFlow's own start-up banners (oneDNN, "Could not find cuda drivers", "failed call to
 cuInit" on a machine without an NVIDIA device, which absl prints before its logging starts
 whatever `TF_CPP_MIN_LOG_LEVEL` says) and its Python INFO lines (e.g. "Sharding callback
-duration" at every save) are left out (`tfdist/startup_logs.py`); TensorFlow's warnings and
+duration" at every save) are left out (`tfdist/_internal/startup_logs.py`); TensorFlow's warnings and
 errors still show. `--verbosity=1` brings back TensorFlow's INFO lines, `TF_CPP_MIN_LOG_LEVEL=0`
 its start-up banners.
 
@@ -57,7 +57,7 @@ Run `python -m trainer.task --helpfull` for the same list from the code.
 
 _BEFORE = {
     options_lib.DISTRIBUTION: """\
-These four come from `tfdist.flags.define_strategy_flags()`, so your own absl script can take
+These four come from `tfdist.distribute.flags.define_strategy_flags()`, so your own absl script can take
 them too (see [`examples/custom_script.py`](../examples/custom_script.py) and
 [choosing a strategy](choosing_a_strategy.md)).
 """,
@@ -118,7 +118,7 @@ def render() -> str:
 
 
 def help_text(row: options_lib.Option) -> str:
-    """An option's help: its own, or the one `tfdist.flags` gives its flag."""
+    """An option's help: its own, or the one `tfdist.distribute.flags` gives its flag."""
     return row.help or _LIBRARY_HELP[row.name]
 
 

@@ -3,7 +3,7 @@
 import keras
 from absl import logging
 
-from tfdist import schedules
+from tfdist.optimizers import schedules
 from tfdist.errors import UsageError
 from tfdist.optimizer_choice import OPTIMIZERS
 from tfdist.optimizers import LAMB, LARS, usual_exclusions

@@ -39,7 +39,7 @@ class Option:
         value_type: The field's Python type (`int`, `tuple[str, ...]`, `int | str`, ...).
         default: Value when neither a config file nor a flag sets it.
         help: The flag's help text (plain text; `--helpfull` shows it). Empty
-            for options whose flag `tfdist.flags` defines with its own help.
+            for options whose flag `tfdist.distribute.flags` defines with its own help.
         section: The docs/flags.md section.
         choices: The values it takes, from the library where the library
             defines them; the default is always accepted too.
@@ -51,7 +51,7 @@ class Option:
         zero_unsets: For a 0 default that means "unset": why a user's 0 is
             refused and what to do instead.
         flag_module: The module that defines the flag: `trainer.task`, or
-            `tfdist.flags` for the strategy flags a user's script shares.
+            `tfdist.distribute.flags` for the strategy flags a user's script shares.
     """
 
     help: str

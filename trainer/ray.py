@@ -56,7 +56,7 @@ def check_task_flags(task_argv: list[str], tensorflow_config, world_size: int) -
             do not fit.
     """
     # pylint: disable=g-import-not-at-top
-    from tfdist import cluster as cluster_lib
+    from tfdist.distribute import cluster as cluster_lib
     from tfdist.ray import roles
     from trainer import task
 

@@ -23,7 +23,6 @@ loopback `--api_endpoint` (an emulator or test stand-in), which gets none.
 """
 
 import datetime
-import ipaddress
 import json
 import re
 import sys
@@ -33,6 +32,7 @@ import urllib.parse
 from absl import flags
 
 from tfdist import cli
+from tfdist.distribute.cluster import is_loopback_host
 from tfdist.errors import UsageError
 # client imports the Vertex AI library only inside its calls: real submissions only.
 from trainer.vertex import bill, client, config_files, images, options, serving, staging, tuning
@@ -64,7 +64,6 @@ cli.define_flags((
                  "SavedModel, e.g. BASE_OUTPUT_DIR/model/."),
 ))
 
-_LOOPBACK_NAMES = ("localhost",)
 _ENDPOINT = re.compile(r"^(?:https?://)?(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])"
                        r"(?::[0-9]{1,5})?/?$")
 
@@ -212,22 +211,13 @@ def parse_api_endpoint(value: str) -> tuple[str, bool]:
                          f"http://127.0.0.1:PORT for a local emulator")
     if value.startswith("http://"):
         host = urllib.parse.urlsplit(value).hostname or ""
-        if not _is_loopback(host):
+        if not is_loopback_host(host):
             raise UsageError(f"--api_endpoint={quoted(value)} is plain http:// on a "
                              f"non-loopback host, expected https:// (or host[:port]) for a "
                              f"real endpoint; plain http:// is only for a local emulator on "
                              f"127.0.0.1")
         return value.rstrip("/"), True
     return value.rstrip("/"), False
-
-
-def _is_loopback(host: str) -> bool:
-    if host in _LOOPBACK_NAMES:
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _sdk_staging_bucket(staging_bucket: str, spec: JobSpec) -> str:

@@ -15,10 +15,10 @@ from absl import flags
 from absl import logging
 
 from tfdist import cli
-from tfdist import startup_logs
+from tfdist._internal import startup_logs
 from tfdist.errors import UsageError
-from tfdist import flags as tfdist_flags
-from tfdist.cluster import check_cluster_for_strategy, resolve_cluster_for_strategy
+from tfdist.distribute import flags as tfdist_flags
+from tfdist.distribute.cluster import check_cluster_for_strategy, resolve_cluster_for_strategy
 from trainer import config as config_lib
 
 FLAGS = flags.FLAGS
@@ -26,7 +26,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
 CONFIG_FLAG = cli.FlagSpec("config", None, "JSON file of experiment settings (see configs/).",
                            kind="string")
-# The options whose flags this module defines; tfdist.flags defines the strategy flags.
+# The options whose flags this module defines; tfdist.distribute.flags defines the strategy flags.
 TRAINER_OPTIONS = tuple(row for row in config_lib.OPTIONS if row.flag_module == "trainer.task")
 
 tfdist_flags.define_strategy_flags()

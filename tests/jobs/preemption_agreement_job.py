@@ -16,8 +16,8 @@ import pathlib
 import signal
 import sys
 
-from tfdist.cluster import resolve_cluster
-from tfdist.testing import poll_until
+from tfdist.distribute.cluster import resolve_cluster
+from tfdist.launch.testing import poll_until
 
 MAX_STEPS = 200
 
@@ -27,13 +27,13 @@ def main() -> None:
     cluster = resolve_cluster(os.environ)
     task = f"{cluster.task_type}-{cluster.task_index}"
 
-    from tfdist import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
+    from tfdist.distribute import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
 
     strategy = strategy_lib.make_strategy("multiworker", cluster)
 
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    from tfdist.checkpointing import WorkerSync  # pylint: disable=g-import-not-at-top
+    from tfdist.backups import WorkerSync  # pylint: disable=g-import-not-at-top
     from tfdist.preemption import (PreemptionOptions,  # pylint: disable=g-import-not-at-top
                                    PreemptionWatcher)
 

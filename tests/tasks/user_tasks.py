@@ -178,7 +178,7 @@ class VariableLength(Task):
             tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.int32)))
 
     def batching(self):
-        from tfdist import batching  # pylint: disable=g-import-not-at-top
+        from tfdist.data import batching  # pylint: disable=g-import-not-at-top
         if self.batching_mode == "longest":
             return batching.PadToLongest()
         if self.batching_mode == "declared":

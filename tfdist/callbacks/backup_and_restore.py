@@ -38,12 +38,12 @@ import numpy as np
 from tfdist.callbacks.callback_state import (ARRAYS_FILE, CallbackStates, arrays_from_file,
                                              arrays_to_bytes)
 from tfdist.callbacks.non_finite import check_loss
-from tfdist.checkpointing import BackupStore, ResumePoint, TrainingBackup, WorkerSync
-from tfdist.checkpointing.fingerprint import check_changeable, check_run_settings
-from tfdist.checkpointing.state import FitSegment
-from tfdist.cluster import Cluster, resolve_cluster
+from tfdist.backups import BackupStore, ResumePoint, TrainingBackup, WorkerSync
+from tfdist.backups.fingerprint import check_changeable, check_run_settings
+from tfdist.backups.state import FitSegment
+from tfdist.distribute.cluster import Cluster, resolve_cluster
 from tfdist.errors import NonFiniteError, UsageError
-from tfdist.preconditions import require
+from tfdist._internal.preconditions import require
 from tfdist.preemption import PreemptionOptions, PreemptionWatcher
 
 _log = logging.getLogger(__name__)

@@ -11,8 +11,8 @@ import math
 
 import keras
 
-from tfdist.checkpointing.finite import FiniteCheck
-from tfdist.checkpointing.paths import model_variable_paths
+from tfdist.backups.finite import FiniteCheck
+from tfdist.backups.paths import model_variable_paths
 from tfdist.errors import NonFiniteError
 
 

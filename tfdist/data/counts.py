@@ -14,7 +14,7 @@ import os
 import tensorflow as tf
 
 from tfdist.data.inputs import FILES, TaskInput
-from tfdist.files import write_json_atomically
+from tfdist._internal.files import write_json_atomically
 
 COUNT_FILE = "input_count.json"
 _log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ Importing this package registers `tfdist>LARS`, `tfdist>LAMB` and the schedule
 `tfdist>WarmupDecay`, so a `model.keras` saved with them loads back by name.
 """
 
-from tfdist import schedules as _schedules  # noqa: F401  (registers WarmupDecay)
+from tfdist.optimizers import schedules as _schedules  # noqa: F401  (registers WarmupDecay)
 from tfdist.optimizers.exclusions import usual_exclusions
 from tfdist.optimizers.lamb import LAMB
 from tfdist.optimizers.lars import LARS

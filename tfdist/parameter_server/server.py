@@ -16,9 +16,9 @@ import socket
 import time
 from typing import Callable
 
-from tfdist.cluster import CHIEF, PS, WORKER, Cluster
+from tfdist.distribute.cluster import CHIEF, PS, WORKER, Cluster
 from tfdist.errors import UsageError
-from tfdist.preconditions import check_seconds
+from tfdist._internal.preconditions import check_seconds
 
 _log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import keras
 import tensorflow as tf
 
 from tfdist.errors import UsageError
-from tfdist.preconditions import check_whole_number
+from tfdist._internal.preconditions import check_whole_number
 
 
 def shard_rows(input_dim: int, num_shards: int) -> list[int]:

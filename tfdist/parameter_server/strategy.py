@@ -1,4 +1,4 @@
-"""Builds a `ParameterServerStrategy` from a resolved `tfdist.cluster.Cluster`.
+"""Builds a `ParameterServerStrategy` from a resolved `tfdist.distribute.cluster.Cluster`.
 
 The strategy is built from the cluster description itself, not from the
 environment, so it works when Vertex AI sets only `CLUSTER_SPEC`.
@@ -6,9 +6,9 @@ environment, so it works when Vertex AI sets only `CLUSTER_SPEC`.
 
 import tensorflow as tf
 
-from tfdist.cluster import CHIEF, PS, WORKER, Cluster, check_cluster_for_strategy
+from tfdist.distribute.cluster import CHIEF, PS, WORKER, Cluster, check_cluster_for_strategy
 from tfdist.errors import UsageError
-from tfdist.preconditions import check_whole_number
+from tfdist._internal.preconditions import check_whole_number
 
 # The evaluator evaluates checkpoints on its own: it is not part of the cluster
 # the coordinator drives, and the servers must not wait for it.

@@ -35,13 +35,11 @@ import tensorflow as tf
 
 from tfdist import keras_compat
 from tfdist.errors import UsageError
-from tfdist.preconditions import check_whole_number, require
+from tfdist._internal.peers import PEER_FAILURES  # what a call on the coordinator raises when a ps is gone
+from tfdist._internal.preconditions import check_whole_number, require
 
 _log = logging.getLogger(__name__)
 
-# What a call on the coordinator raises when a parameter server is gone.
-PEER_FAILURES = (tf.errors.UnavailableError, tf.errors.AbortedError,
-                 tf.errors.CancelledError, tf.errors.DeadlineExceededError)
 # What scheduled steps also raise when a ps came back empty (its variables
 # lost with its old process). Only `join` maps these: elsewhere they can mean
 # a missing file.

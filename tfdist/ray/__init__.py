@@ -33,7 +33,7 @@ main thread before the training function starts, the backend:
 - sets `TF_USE_LEGACY_KERAS=0`: Ray sets 1, which does nothing in its own
   workers (`tf.keras` is resolved before) but makes child processes load
   tf_keras; with 0, Keras 3 everywhere;
-- installs `tfdist.signal_relay`: Ray runs the training
+- installs `tfdist.preemption.signal_relay`: Ray runs the training
   function in a thread, where no signal handler can be installed, so without
   it tfdist's SIGTERM handling is off. With it, a SIGTERM to a worker process
   ends in a backup at a step the workers agree on, as outside Ray; the
@@ -67,10 +67,10 @@ except ImportError as error:  # pragma: no cover - exercised without the extra
 
 import keras
 
-from tfdist import cluster as cluster_lib
+from tfdist.distribute import cluster as cluster_lib
 from tfdist import preemption
-from tfdist import signal_relay
-from tfdist.checkpointing.store import BackupStore
+from tfdist.preemption import signal_relay
+from tfdist.backups.store import BackupStore
 from tfdist.errors import UsageError
 from tfdist.ray import job_end, preemption_notice, roles
 from tfdist.ray.preemption_notice import PreemptionNotice
@@ -124,7 +124,7 @@ class TensorflowConfig(_RayTensorflowConfig):
         self.preemption_signals = tuple(int(signum) for signum in self.preemption_signals)
 
     def layout(self, num_workers: int):
-        """The `tfdist.local_cluster.ClusterLayout` of `num_workers` Ray ranks.
+        """The `tfdist.launch.local_cluster.ClusterLayout` of `num_workers` Ray ranks.
 
         Raises:
             UsageError: The roles do not fit `num_workers` ranks.

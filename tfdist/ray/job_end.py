@@ -17,7 +17,7 @@ import uuid
 
 import ray
 
-from tfdist import cluster as cluster_lib
+from tfdist.distribute import cluster as cluster_lib
 from tfdist.parameter_server import server as server_lib
 
 _log = logging.getLogger(__name__)

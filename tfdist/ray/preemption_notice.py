@@ -36,9 +36,9 @@ import time
 import keras
 import ray.train
 
-from tfdist import signal_relay
+from tfdist.preemption import signal_relay
 from tfdist.errors import UsageError
-from tfdist.preconditions import check_whole_number
+from tfdist._internal.preconditions import check_whole_number
 
 _log = logging.getLogger(__name__)
 

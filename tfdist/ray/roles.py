@@ -2,16 +2,16 @@
 
 Ray Train starts `num_workers` identical workers (ranks 0..n-1) and its own
 backend makes every one a `worker`. `layout` lays tfdist's roles over the
-ranks in `tfdist.local_cluster`'s start order: rank 0 is the chief (when there
+ranks in `tfdist.launch.local_cluster`'s start order: rank 0 is the chief (when there
 is one), then the workers, then the parameter servers, and the evaluator is
 the last rank. `tf_configs` writes each rank's `TF_CONFIG` as
-`tfdist.local_cluster` does for local jobs (the evaluator also sees the
+`tfdist.launch.local_cluster` does for local jobs (the evaluator also sees the
 training tasks; they do not see it). No Ray, no TensorFlow here.
 """
 
-from tfdist import local_cluster
+from tfdist.launch import local_cluster
 from tfdist.errors import UsageError
-from tfdist.preconditions import check_whole_number
+from tfdist._internal.preconditions import check_whole_number
 
 
 def check_options(*, chief: bool, parameter_servers: int, evaluator: bool) -> None:

@@ -9,7 +9,7 @@ already run: a shape that passes starts.
 import dataclasses
 import re
 
-from tfdist import strategy_choice
+from tfdist.distribute import choice as strategy_choice
 from tfdist.errors import UsageError
 from trainer.vertex.checks import quoted, require
 

@@ -32,9 +32,9 @@ import tensorflow as tf
 
 from tfdist import parameter_server as ps_lib
 from tfdist.parameter_server import training as ps_training
-from tfdist import strategy as strategy_lib
+from tfdist.distribute import strategy as strategy_lib
 from tfdist import tasks as tasks_lib
-from tfdist.cluster import CHIEF, EVALUATOR, PS, WORKER, Cluster
+from tfdist.distribute.cluster import CHIEF, EVALUATOR, PS, WORKER, Cluster
 from tfdist.data import per_replica_batch_size
 from tfdist.errors import UsageError
 from trainer import tasks

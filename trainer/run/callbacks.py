@@ -10,10 +10,10 @@ from typing import Mapping
 
 import keras
 
-from tfdist import hypertune
+from tfdist.outputs import hypertune
 from tfdist.callbacks import BackupAndRestore, EpochTensorBoard, NonFiniteGuard
-from tfdist.cluster import Cluster, has_evaluator
-from tfdist.evaluation import CheckpointExporter
+from tfdist.distribute.cluster import Cluster, has_evaluator
+from tfdist.outputs.evaluation import CheckpointExporter
 from trainer.config import ExperimentConfig
 from trainer.run.directories import OutputDirs
 from trainer.run.throughput import ThroughputMeter

@@ -10,9 +10,9 @@ restore point is known.
 import keras
 import tensorflow as tf
 
-from tfdist import first_batch_check
-from tfdist import weighting
-from tfdist import execution_tuner
+from tfdist.tasks import first_batch_check
+from tfdist.tasks import weighting
+from tfdist.distribute import execution_tuner
 from tfdist import keras_compat
 from tfdist import tasks as tasks_lib
 from tfdist.errors import UsageError
@@ -64,7 +64,7 @@ def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
     """The task's model, built and compiled; call inside the strategy's scope.
 
     The model and its loss run once on the first training examples
-    (`tfdist.first_batch_check`): a subclassed model gets every variable before
+    (`tfdist.tasks.first_batch_check`): a subclassed model gets every variable before
     a backup is restored into it, and mistakes in the task become one line.
 
     Args:
@@ -102,7 +102,7 @@ def explicit_steps_per_execution(config: ExperimentConfig) -> int:
 
 def tune_steps_per_execution(config: ExperimentConfig, model: keras.Model, inputs: Inputs,
                              todo: "Plan") -> int:
-    """Sets `model.steps_per_execution` when it is `auto` (see `tfdist.execution_tuner`).
+    """Sets `model.steps_per_execution` when it is `auto` (see `tfdist.distribute.execution_tuner`).
 
     Parameter-server training schedules single steps (auto means 1 there).
     """

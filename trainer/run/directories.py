@@ -9,7 +9,7 @@ import dataclasses
 import os
 from typing import Mapping
 
-from tfdist import hypertune
+from tfdist.outputs import hypertune
 from trainer.config import ExperimentConfig
 
 CHECKPOINTS_SUBDIR = "checkpoints"

@@ -1,7 +1,7 @@
 """The evaluator task (Vertex worker pool 3) under any strategy.
 
 The chief exports a checkpoint per epoch to `<model_dir>/checkpoints`
-(`tfdist.evaluation.CheckpointExporter`); the evaluator builds the task's
+(`tfdist.outputs.evaluation.CheckpointExporter`); the evaluator builds the task's
 model and metrics, evaluates each checkpoint on the task's evaluation split,
 appends its metrics to `<model_dir>/eval/metrics.jsonl` (and TensorBoard
 events there), and exits once the chief marks training done.
@@ -9,9 +9,9 @@ events there), and exits once the chief marks training done.
 
 from absl import logging
 
-from tfdist import custom_steps
-from tfdist import evaluation
-from tfdist.cluster import CHIEF, WORKER, Cluster
+from tfdist.tasks import custom_steps
+from tfdist.outputs import evaluation
+from tfdist.distribute.cluster import CHIEF, WORKER, Cluster
 from tfdist.errors import UsageError
 from tfdist.parameter_server import ChiefWatch
 from trainer.config import ExperimentConfig

@@ -11,11 +11,11 @@ import dataclasses
 from absl import logging
 import tensorflow as tf
 
-from tfdist import batching as batching_lib
+from tfdist.data import batching as batching_lib
 from tfdist import data as data_lib
 from tfdist.data import counts as data_counts
-from tfdist import first_batch_check
-from tfdist import weighting
+from tfdist.tasks import first_batch_check
+from tfdist.tasks import weighting
 from tfdist import tasks as tasks_lib
 from tfdist.errors import UsageError
 from trainer.config import AUTO, ExperimentConfig, check_steps_per_execution
@@ -34,7 +34,7 @@ class Inputs:
         steps_per_epoch: Optimizer updates per epoch.
         global_batch_size: Examples per step across all replicas.
         seed: Fixes the order of every pass.
-        batching: The task's declared padding or bucketing (`tfdist.batching`), or None.
+        batching: The task's declared padding or bucketing (`tfdist.data.batching`), or None.
     """
 
     train: data_lib.TaskInput
@@ -60,7 +60,7 @@ class Inputs:
         A source under a strategy with several replicas comes back distributed:
         each worker builds only its replicas' part of every global batch.
         """
-        if self.batching is not None:  # variable lengths: tfdist.batching
+        if self.batching is not None:  # variable lengths: tfdist.data.batching
             return batching_lib.training_batches(
                 self.train.value, self.batching, global_batch_size=self.global_batch_size,
                 seed=self.seed, num_examples=self.num_train_examples, first_step=first_step)
@@ -71,7 +71,7 @@ class Inputs:
     def eval_stream(self) -> tf.data.Dataset | None:
         if self.evaluation is None:
             return None
-        if self.batching is not None:  # variable lengths: tfdist.batching
+        if self.batching is not None:  # variable lengths: tfdist.data.batching
             return batching_lib.evaluation_batches(self.evaluation.examples(), self.batching,
                                                    global_batch_size=self.global_batch_size)
         return self.evaluation.evaluation_stream(self.global_batch_size)

@@ -16,9 +16,9 @@ from absl import logging
 import keras
 import tensorflow as tf
 
-from tfdist import export as export_lib
+from tfdist.outputs import export as export_lib
 from tfdist.callbacks import BackupAndRestore
-from tfdist.files import write_json_atomically
+from tfdist._internal.files import replace_atomically, write_json_atomically
 from trainer.config import ExperimentConfig
 from trainer.run.directories import OutputDirs
 
@@ -97,9 +97,7 @@ def write_outputs(model: keras.Model, summary: dict, dirs: OutputDirs,
         model_path = os.path.join(dirs.model_dir, MODEL_FILE)
         # Keras needs the .keras suffix; the rename keeps a previous model intact
         # until the new one is complete.
-        temporary = os.path.join(dirs.model_dir, f".model.tmp-{os.getpid()}.keras")
-        model.save(temporary)
-        tf.io.gfile.rename(temporary, model_path, overwrite=True)
+        replace_atomically(model_path, model.save, suffix=".keras")
         written.append(model_path)
     if export_lib.wants_saved_model(export_format):
         written.append(export_lib.export_saved_model(model, dirs.model_dir))

@@ -12,12 +12,12 @@ from typing import Mapping
 from absl import logging
 import tensorflow as tf
 
-from tfdist import batching as batching_lib
-from tfdist import custom_steps
+from tfdist.data import batching as batching_lib
+from tfdist.tasks import custom_steps
 from tfdist import data as data_lib
 from tfdist import parameter_server
-from tfdist import weighting
-from tfdist.cluster import WORKER, Cluster
+from tfdist.tasks import weighting
+from tfdist.distribute.cluster import WORKER, Cluster
 from trainer.config import ExperimentConfig
 from trainer.run import pipeline
 from trainer.run.directories import OutputDirs

@@ -13,10 +13,10 @@ from absl import logging
 import keras
 import tensorflow as tf
 
-from tfdist import export as export_lib
+from tfdist.outputs import export as export_lib
 from tfdist.callbacks import BackupAndRestore
-from tfdist.cluster import Cluster
-from tfdist.evaluation import CheckpointExporter
+from tfdist.distribute.cluster import Cluster
+from tfdist.outputs.evaluation import CheckpointExporter
 from trainer.config import ExperimentConfig
 from trainer.run.callbacks import (EVALUATION_CHECKPOINTS_KEPT, evaluation_exporter,
                                    finish_exports, training_callbacks)

@@ -14,9 +14,9 @@ import keras
 import tensorflow as tf
 
 from tfdist.callbacks import BackupAndRestore
-from tfdist.checkpointing import ResumePoint
-from tfdist.checkpointing.state import FitSegment
-from tfdist.cluster import Cluster
+from tfdist.backups import ResumePoint
+from tfdist.backups.state import FitSegment
+from tfdist.distribute.cluster import Cluster
 from tfdist.preemption import PreemptionOptions
 from trainer.config import ExperimentConfig
 from trainer.run.directories import OutputDirs

@@ -9,8 +9,8 @@ from typing import Mapping
 from absl import logging
 import tensorflow as tf
 
-from tfdist import custom_steps
-from tfdist.cluster import Cluster
+from tfdist.tasks import custom_steps
+from tfdist.distribute.cluster import Cluster
 from trainer.config import ExperimentConfig
 from trainer.run import pipeline
 from trainer.run.directories import OutputDirs

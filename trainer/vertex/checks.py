@@ -1,23 +1,12 @@
 """Small helpers every check uses: a precondition and a bounded quote of a value.
 
-`require` is `tfdist.preconditions.require`, importable from here.
+`require` is `tfdist._internal.preconditions.require`, importable from here.
 """
 
-from typing import Any
-
-from tfdist.preconditions import require
+from tfdist._internal.preconditions import QUOTE_LIMIT, quoted, require
 
 __all__ = ["QUOTE_LIMIT", "ServiceError", "quoted", "require"]
 
-QUOTE_LIMIT = 100
-
-
-def quoted(value: Any, limit: int = QUOTE_LIMIT) -> str:
-    """`repr(value)`, cut to about `limit` characters for error messages."""
-    text = repr(value) if isinstance(value, str) else str(value)
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}... ({len(text)} characters)"
 
 
 class ServiceError(Exception):

@@ -14,7 +14,7 @@ import dataclasses
 from typing import Any, Mapping
 
 from tfdist.errors import UsageError
-from tfdist.strategy_choice import STRATEGIES
+from tfdist.distribute.choice import STRATEGIES
 from trainer.vertex.checks import quoted
 from trainer.vertex.option_values import parse_env
 

@@ -9,7 +9,7 @@ import copy
 import json
 from typing import Any, Mapping, Sequence
 
-from tfdist.cluster import POOL2_ROLE
+from tfdist.distribute.cluster import POOL2_ROLE
 from trainer.vertex import machines, option_values
 from trainer.vertex.checks import require
 from trainer.vertex.spec import JobSpec, MachineSpec

@@ -18,7 +18,7 @@ import datetime
 import re
 from typing import Any, Mapping
 
-from tfdist import cluster
+from tfdist.distribute import cluster
 from trainer.vertex import images, machines, option_values, validation
 from trainer.vertex.checks import require
 from trainer.vertex.options import (DEFAULT_BOOT_DISK_SIZE_GB, DEFAULT_BOOT_DISK_TYPE,
@@ -187,7 +187,7 @@ class JobSpec:
 
     @property
     def pool2_role(self) -> str:
-        """What worker pool 2 runs, told to every replica (`tfdist.cluster.POOL2_ROLE`); "" for none."""
+        """What worker pool 2 runs, told to every replica (`tfdist.distribute.cluster.POOL2_ROLE`); "" for none."""
         if self.reduction_servers:
             return cluster.POOL2_REDUCTION_SERVER
         return cluster.POOL2_PARAMETER_SERVERS if self.parameter_servers else ""

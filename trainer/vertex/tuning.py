@@ -9,7 +9,7 @@ Vertex AI runs up to `max_trial_count` trials of the job, `parallel_trial_count`
 at a time, each with the job's trainer arguments followed by `--NAME=VALUE` for
 every parameter (absl keeps the last occurrence, so trial values win). The
 trainer reports `--hparam_metric` at each evaluation from the chief
-(`tfdist.hypertune`); the submitter adds `--hparam_metric=METRIC` to the
+(`tfdist.outputs.hypertune`); the submitter adds `--hparam_metric=METRIC` to the
 trainer's arguments. Each trial's outputs go to `<base_output_dir>/<trial_id>/`.
 
 Parameter specs (flag `--hparam=NAME=SPEC`, or `"hparam": {NAME: SPEC}` in a file):

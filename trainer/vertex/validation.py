@@ -8,7 +8,7 @@ ranges) and our trainer's (which pools each strategy needs).
 
 import re
 
-from tfdist.strategy_choice import STRATEGIES
+from tfdist.distribute.choice import STRATEGIES
 from trainer.vertex import images, machines, network, option_values
 from trainer.vertex.checks import quoted, require
 from trainer.vertex.options import SCHEDULING_STRATEGIES

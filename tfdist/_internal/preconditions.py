@@ -8,7 +8,19 @@ Every message names the argument, quotes the value and says what was expected;
 in Python, never a count a user meant).
 """
 
+from typing import Any
+
 from tfdist.errors import UsageError
+
+QUOTE_LIMIT = 100
+
+
+def quoted(value: Any, limit: int = QUOTE_LIMIT) -> str:
+    """`repr(value)` for a string, else `str(value)`, cut to about `limit` characters."""
+    text = repr(value) if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} characters)"
 
 
 def require(condition: bool, message: str, error: type[UsageError] = UsageError) -> None:

@@ -18,7 +18,6 @@ so the cluster's addresses are loopback addresses unless the caller opts in.
 """
 
 import dataclasses
-import ipaddress
 import json
 import logging
 import os
@@ -32,9 +31,10 @@ import threading
 import time
 from typing import Callable, Mapping, Sequence, TextIO
 
-from tfdist import cluster as cluster_lib
+from tfdist.distribute import cluster as cluster_lib
+from tfdist.distribute.cluster import is_loopback_host
 from tfdist.errors import UsageError
-from tfdist.preconditions import check_seconds, check_whole_number
+from tfdist._internal.preconditions import check_seconds, check_whole_number
 
 PortPicker = Callable[[str, int], Sequence[int]]
 
@@ -69,16 +69,6 @@ def pick_free_ports(host: str, count: int) -> list[int]:
     finally:
         for probe in sockets:
             probe.close()
-
-
-def is_loopback_host(host: str) -> bool:
-    """Whether `host` names this machine's loopback interface."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def shell_exit_code(returncode: int) -> int:
@@ -334,7 +324,7 @@ class LocalCluster:
             console: Where to copy each task's output, lines prefixed with
                 `[<task>] `. None copies nothing.
             events: Where to write one-line lifecycle messages (start,
-                failures, restarts, stops). None: the `tfdist.local_cluster`
+                failures, restarts, stops). None: the `tfdist.launch.local_cluster`
                 logger at INFO.
             port_picker: `(host, count) -> ports`, called for every (re)start
                 of the whole cluster.

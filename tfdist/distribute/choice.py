@@ -1,11 +1,11 @@
 """Strategy names and the `auto` choice, kept free of TensorFlow imports."""
 
-from tfdist.cluster import Cluster
+from tfdist.distribute.cluster import Cluster
 from tfdist.errors import UsageError
 
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multiworker",
               "parameter_server", "tpu")
-# Collective implementations (`--all_reduce`, `tfdist.strategy.StrategyOptions`).
+# Collective implementations (`--all_reduce`, `tfdist.distribute.strategy.StrategyOptions`).
 ALL_REDUCE = ("auto", "ring", "nccl")
 
 

@@ -33,13 +33,13 @@ import os
 import re
 from typing import Any, Mapping
 
+from tfdist._internal.preconditions import quoted
 from tfdist.errors import UsageError
 
 REQUIRED_METHODS = ("build_model", "build_inputs", "loss", "metrics")
 # A task config file larger than this is refused rather than read whole.
 MAX_TASK_CONFIG_BYTES = 1 << 20
 _SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
-_QUOTE_LIMIT = 100
 
 
 class TaskError(UsageError):
@@ -86,11 +86,6 @@ class Task:
         return []
 
 
-def _quote(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= _QUOTE_LIMIT else text[:_QUOTE_LIMIT] + "...'"
-
-
 def parse_task_config(value: str | Mapping | None) -> dict:
     """Reads `--task_config`: a JSON object, a path to a JSON file, or empty.
 
@@ -105,14 +100,14 @@ def parse_task_config(value: str | Mapping | None) -> dict:
     source = "--task_config"
     if os.path.isfile(text):
         if os.path.getsize(text) > MAX_TASK_CONFIG_BYTES:
-            raise TaskError(f"--task_config file {_quote(text)} is larger than "
+            raise TaskError(f"--task_config file {quoted(text)} is larger than "
                             f"{MAX_TASK_CONFIG_BYTES} bytes, expected a small JSON object")
-        source = f"--task_config file {_quote(text)}"
+        source = f"--task_config file {quoted(text)}"
         with open(text, encoding="utf-8") as handle:
             text = handle.read()
     elif not text.startswith(("{", "[", '"')):
         raise TaskError(
-            f"--task_config is {_quote(value)}, which is neither a JSON object nor an "
+            f"--task_config is {quoted(value)}, which is neither a JSON object nor an "
             f"existing file; pass '{{\"name\": value}}' or the path of a JSON file")
     try:
         parsed = json.loads(text)
@@ -137,7 +132,7 @@ def load_task(spec: str, task_config: str | Mapping | None = None):
             name, keyword arguments the task does not take, a missing method.
     """
     if not isinstance(spec, str) or not _SPEC.match(spec):
-        raise TaskError(f"--task is {_quote(spec)}, expected MODULE:NAME such as "
+        raise TaskError(f"--task is {quoted(spec)}, expected MODULE:NAME such as "
                         f"'my_pkg.my_module:MyTask'")
     module_name, name = spec.split(":")
     kwargs = parse_task_config(task_config)

@@ -2,7 +2,7 @@
 
 Import the fixture into a test module to use it (this is not a pytest plugin):
 
-    from tfdist.testing import local_cluster  # noqa: F401  (pytest fixture)
+    from tfdist.launch.testing import local_cluster  # noqa: F401  (pytest fixture)
 
     def test_two_workers(local_cluster):
         cluster = local_cluster(num_workers=2, command=[sys.executable, "task.py"])
@@ -22,7 +22,7 @@ from typing import Callable, TypeVar
 
 import pytest
 
-from tfdist.local_cluster import LocalCluster
+from tfdist.launch.local_cluster import LocalCluster
 
 # Put in every task's environment by the fixture, so that any process a test
 # left behind (grandchildren included) can be found by its environment.

@@ -24,13 +24,13 @@ from typing import Mapping
 
 import tensorflow as tf
 
-from tfdist.checkpointing.fingerprint import (RunFingerprint, check_changeable,
+from tfdist.backups.fingerprint import (RunFingerprint, check_changeable,
                                               check_run_settings, compare, fingerprint_of)
-from tfdist.checkpointing.finite import FiniteCheck
-from tfdist.checkpointing.store import BackupInfo, BackupStore
-from tfdist.checkpointing.sync import WorkerSync
+from tfdist.backups.finite import FiniteCheck
+from tfdist.backups.store import BackupInfo, BackupStore
+from tfdist.backups.sync import WorkerSync
 from tfdist.errors import BackupMismatchError, NonFiniteError, UsageError
-from tfdist.preconditions import check_whole_number
+from tfdist._internal.preconditions import check_whole_number
 
 _log = logging.getLogger(__name__)
 

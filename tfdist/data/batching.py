@@ -5,9 +5,9 @@ generator with `TensorSpec((None,))`, ragged slices) declares how to batch
 them with an optional `batching()` method:
 
     def batching(self):
-        return tfdist.batching.PadToLongest()           # pad to each batch's longest
-        return tfdist.batching.PadToShape(features=(128,))  # pad to a declared shape
-        return tfdist.batching.BucketByLength(boundaries=(32, 64, 128))
+        return tfdist.data.batching.PadToLongest()           # pad to each batch's longest
+        return tfdist.data.batching.PadToShape(features=(128,))  # pad to a declared shape
+        return tfdist.data.batching.BucketByLength(boundaries=(32, 64, 128))
 
 Every mode keeps the stream deterministic: padding changes no order, and
 bucketing (`tf.data.Dataset.bucket_by_sequence_length`) groups the one seeded
@@ -108,7 +108,7 @@ def declared_batching(task, spec: str = "the task") -> Batching | None:
     if declared is not None and not isinstance(declared, BATCHINGS):
         raise UsageError(
             f"--task {spec!r}: batching() returned {type(declared).__name__}, expected None, "
-            f"tfdist.batching.PadToLongest(), PadToShape(features=...) or "
+            f"tfdist.data.batching.PadToLongest(), PadToShape(features=...) or "
             f"BucketByLength(boundaries=...)")
     return declared
 
@@ -148,7 +148,7 @@ def undeclared_message(spec: str, components: list[str]) -> str:
     return (f"--task {spec!r}: the examples have variable-length components "
             f"({', '.join(components)}) and the task declares no batching; pad or densify "
             f"them in build_inputs, or declare padding: add a batching() method returning "
-            f"tfdist.batching.PadToLongest(), PadToShape(features=...) or "
+            f"tfdist.data.batching.PadToLongest(), PadToShape(features=...) or "
             f"BucketByLength(boundaries=...) (docs/tasks.md)")
 
 

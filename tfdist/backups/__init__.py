@@ -10,12 +10,12 @@ not depend on Keras's per-process layer names).
 docs/fault_tolerance.md.
 """
 
-from tfdist.checkpointing.fingerprint import RunFingerprint
-from tfdist.checkpointing.paths import model_variable_paths, optimizer_variable_keys
-from tfdist.checkpointing.state import FitSegment, ResumePoint, TrainingBackup
-from tfdist.checkpointing.store import (BackupInfo, BackupStore, CorruptBackupError,
+from tfdist.backups.fingerprint import RunFingerprint
+from tfdist.backups.paths import model_variable_paths, optimizer_variable_keys
+from tfdist.backups.state import FitSegment, ResumePoint, TrainingBackup
+from tfdist.backups.store import (BackupInfo, BackupStore, CorruptBackupError,
                                         has_atomic_rename)
-from tfdist.checkpointing.sync import WorkerSync
+from tfdist.backups.sync import WorkerSync
 
 __all__ = ["BackupInfo", "BackupStore", "CorruptBackupError", "FitSegment", "ResumePoint",
            "RunFingerprint", "TrainingBackup", "WorkerSync", "has_atomic_rename",

@@ -46,8 +46,9 @@ from typing import Callable, Mapping
 
 import tensorflow as tf
 
+from tfdist._internal.files import write_atomically
 from tfdist.errors import UsageError
-from tfdist.preconditions import check_whole_number
+from tfdist._internal.preconditions import check_whole_number
 
 FORMAT = "tfdist-backup/1"
 CHECKPOINT_NAME = "ckpt"
@@ -453,9 +454,8 @@ class BackupStore:
         tf.io.gfile.makedirs(self.backup_dir)
         target = self._path(COMPLETED_NAME)
         if self.atomic_rename:
-            temporary = self._path(f"{_TMP_PREFIX}{COMPLETED_NAME}-{uuid.uuid4().hex[:8]}")
-            _write_bytes(temporary, data)
-            tf.io.gfile.rename(temporary, target, overwrite=True)
+            write_atomically(target, data, temporary=self._path(
+                f"{_TMP_PREFIX}{COMPLETED_NAME}-{uuid.uuid4().hex[:8]}"))
         else:
             # An object store makes a single object visible only once complete.
             # Remove first: some filesystems (ram://) append to existing files.

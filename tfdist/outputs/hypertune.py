@@ -24,17 +24,17 @@ directory, or trials would resume from each other's backups:
 Vertex AI's own `AIP_MODEL_DIR`, `AIP_CHECKPOINT_DIR` and
 `AIP_TENSORBOARD_LOG_DIR` already end in `<trial_id>/...` and are kept.
 
-Everything but `HypertuneCallback` imports nothing heavy; the callback (a Keras
-callback) imports Keras on first use.
+This module imports nothing heavy; the Keras callback is
+`tfdist.callbacks.HypertuneCallback` (also importable from here, loaded on first use).
 """
 
 import collections
 import json
 import os
-import tempfile
 import time
-from typing import Any, Mapping
+from typing import Mapping
 
+from tfdist._internal.files import write_atomically
 from tfdist.errors import UsageError
 
 METRIC_FILE_ENV = "CLOUD_ML_HP_METRIC_FILE"
@@ -57,7 +57,7 @@ def trial_id(environ: Mapping[str, str] | None = None) -> str:
             task = json.loads(environ["CLUSTER_SPEC"]).get("task", {})
             value = str(task.get("trial") or "").strip() if isinstance(task, dict) else ""
         except (ValueError, AttributeError):
-            value = ""  # a malformed CLUSTER_SPEC is reported by tfdist.cluster
+            value = ""  # a malformed CLUSTER_SPEC is reported by tfdist.distribute.cluster
     if value and not all(char.isalnum() or char in "-_" for char in value):
         raise UsageError(f"{TRIAL_ID_ENV} is {value[:100]!r}, expected a trial id of "
                          f"letters, digits, - and _ such as 3")
@@ -108,79 +108,14 @@ class MetricReporter:
                  "global_step": str(int(global_step) if global_step else 0),
                  "checkpoint_path": checkpoint_path}
         self._entries.append(entry)
-        directory = os.path.dirname(os.path.abspath(self.metric_file))
-        os.makedirs(directory, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=directory, prefix=".output.metrics-")
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            for item in self._entries:
-                stream.write(json.dumps(item, sort_keys=True) + "\n")
-        os.replace(temporary, self.metric_file)
+        os.makedirs(os.path.dirname(os.path.abspath(self.metric_file)), exist_ok=True)
+        write_atomically(self.metric_file,
+                         "".join(json.dumps(item, sort_keys=True) + "\n" for item in self._entries))
         return entry
 
 
-def _make_callback_class():
-    import keras
-
-    class HypertuneCallback(keras.callbacks.Callback):
-        """Reports `metric` from the epoch logs to Vertex AI tuning, on the chief.
-
-        Keras evaluates the validation data at the end of an epoch, so each
-        epoch end with `metric` in its logs is one report, tagged `metric`
-        (give the same name as the tuning job's `metricId`), at the
-        optimizer's step count. Epochs without validation (`validation_freq`)
-        are skipped; a metric that is in no log is a usage error naming the
-        ones that are, and so is a `val_*` metric when training ends without
-        a single validation (Vertex AI would see a trial that reported nothing).
-
-        Args:
-            metric: Log key to report, e.g. `val_accuracy` or `val_loss`.
-            is_chief: Only the chief reports; other replicas do nothing.
-            reporter: Where to write; default a `MetricReporter()`.
-        """
-
-        def __init__(self, metric: str, *, is_chief: bool, reporter: MetricReporter | None = None):
-            super().__init__()
-            if not metric or not isinstance(metric, str):
-                raise UsageError(f"--hparam_metric is {str(metric)[:100]!r}, expected a "
-                                 f"metric name from the epoch logs such as val_accuracy")
-            self.metric = metric
-            self.is_chief = bool(is_chief)
-            self._reporter = reporter
-            self.reports = 0
-
-        @property
-        def reporter(self) -> MetricReporter:
-            if self._reporter is None:
-                self._reporter = MetricReporter()
-            return self._reporter
-
-        def on_epoch_end(self, epoch: int, logs: Mapping[str, Any] | None = None):
-            if not self.is_chief:
-                return
-            logs = logs or {}
-            if self.metric not in logs:
-                validated = any(key.startswith("val_") for key in logs)
-                if self.metric.startswith("val_") and not validated:
-                    return  # no validation this epoch
-                raise UsageError(f"--hparam_metric={self.metric[:100]} is not in the epoch "
-                                 f"logs, expected one of: {', '.join(sorted(logs))}")
-            step = int(self.model.optimizer.iterations.numpy()) \
-                if self.model is not None else epoch + 1
-            self.reporter.report(self.metric, float(logs[self.metric]), step)
-            self.reports += 1
-
-        def on_train_end(self, logs: Mapping[str, Any] | None = None):
-            if self.is_chief and not self.reports:
-                raise UsageError(f"--hparam_metric={self.metric[:100]} was never reported: no "
-                                 f"epoch ran a validation; expected validation data (e.g. "
-                                 f"--validation_steps > 0) or a training metric such as loss")
-
-    return HypertuneCallback
-
-
 def __getattr__(name: str):
-    if name == "HypertuneCallback":
-        callback_class = _make_callback_class()
-        globals()[name] = callback_class
-        return callback_class
+    if name == "HypertuneCallback":  # moved to tfdist.callbacks with the other callbacks
+        from tfdist.callbacks.hypertune import HypertuneCallback  # pylint: disable=g-import-not-at-top
+        return HypertuneCallback
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,8 +23,8 @@ from typing import Callable
 import keras
 import tensorflow as tf
 
-from tfdist import batching as batching_lib
-from tfdist import custom_steps
+from tfdist.data import batching as batching_lib
+from tfdist.tasks import custom_steps
 from tfdist.errors import UsageError
 
 # Examples in the checked batch at most (enough to see every shape).

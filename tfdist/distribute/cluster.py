@@ -9,6 +9,7 @@ only the single field that was wrong.
 """
 
 import dataclasses
+import ipaddress
 import json
 import logging
 import re
@@ -16,7 +17,7 @@ import types
 from typing import Mapping
 
 from tfdist.errors import ClusterConfigError
-from tfdist.preconditions import check_whole_number
+from tfdist._internal.preconditions import check_whole_number
 
 CHIEF = "chief"
 WORKER = "worker"
@@ -424,7 +425,7 @@ def check_cluster_for_strategy(cluster: Cluster, strategy: str) -> None:
 
     Args:
         cluster: The resolved cluster.
-        strategy: A strategy name as `tfdist.strategy_choice.STRATEGIES` lists.
+        strategy: A strategy name as `tfdist.distribute.choice.STRATEGIES` lists.
 
     Raises:
         ClusterConfigError: The combination cannot run.
@@ -456,3 +457,13 @@ def check_cluster_for_strategy(cluster: Cluster, strategy: str) -> None:
 def has_evaluator(cluster: Cluster, environ: Mapping[str, str]) -> bool:
     """Whether the job has an evaluator task: listed in the cluster, or announced by the launcher."""
     return bool(cluster.addresses.get(EVALUATOR)) or environ.get(HAS_EVALUATOR) == "1"
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether `host` (a name, an IP address, or `[IPv6]`) names this machine's loopback interface."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -6,7 +6,7 @@ a flag; the training loop asks `should_stop()` at the end of each step. In a
 synchronous multi-worker job one worker may get the signal alone, so the
 workers agree on a step and all stop after it, save together, and exit with
 code 143. Under `MultiWorkerMirroredStrategy` they agree through the
-coordination service (`tfdist.preemption_agreement`): a check is a local read,
+coordination service (`tfdist.preemption.agreement`): a check is a local read,
 and the stop comes one step after the notice. Without that service, every
 worker gathers the others' flags at the same checks (one tiny collective each)
 and all stop at the step of the notice.
@@ -30,12 +30,12 @@ import threading
 import time
 from typing import Callable
 
-from tfdist import signal_relay
-from tfdist.checkpointing.sync import WorkerSync
+from tfdist.preemption import signal_relay
+from tfdist.backups.sync import WorkerSync
 from tfdist.cli import EXIT_GRACE_EXPIRED, EXIT_PREEMPTED
 from tfdist.errors import UsageError
-from tfdist.preemption_agreement import CoordinatedStop
-from tfdist.preconditions import check_seconds, check_whole_number
+from tfdist.preemption.agreement import CoordinatedStop
+from tfdist._internal.preconditions import check_seconds, check_whole_number
 
 
 _log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ class PreemptionWatcher:
 
     def install(self) -> None:
         """Installs the signal handlers; call from the main thread (or after
-        `tfdist.signal_relay.install` from any thread)."""
+        `tfdist.preemption.signal_relay.install` from any thread)."""
         if self.installed:
             return
         if threading.current_thread() is not threading.main_thread():

@@ -15,7 +15,7 @@ import tempfile
 
 import keras
 
-from tfdist.cluster import Cluster
+from tfdist.distribute.cluster import Cluster
 
 _log = logging.getLogger(__name__)
 _SCRATCH: set[str] = set()

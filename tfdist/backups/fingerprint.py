@@ -16,7 +16,7 @@ from typing import Mapping, Sequence
 
 import keras
 
-from tfdist.checkpointing.paths import (model_variable_paths, optimizer_class_name,
+from tfdist.backups.paths import (model_variable_paths, optimizer_class_name,
                                         optimizer_variable_keys)
 from tfdist.errors import BackupMismatchError, UsageError
 

@@ -1,6 +1,7 @@
 """Sidecar evaluation: the chief exports checkpoints, an evaluator task evaluates them.
 
-`CheckpointExporter` (a Keras callback, on the chief) saves the model's
+`tfdist.callbacks.CheckpointExporter` (a Keras callback, on the chief; also
+importable from here) saves the model's
 variables at every epoch end to `<directory>/ckpt-<step>`; its `finish()`,
 called once training is over, writes `<directory>/training_done.json` naming
 the last checkpoint.
@@ -14,7 +15,7 @@ is there and the last checkpoint is evaluated.
 
 Variables are saved by position (`model.variables`): Keras layer names depend
 on what a process created before, but the order of a model's variables does
-not. (Backups restore by stable path instead, `tfdist.checkpointing.paths`.)
+not. (Backups restore by stable path instead, `tfdist.backups.paths`.)
 A checkpoint becomes visible only when TensorFlow has updated the directory's
 `checkpoint` state file, after its data is written, so the evaluator never
 reads a half-written one. A checkpoint that was rotated away before the
@@ -32,8 +33,6 @@ import keras
 import tensorflow as tf
 
 from tfdist.errors import UsageError
-from tfdist.preconditions import check_whole_number
-from tfdist.files import write_json_atomically
 
 DONE_MARKER = "training_done.json"
 METRICS_FILE = "metrics.jsonl"
@@ -45,6 +44,13 @@ _log = logging.getLogger(__name__)
 
 def _position_checkpoint(model: keras.Model) -> tf.train.Checkpoint:
     return tf.train.Checkpoint(model_variables=list(model.variables))
+
+
+def __getattr__(name: str):
+    if name == "CheckpointExporter":  # moved to tfdist.callbacks with the other callbacks
+        from tfdist.callbacks.checkpoint_exporter import CheckpointExporter  # pylint: disable=g-import-not-at-top
+        return CheckpointExporter
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def checkpoint_step(path: str) -> int:
@@ -73,66 +79,6 @@ def list_checkpoints(directory: str) -> list[str]:
     paths = [path if os.path.isabs(path) or "://" in path else os.path.join(directory, path)
              for path in paths if path]
     return sorted(paths, key=checkpoint_step)
-
-
-class CheckpointExporter(keras.callbacks.Callback):
-    """Saves the model's variables for a sidecar evaluator (run it on the chief only).
-
-    Args:
-        directory: Where checkpoints go; the evaluator reads the same place.
-        max_to_keep: Checkpoints kept; older ones are deleted.
-    """
-
-    def __init__(self, directory: str, *, max_to_keep: int = 5):
-        super().__init__()
-        if not directory:
-            raise UsageError("directory is empty, expected where to export checkpoints for "
-                             "the evaluator, e.g. <model_dir>/checkpoints")
-        check_whole_number("max_to_keep", max_to_keep, minimum=1)
-        self.directory = directory
-        self.max_to_keep = max_to_keep
-        self._manager = None
-        self.last_path = None
-
-    def _step(self) -> int:
-        return int(self.model.optimizer.iterations.numpy())
-
-    def on_train_begin(self, logs=None):
-        tf.io.gfile.makedirs(self.directory)
-        marker = os.path.join(self.directory, DONE_MARKER)
-        if tf.io.gfile.exists(marker):
-            tf.io.gfile.remove(marker)
-        if self._manager is None:
-            self._manager = tf.train.CheckpointManager(
-                _position_checkpoint(self.model), self.directory, max_to_keep=self.max_to_keep,
-                checkpoint_name=CHECKPOINT_NAME)
-
-    def export(self) -> str:
-        """Saves now, at the optimizer's current step; returns the path."""
-        step = self._step()
-        if self.last_path and checkpoint_step(self.last_path) == step:
-            return self.last_path
-        self.last_path = self._manager.save(checkpoint_number=step)
-        _log.info("Exported %s for evaluation.", self.last_path)
-        return self.last_path
-
-    def on_epoch_end(self, epoch, logs=None):
-        self.export()
-
-    def on_train_end(self, logs=None):
-        self.export()
-
-    def finish(self) -> str:
-        """Exports the final state and marks training done; call once, after the last `fit`.
-
-        Separate from `on_train_end` because a resumed job may train in
-        several `fit` calls, and the evaluator stops at the marker.
-        """
-        path = self.export()
-        write_json_atomically(os.path.join(self.directory, DONE_MARKER),
-                               {"last_checkpoint": os.path.basename(path),
-                                "step": checkpoint_step(path)})
-        return path
 
 
 class SidecarEvaluator:

@@ -1,7 +1,7 @@
 """absl flags for the strategy, for a user's own training script.
 
     from absl import app
-    from tfdist import flags as tfdist_flags
+    from tfdist.distribute import flags as tfdist_flags
 
     tfdist_flags.define_strategy_flags()
 
@@ -20,8 +20,8 @@ from absl import flags
 
 from tfdist.cli import FlagSpec, define_flags
 from tfdist.cli import run  # re-exported: exit code 2 on usage errors  # noqa: F401
-from tfdist.cluster import resolve_cluster_for_strategy
-from tfdist.strategy_choice import ALL_REDUCE, STRATEGIES
+from tfdist.distribute.cluster import resolve_cluster_for_strategy
+from tfdist.distribute.choice import ALL_REDUCE, STRATEGIES
 
 __all__ = ["define_strategy_flags", "strategy_from_flags", "run"]
 
@@ -46,7 +46,7 @@ def strategy_from_flags(flag_values: flags.FlagValues = flags.FLAGS):
     Raises:
         UsageError: Bad flags or cluster variables (`run` turns it into exit code 2).
     """
-    from tfdist import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
+    from tfdist.distribute import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
 
     cluster = resolve_cluster_for_strategy(os.environ, flag_values.strategy)
     options = strategy_lib.StrategyOptions(all_reduce=flag_values.all_reduce,

@@ -22,7 +22,7 @@ from absl import flags
 
 from tfdist import cli
 from tfdist.errors import UsageError
-from tfdist.local_cluster import LocalCluster, shell_exit_code
+from tfdist.launch.local_cluster import LocalCluster, shell_exit_code
 
 EXIT_TIMEOUT = cli.EXIT_TIMEOUT
 
@@ -102,6 +102,3 @@ def launch_from_argv(argv: Sequence[str] | None = None) -> None:
     """Entry point: parses the flags before `--` and runs the command after it."""
     cli.run(_run_cluster, argv, takes_command=True)
 
-
-if __name__ == "__main__":
-    launch_from_argv()

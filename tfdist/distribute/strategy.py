@@ -12,9 +12,9 @@ from absl import logging
 import tensorflow as tf
 
 from tfdist import keras_compat
-from tfdist.cluster import CHIEF, WORKER, Cluster, check_cluster_for_strategy
+from tfdist.distribute.cluster import CHIEF, WORKER, Cluster, check_cluster_for_strategy
 from tfdist.errors import UsageError
-from tfdist.strategy_choice import ALL_REDUCE, check_strategy_name, choose_strategy
+from tfdist.distribute.choice import ALL_REDUCE, check_strategy_name, choose_strategy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,8 +55,8 @@ def make_strategy(name: str, cluster: Cluster,
     `fit`, `evaluate` and `predict` work.
 
     Args:
-        name: One of `tfdist.strategy_choice.STRATEGIES`.
-        cluster: The resolved cluster (`tfdist.cluster.resolve_cluster`).
+        name: One of `tfdist.distribute.choice.STRATEGIES`.
+        cluster: The resolved cluster (`tfdist.distribute.cluster.resolve_cluster`).
         options: Implementation choices.
 
     Returns:
