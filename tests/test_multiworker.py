@@ -233,12 +233,18 @@ def test_upstream_keras_still_fails_without_the_compat_layer(local_cluster, tmp_
     assert upstream_error in cluster.log("worker:0"), cluster.format_logs()
 
 
-def test_survivor_fails_within_a_bound_when_a_peer_dies(local_cluster, tmp_path):
-    cluster = local_cluster(num_workers=2, command=[
-        sys.executable, "-m", "trainer.task", "--strategy=multiworker", "--epochs=2",
-        "--steps_per_epoch=100000", "--num_examples=512"], env=ENV)
+@pytest.mark.parametrize("program", ["trainer.task", "resumable script"])
+def test_survivor_fails_within_a_bound_when_a_peer_dies(local_cluster, tmp_path, program):
+    if program == "trainer.task":
+        command, started = [sys.executable, "-m", "trainer.task", "--strategy=multiworker",
+                            "--epochs=2", "--steps_per_epoch=100000",
+                            "--num_examples=512"], "Epoch 1/2"
+    else:  # a user's own script: tfdist.resumable.fit exits 200 too (tfdist.resumable.PeerLost)
+        command, started = [sys.executable, str(ROOT / "tests" / "jobs" / "lost_peer_script.py"),
+                            str(tmp_path / "backup")], "training"
+    cluster = local_cluster(num_workers=2, command=command, env=ENV)
     cluster.start()
-    poll_until(lambda: "Epoch 1/2" in cluster.log("worker:0"), timeout=WAIT_SECONDS,
+    poll_until(lambda: started in cluster.log("worker:0"), timeout=WAIT_SECONDS,
                what="the chief to start training")
     killed_at = time.monotonic()
     assert cluster.kill("worker:1", signal.SIGKILL)

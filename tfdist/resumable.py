@@ -27,18 +27,34 @@ exactly; use `tfdist.data.training_batches` for a seeded permutation per pass.
 
 import logging
 import os
+import sys
 
 import keras
 import tensorflow as tf
 
 from tfdist.distribute import strategy as strategy_lib
 from tfdist.distribute import worker_files
+from tfdist import cli
+from tfdist._internal.peers import PEER_FAILURES
 from tfdist.callbacks import BackupAndRestore
 from tfdist.distribute.cluster import resolve_cluster, resolve_cluster_for_strategy
 from tfdist.errors import UsageError
 from tfdist.preemption import PreemptionOptions
 
 _log = logging.getLogger(__name__)
+
+
+class PeerLost(SystemExit):
+    """Another task of a multi-worker job was lost mid-training: exits with 200.
+
+    200 is `tfdist.cli.EXIT_PEER_LOST`, a code restart policies retry (TFJob's
+    `ExitCode` retries >= 128; Vertex AI and Ray restart the job); the restarted
+    job resumes from the last backup. Raised by `fit` in place of the
+    collective's error, after one line on stderr.
+    """
+
+    def __init__(self):
+        super().__init__(cli.EXIT_PEER_LOST)
 
 
 def strategy_from_environment(name: str = "auto", *,
@@ -113,6 +129,8 @@ def fit(model: keras.Model, x: tf.data.Dataset, *, backup_dir: str, epochs: int 
             `steps_per_epoch`, or a finished job whose final backup is gone.
         tfdist.preemption.Preempted: After SIGTERM, once the backup is saved
             (a `SystemExit` with code 143).
+        PeerLost: Another task of a multi-worker job died or became unreachable
+            (a `SystemExit` with code 200, which restart policies retry).
     """
     for reserved in ("initial_epoch", "shuffle", "x"):
         if reserved in fit_kwargs:
@@ -134,12 +152,19 @@ def fit(model: keras.Model, x: tf.data.Dataset, *, backup_dir: str, epochs: int 
                              callbacks=callbacks)
     if backup.completed:
         _check_final_backup(backup)
-    for segment in segments:
-        skip = segment.first_step if endless else segment.first_step_in_epoch
-        model.fit(x.skip(skip) if skip else x, callbacks=_around_backup(callbacks, backup),
-                  shuffle=False, **segment.fit_kwargs(), **fit_kwargs)
-        if backup.completed or model.stop_training:
-            break
+    try:
+        for segment in segments:
+            skip = segment.first_step if endless else segment.first_step_in_epoch
+            model.fit(x.skip(skip) if skip else x, callbacks=_around_backup(callbacks, backup),
+                      shuffle=False, **segment.fit_kwargs(), **fit_kwargs)
+            if backup.completed or model.stop_training:
+                break
+    except PEER_FAILURES as error:
+        if cluster.num_workers < 2:
+            raise
+        print(f"error: {cli.describe_lost_peer(error)} (exit {cli.EXIT_PEER_LOST})",
+              file=sys.stderr, flush=True)
+        raise PeerLost() from None
     if not backup.completed:
         # A restart from the final backup of a run that ended before recording it.
         backup.complete()
