@@ -115,3 +115,34 @@ def test_after_rays_notice_the_wait_for_ray_ends_at_the_deadline_plus_the_margin
                                    sleep=lambda seconds: now.__setitem__(0, now[0] + seconds))
     assert 1012 + preemption_notice.WAIT_MARGIN_SECONDS <= now[0] < 1012.5 + (
         preemption_notice.WAIT_MARGIN_SECONDS)
+
+
+@pytest.mark.parametrize("tf_config,under_backend,polls", [
+    ({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker",
+                                                                       "index": 0}}, True, True),
+    ({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker",
+                                                                       "index": 0}}, False, False),
+    ({"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]},
+      "task": {"type": "chief", "index": 0}}, True, False),
+], ids=["synchronous under the backend", "outside Ray", "parameter servers"])
+def test_trainer_task_polls_rays_notice_just_before_its_backup_when_every_rank_trains(
+        tmp_path, monkeypatch, tf_config, under_backend, polls):
+    from tfdist.callbacks import BackupAndRestore
+    from tfdist.distribute.cluster import resolve_cluster
+    from tfdist.ray import job_end
+    from trainer.config import ExperimentConfig
+    from trainer.run import callbacks as run_callbacks
+    from trainer.run.directories import OutputDirs
+
+    if under_backend:
+        monkeypatch.setenv(job_end.ACTOR_VARIABLE, "tfdist-job-end-test")
+    else:
+        monkeypatch.delenv(job_end.ACTOR_VARIABLE, raising=False)
+    cluster = resolve_cluster({"TF_CONFIG": json.dumps(tf_config)})
+    backup = BackupAndRestore(str(tmp_path / "backup"), cluster=cluster)
+    callbacks = run_callbacks.training_callbacks(
+        config=ExperimentConfig(), cluster=cluster, backup=backup, exporter=None,
+        dirs=OutputDirs(model_dir="", backup_dir=str(tmp_path / "backup"), tensorboard_dir=""))
+    kinds = [type(callback).__name__ for callback in callbacks]
+    assert kinds[-1] == "BackupAndRestore"
+    assert (kinds[-2] == "PreemptionNotice") is polls, kinds

@@ -75,7 +75,13 @@ from tfdist.errors import UsageError
 from tfdist.ray import job_end, preemption_notice, roles
 from tfdist.ray.preemption_notice import PreemptionNotice
 
-__all__ = ["TensorflowConfig", "ReportBackups", "PreemptionNotice", "train_function"]
+__all__ = ["TensorflowConfig", "ReportBackups", "PreemptionNotice", "train_function",
+           "set_up_by_backend"]
+
+
+def set_up_by_backend() -> bool:
+    """Whether this process is a Ray Train worker that `TensorflowConfig` set up."""
+    return bool(os.environ.get(job_end.ACTOR_VARIABLE))
 
 
 def _setup_worker(tf_config: str, signals: tuple[int, ...], legacy_keras: str,

@@ -1,11 +1,13 @@
 """The callbacks of a training run: throughput, TensorBoard, tuning, evaluation exports, backup.
 
 `training_callbacks` puts them in order (the backup last: it may end the
-process after a preemption notice); `evaluation_exporter` is the chief's
-checkpoint exporter for an evaluator task, and `finish_exports` its last
-export once training is over.
+process after a preemption notice; under `python -m trainer.ray`, Ray's own
+preemption notice is polled just before it); `evaluation_exporter` is the
+chief's checkpoint exporter for an evaluator task, and `finish_exports` its
+last export once training is over.
 """
 
+import sys
 from typing import Mapping
 
 import keras
@@ -49,8 +51,23 @@ def training_callbacks(*, config: ExperimentConfig, cluster: Cluster, dirs: Outp
         if exporter is not None:
             callbacks.append(exporter)
     if backup is not None:
+        notice = ray_preemption_notice(cluster)
+        if notice is not None:
+            callbacks.append(notice)
         callbacks.append(backup)  # last: it may end the process after a preemption notice
     return callbacks
+
+
+def ray_preemption_notice(cluster: Cluster) -> keras.callbacks.Callback | None:
+    """Ray Train's own preemption notice, on a synchronous job under `tfdist.ray`; else None.
+
+    Every rank of such a job runs `fit`, so every rank polls
+    `ray.train.get_preemption_info()` at the same steps (it is a collective).
+    """
+    ray_backend = sys.modules.get("tfdist.ray")  # never imports Ray for a run outside it
+    if ray_backend is None or not ray_backend.set_up_by_backend() or cluster.num_ps:
+        return None
+    return ray_backend.PreemptionNotice()
 
 
 def finish_exports(exporter: CheckpointExporter | None, model: keras.Model) -> None:
