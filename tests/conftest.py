@@ -1,5 +1,26 @@
-"""Shared pytest setup. Keep area-specific fixtures in that area's test files."""
+"""Shared pytest setup: the `local_cluster` fixture and the test tiers.
+
+The tiers are directories: tests/unit/ runs in this process (the fast tier,
+`python -m pytest -q tests/unit`); tests/multiprocess/ starts TensorFlow
+processes, clusters or the command-line tools, and every test there is marked
+`slow`, so `-m "not slow"` selects the same fast tier. Job scripts and the task
+modules they run live in tests/jobs/, helpers the tests import in tests/support/.
+"""
 
 import os
+import pathlib
+
+import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# `local_cluster` (tfdist.launch.testing) for every test module, without an import in each.
+pytest_plugins = ("tfdist.launch.testing",)
+
+_MULTIPROCESS = pathlib.Path(__file__).resolve().parent / "multiprocess"
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        if _MULTIPROCESS in pathlib.Path(str(item.path)).resolve().parents:
+            item.add_marker(pytest.mark.slow)

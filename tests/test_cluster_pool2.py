@@ -14,7 +14,6 @@ import pytest
 from tfdist.distribute.cluster import (POOL2_ROLE, ClusterConfigError, pool2_is_reduction_server,
                             resolve_cluster_for_strategy)
 from tfdist.distribute.choice import choose_strategy
-from tfdist.launch.testing import local_cluster  # noqa: F401  (pytest fixture)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 CLUSTER = {"workerpool0": ["c:2222"], "workerpool1": ["w0:2222", "w1:2222"],

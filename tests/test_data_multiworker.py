@@ -16,7 +16,6 @@ import pytest
 
 from tests.logged_process import finish, log_tail, start_logged
 from tests.tasks import record_tasks
-from tfdist.launch.testing import local_cluster  # noqa: F401  (pytest fixture)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 WAIT_SECONDS = 480

@@ -22,7 +22,7 @@ from tests.logged_process import finish, log_tail, start_logged
 from tfdist import data as data_lib
 from tfdist import tasks as tasks_lib
 from tfdist.backups import BackupStore
-from tfdist.launch.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
+from tfdist.launch.testing import poll_until
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 # Backstops against hangs, never speed assertions.

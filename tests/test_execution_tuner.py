@@ -13,7 +13,6 @@ import tensorflow as tf
 from tfdist import data as data_lib
 from tfdist.distribute import execution_tuner
 from tests.logged_process import finish, log_tail, start_logged
-from tfdist.launch.testing import local_cluster  # noqa: F401  (pytest fixture)
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TIMEOUT = 600

@@ -17,7 +17,7 @@ import pytest
 from tfdist.distribute import cluster as cluster_lib
 from tfdist.errors import UsageError
 from tfdist.launch.local_cluster import LocalCluster, pick_free_ports
-from tfdist.launch.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
+from tfdist.launch.testing import poll_until
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 TASK = str(REPO_ROOT / "tests" / "cluster_task.py")

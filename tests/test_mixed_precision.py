@@ -20,7 +20,7 @@ import pytest
 from tests.backup_files import committed_steps
 from tests.logged_process import finish, log_tail, start_logged
 from tfdist.cli import EXIT_PREEMPTED
-from tfdist.launch.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
+from tfdist.launch.testing import poll_until
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TIMEOUT = 600

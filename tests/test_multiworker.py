@@ -15,7 +15,7 @@ import time
 import numpy as np
 import pytest
 
-from tfdist.launch.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
+from tfdist.launch.testing import poll_until
 
 pytestmark = pytest.mark.slow
 

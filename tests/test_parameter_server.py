@@ -16,7 +16,7 @@ import time
 import pytest
 
 from tfdist.errors import UsageError
-from tfdist.launch.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
+from tfdist.launch.testing import poll_until
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 JOB = str(REPO / "tests" / "parameter_server_job.py")

@@ -31,7 +31,6 @@ import sys
 import numpy as np
 import pytest
 
-from tfdist.launch.testing import local_cluster  # noqa: F401  (pytest fixture)
 
 pytestmark = pytest.mark.peers
 

@@ -20,7 +20,7 @@ from tfdist.errors import UsageError
 from tfdist.preemption import (EXIT_GRACE_EXPIRED, Preempted, PreemptionOptions,
                                PreemptionWatcher)
 from tests.logged_process import finish, log_tail, start_logged
-from tfdist.launch.testing import local_cluster, poll_until  # noqa: F401  (pytest fixture)
+from tfdist.launch.testing import poll_until
 
 REPO = pathlib.Path(__file__).resolve().parent.parent
 TOTAL_STEPS = 30  # the job's 3 epochs x 10 steps

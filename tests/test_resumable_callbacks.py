@@ -23,7 +23,6 @@ from tests.fault_injection import CrashAfterBatches
 from tests.jobs import callbacks_script as script
 from tests.logged_process import finish, log_tail, start_logged
 from tfdist.errors import UsageError
-from tfdist.launch.testing import local_cluster  # noqa: F401  pylint: disable=unused-import  (fixture)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tests" / "jobs" / "callbacks_script.py"

@@ -14,7 +14,6 @@ import pytest
 
 from tests.backup_files import snapshot
 from tfdist import cli
-from tfdist.launch.testing import local_cluster  # noqa: F401  (pytest fixture)
 
 JOB = [sys.executable, "-m", "tests.resume_checks_job"]
 WORKERS = ("worker:0", "worker:1")

@@ -11,7 +11,6 @@ import pytest
 from tfdist.errors import UsageError
 from tfdist.parameter_server import ShardedEmbedding
 from tfdist.parameter_server.sharded_embedding import shard_rows
-from tfdist.launch.testing import local_cluster  # noqa: F401  (pytest fixture)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 JOB = str(ROOT / "tests" / "sharded_embedding_job.py")

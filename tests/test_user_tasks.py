@@ -16,7 +16,6 @@ import pytest
 import tensorflow as tf
 
 from tests.logged_process import clean_environment, run_side_by_side
-from tfdist.launch.testing import local_cluster  # noqa: F401  (pytest fixture)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 TASKS = "tests.tasks.user_tasks"
