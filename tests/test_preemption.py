@@ -199,7 +199,7 @@ def test_sigterm_saves_at_the_notice_step_exits_143_and_resumes_there(tmp_path,
 
 JOB = [sys.executable, "-m", "tests.fault_tolerance_job", "--strategy=multiworker"]
 WORKERS = ("worker:0", "worker:1")
-# Kill steps drawn per trial; set TFDIST_FT_SEED to replay other draws.
+# The kill step and victim are drawn from this seed; set TFDIST_FT_SEED for other draws.
 FT_SEED = int(os.environ.get("TFDIST_FT_SEED", "20261130"))
 
 
@@ -246,13 +246,15 @@ def _only_chief_files(backup_dir: pathlib.Path, tmp_path: pathlib.Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("trial", [0, 1])
 def test_two_workers_kill_9_one_then_restart_equals_uninterrupted_run(
-        local_cluster, tmp_path, two_worker_reference, trial):
+        local_cluster, tmp_path, two_worker_reference):
+    # One draw: the two trials this test had drew the same step and the same worker
+    # (step 17, worker:0), so the second repeated the first; test_chaos.py kills random
+    # tasks of a 2-worker job five times.
     import random  # pylint: disable=g-import-not-at-top
 
-    kill_step = random.Random(FT_SEED + trial).randint(5, TOTAL_STEPS - 3)
-    victim = random.Random(FT_SEED - trial).choice(WORKERS)
+    kill_step = random.Random(FT_SEED).randint(5, TOTAL_STEPS - 3)
+    victim = random.Random(FT_SEED).choice(WORKERS)
     backup_dir = tmp_path / "backup"
     out = tmp_path / "out"
     task = victim.replace(":", "-")
@@ -267,7 +269,7 @@ def test_two_workers_kill_9_one_then_restart_equals_uninterrupted_run(
 
     codes = cluster.wait(timeout=PROCESS_TIMEOUT)  # restarts both, as Vertex would
 
-    context = f"trial {trial}: SIGKILL {victim} at step {kill_step}\n{cluster.format_logs()}"
+    context = f"SIGKILL {victim} at step {kill_step}\n{cluster.format_logs()}"
     assert cluster.restarts == 1 and codes == {t: 0 for t in WORKERS}, context
     summary = _summary(out)
     assert 0 < summary["resumed_from_step"] <= kill_step, context
