@@ -16,7 +16,7 @@ import tfdist.ray
 from tfdist.errors import UsageError
 from tfdist.ray import roles
 from trainer import ray as trainer_ray
-from trainer import task as _task  # defines trainer.task's flags outside every flagsaver
+from trainer import task as _task  # noqa: F401  defines trainer.task's flags outside every flagsaver
 
 
 def _roles(world_size, **options):
