@@ -9,7 +9,7 @@ learning rate, `ModelCheckpoint(save_best_only=True)` keeps an early epoch and
 OUT/model.keras, OUT/best.keras, OUT/log.csv and OUT/result.json (the final
 learning rate, the callbacks' state, the history). `--kill_after_batches`
 SIGKILLs the process after that many batches of this run
-(tests/fault_injection.py); `--multiworker` builds the model under
+(tests/support/fault_injection.py); `--multiworker` builds the model under
 `tfdist.resumable.strategy_from_environment()` and appends to the CSV log.
 Tests also call `run` in their own process (`crash_after_batches` raises).
 """
@@ -25,7 +25,7 @@ import tensorflow as tf
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 import tfdist.resumable  # noqa: E402  pylint: disable=wrong-import-position
-from tests.fault_injection import (  # noqa: E402  pylint: disable=wrong-import-position
+from tests.support.fault_injection import (  # noqa: E402  pylint: disable=wrong-import-position
     CrashAfterBatches, KillAfterBatches)
 
 EPOCHS = 12

@@ -63,8 +63,8 @@ The one package of tfdist that touches private Keras internals. Upstream Keras
 `apply()` installs the corrections once, only on Keras versions that need
 them; each one hands every call under any other strategy (and any model that
 does not need it) to the original Keras code unchanged. Nothing happens at
-import time. `tests/test_keras_compat.py` (one process) and
-`tests/test_multiworker.py::test_upstream_keras_still_fails_without_the_compat_layer`
+import time. `tests/multiprocess/test_keras_compat.py` (one process) and
+`tests/multiprocess/test_multiworker.py::test_upstream_keras_still_fails_without_the_compat_layer`
 (two processes) run the unpatched path to show each upstream bug still
 exists, so this package can be retired when upstream fixes them.
 """

@@ -7,7 +7,7 @@ with the eager context and so initializes TensorFlow's runtime; afterwards
 at program startup". tfdist builds a task's inputs in such a graph before
 the strategy exists (to refuse contract violations before any peer is
 contacted), then starts a fresh eager context when that build, and only that
-build, initialized the runtime. `tests/test_keras_compat.py` shows that the
+build, initialized the runtime. `tests/multiprocess/test_keras_compat.py` shows that the
 upstream behaviour still exists.
 """
 

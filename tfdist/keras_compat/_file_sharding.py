@@ -8,7 +8,7 @@ an arbitrary `tf.data` pipeline (`TFRecordDataset(files).map(decode)`, a
 with the FILE policy, does exactly that: it walks up to the reader and shards
 its file names. It raises `NotFoundError` (at the first read) when the
 pipeline has no reader, and gives a shard no files when there are fewer files
-than shards; tfdist then keeps every worker's whole pipeline. `tests/test_keras_compat.py` shows that the
+than shards; tfdist then keeps every worker's whole pipeline. `tests/multiprocess/test_keras_compat.py` shows that the
 public API still has no such op.
 """
 

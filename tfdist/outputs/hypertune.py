@@ -12,7 +12,7 @@ the newest 100 entries, each entry
 (keys sorted; the metric value, step and trial as strings; the trial from
 `CLOUD_ML_TRIAL_ID`, "0" outside a trial). We write the same format ourselves
 instead of depending on that package (a 0.1.0.dev6 pre-release with one
-60-line module); `tests/test_hypertune.py` checks our lines against the
+60-line module); `tests/multiprocess/test_hypertune.py` checks our lines against the
 package's own when it is installed. Unlike the package, we replace the file
 by rename, so the service never reads a half-written file.
 

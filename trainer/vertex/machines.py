@@ -4,7 +4,7 @@ This table is the part of Vertex AI's compute documentation ("Configure compute
 resources for custom training": GPUs, TPUs) the submitter checks before sending
 a job, so that an A100 on an n2-standard-4 or a v5e job without a topology is a
 one-line error instead of a refusal after upload. Accelerator names are the
-`AcceleratorType` values of the Vertex AI v1 API; `tests/test_vertex_validation.py`
+`AcceleratorType` values of the Vertex AI v1 API; `tests/multiprocess/test_vertex_validation.py`
 fails when the installed SDK gains one that is neither here nor in
 `NOT_OFFERED_FOR_TRAINING`.
 

@@ -1,0 +1,150 @@
+"""Chaos: a local job restarted by `tfdist.launch --restart_on_failure` while tasks are killed.
+
+A 2-worker synchronous job: a random task gets SIGKILL or SIGTERM after each new backup,
+five times; the job must still end with exactly the planned steps and the weights of an
+uninterrupted run. A parameter-server job (chief, 2 workers, 1 ps): SIGTERM to each role
+once; it must still apply exactly the planned steps.
+"""
+
+import json
+import os
+import pathlib
+import random
+import signal
+import sys
+import threading
+
+import keras
+import numpy as np
+import pytest
+
+from tests.support.backup_files import committed_steps
+from tests.support.logged_process import finish, log_tail, start_logged
+from tfdist.launch.testing import poll_until
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TIMEOUT = 600
+SEED = int(os.environ.get("TFDIST_CHAOS_SEED", "20261130"))
+
+
+def _launch(tmp_path: pathlib.Path, name: str, launcher_flags: list[str],
+            trainer_flags: list[str]):
+    out = tmp_path / name
+    out.mkdir()
+    command = [sys.executable, "-m", "tfdist.launch", *launcher_flags, f"--log_dir={out}/logs",
+               "--quiet", "--", sys.executable, "-m", "trainer.task", *trainer_flags,
+               f"--model_dir={out}/model", f"--backup_dir={out}/backup"]
+    return start_logged(command, out, cwd=REPO)
+
+
+def _task_pids(launcher_pid: int) -> dict[int, str]:
+    """The launcher's task processes and their role, read from /proc."""
+    pids = {}
+    for thread in pathlib.Path(f"/proc/{launcher_pid}/task").iterdir():
+        children = (thread / "children").read_text().split()
+        for pid in map(int, children):
+            try:
+                environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            config = next((item[len(b"TF_CONFIG="):] for item in environ
+                           if item.startswith(b"TF_CONFIG=")), None)
+            if config:
+                pids[pid] = json.loads(config)["task"]["type"]
+    return pids
+
+
+def _weights(model_dir: pathlib.Path) -> list[np.ndarray]:
+    model = keras.saving.load_model(model_dir / "model.keras", safe_mode=True, compile=False)
+    return model.get_weights()
+
+
+def _summary(out: pathlib.Path) -> dict:
+    return json.loads((out / "model" / "summary.json").read_text())
+
+
+def _describe(process) -> str:
+    logs = sorted((process.out / "logs").glob("*.log"))
+    tails = "\n".join(f"--- {path.name}\n{path.read_text(errors='replace')[-2500:]}"
+                      for path in logs)
+    return f"{log_tail(process, 3000)}\n{tails}"
+
+
+def _kill_after_each_new_backup(process, backup_dir: pathlib.Path, plan: list[tuple]):
+    """Sends each (role or None, signal) of `plan` after the next new committed backup.
+
+    Returns:
+        What was sent: (step seen, role, signal name) per kill.
+    """
+    rng = random.Random(SEED)
+    sent = []
+    last_seen = 0
+    for role, signum in plan:
+        step = poll_until(
+            lambda: process.poll() is not None or max(committed_steps(backup_dir) or [0])
+            > last_seen and max(committed_steps(backup_dir)), timeout=TIMEOUT,
+            what=f"a backup after step {last_seen}")
+        assert process.poll() is None, f"the job ended before kill {len(sent) + 1}"
+        last_seen = step
+        threading.Event().wait(rng.uniform(0.0, 0.2))  # a random moment after the backup
+        tasks = poll_until(lambda: {pid: kind for pid, kind in _task_pids(process.pid).items()
+                                    if role is None or kind == role},
+                           timeout=TIMEOUT, what=f"a running {role or 'task'}")
+        victim = rng.choice(sorted(tasks))
+        os.kill(victim, signum)
+        sent.append((step, tasks[victim], signal.Signals(signum).name))
+    return sent
+
+
+def _run_chaos(tmp_path, launcher_flags, trainer_flags, plan) -> list[tuple]:
+    """Runs the job under `tfdist.launch`, kills as `plan` says; asserts it still succeeds."""
+    chaos = _launch(tmp_path, "chaos", [*launcher_flags, "--timeout=540"], trainer_flags)
+    try:
+        sent = _kill_after_each_new_backup(chaos, tmp_path / "chaos" / "backup", plan)
+        code = finish(chaos, TIMEOUT)
+    finally:
+        finish(chaos, 1)
+    assert code == 0, f"kills {sent}\n{_describe(chaos)}"
+    return sent
+
+
+@pytest.mark.slow
+def test_two_workers_killed_five_times_end_equal_to_an_uninterrupted_run(tmp_path):
+    # One step per execution and enough steps to outlast five kill cycles: a cycle moves
+    # training on by at most about two backups (40 steps; measured: all five kills sent by
+    # step 86), so 300 steps leave a wide margin, and a job that ends first fails the
+    # test ("the job ended before kill N"), never passes it.
+    flags = ["--strategy=multiworker", "--model=mlp", "--num_examples=2048", "--epochs=2",
+             "--steps_per_epoch=150", "--global_batch_size=32", "--backup_every_steps=20",
+             "--steps_per_execution=1", "--seed=5", "--preemption_grace_seconds=20"]
+    reference = _launch(tmp_path, "reference", ["--workers=2", "--timeout=300"], flags)
+    assert finish(reference, TIMEOUT) == 0, _describe(reference)
+
+    rng = random.Random(SEED)
+    plan = [(None, rng.choice([signal.SIGKILL, signal.SIGTERM])) for _ in range(5)]
+    sent = _run_chaos(tmp_path, ["--workers=2", "--restart_on_failure=8"], flags, plan)
+    assert len(sent) == 5
+
+    summary = _summary(tmp_path / "chaos")
+    assert summary["steps_completed"] == 2 * 150, sent
+    assert summary["resumed_from_step"] > 0
+    for expected, actual in zip(_weights(tmp_path / "reference" / "model"),
+                                _weights(tmp_path / "chaos" / "model"), strict=True):
+        np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-6, err_msg=str(sent))
+
+
+@pytest.mark.slow
+def test_parameter_servers_with_each_role_preempted_apply_exactly_the_planned_steps(tmp_path):
+    flags = ["--strategy=parameter_server", "--model=mlp", "--num_examples=2048",
+             "--epochs=2", "--steps_per_epoch=60", "--global_batch_size=32",
+             "--backup_every_steps=10", "--steps_per_execution=1", "--seed=5"]
+    # A ps task has no SIGTERM handler: SIGTERM ends it at once, as SIGKILL would, so
+    # this is also the restart after losing the parameter server (resumed from the
+    # backup, no step lost or repeated).
+    plan = [("chief", signal.SIGTERM), ("worker", signal.SIGTERM), ("ps", signal.SIGTERM)]
+    sent = _run_chaos(tmp_path, ["--chief", "--workers=2", "--ps=1", "--restart_on_failure=6"],
+                      flags, plan)
+    assert [role for _, role, _ in sent] == ["chief", "worker", "ps"]
+    summary = _summary(tmp_path / "chaos")
+    assert summary["steps_completed"] == 2 * 60, sent
+    assert summary["resumed_from_step"] > 0

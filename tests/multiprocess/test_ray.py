@@ -1,0 +1,185 @@
+"""tfdist under Ray Train's own TensorflowTrainer with `tfdist.ray.TensorflowConfig`,
+on real local Ray clusters (loopback, CPUs, no dashboard). Ray's start-up dominates, so
+the module starts its three jobs at once (`_jobs`) and each test waits for its own:
+
+- a 2-worker `tfdist.resumable` job on a cluster of three one-CPU nodes: at step 4 the
+  node of rank 0 is drained for preemption (Ray's own notice), worker 1 is SIGKILLed at
+  step 10 and gets a SIGTERM at step 18; each time Ray's FailureConfig restarts the group
+  and tfdist resumes from its backups; compared with one uninterrupted process;
+- `python -m trainer.ray` running `trainer.task` as a parameter-server job (chief,
+  worker, ps, evaluator), which must finish and leave no process behind."""
+
+import re
+
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tests.support.logged_process import clean_environment
+
+pytest.importorskip("ray.train")
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+JOB = REPO / "tests" / "jobs" / "ray_train_job.py"
+TIMEOUT = 400
+PS_STEPS = 2 * 10
+
+
+def _start(out: pathlib.Path, *args, command=(str(JOB),)) -> subprocess.Popen:
+    """Starts a job in its own session (Ray's processes with it), output in `out/log.txt`."""
+    out.mkdir(parents=True)
+    env = clean_environment()
+    # Ray swaps 127.0.0.1 for the machine's address unless clusters are off: keep it on
+    # loopback. Ray Train's preemption watcher polls drains every 0.5 s instead of 5 s.
+    env.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", CUDA_VISIBLE_DEVICES="",
+               RAY_USAGE_STATS_ENABLED="0", RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S="0.5",
+               TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO), RAY_DEDUP_LOGS="0")
+    with open(out / "log.txt", "wb") as log:
+        process = subprocess.Popen([sys.executable, *command, *args], cwd=REPO,
+                                   env=env, stdout=log, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+    process.out = out
+    return process
+
+
+def _session_processes(session: int) -> list[str]:
+    """The processes still in `session` (what a job left behind), as "pid (name)"."""
+    left = []
+    for stat in pathlib.Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue  # gone meanwhile
+        fields = text.rsplit(")", 1)[1].split()
+        if int(fields[3]) == session:  # after the name: state, ppid, pgrp, session
+            left.append(text.split(")", 1)[0] + ")")
+    return left
+
+
+def _kill_session(process: subprocess.Popen) -> None:
+    """SIGKILLs the job and every process of its session (Ray's own start new groups)."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+    for entry in _session_processes(process.pid):
+        try:
+            os.kill(int(entry.split()[0]), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.fixture(scope="module")
+def _jobs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ray")
+    jobs = {
+        "reference": _start(root / "reference", f"--out={root / 'reference'}", "--reference"),
+        "resumable": _start(root / "ray", f"--out={root / 'ray'}", "--workers=2", "--nodes=3",
+                            "--drain_at_step=4", "--kill_rank=1", "--kill_at_step=10",
+                            "--term_at_step=18", "--max_failures=2"),
+        "trainer": _start(root / "trainer", "--chief", "--num_workers=1", "--num_ps=1",
+                          "--evaluator", "--max_failures=0",
+                          f"--storage_path={root / 'trainer' / 'ray'}",
+                          "--", "--strategy=parameter_server",
+                          f"--model_dir={root / 'trainer' / 'model'}", "--epochs=2",
+                          "--steps_per_epoch=10", "--num_examples=512",
+                          "--evaluation_checkpoints", command=("-m", "trainer.ray")),
+    }
+    yield jobs
+    for process in jobs.values():
+        _kill_session(process)
+
+
+def _finish(*processes: subprocess.Popen) -> list[str]:
+    """Waits for each (every one is killed, with its session, on a timeout); their logs."""
+    try:
+        codes = [process.wait(timeout=TIMEOUT) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                _kill_session(process)
+    for process in processes:
+        print(f"{' '.join(process.args[1:3])}: log in {process.out / 'log.txt'}")
+    logs = [(process.out / "log.txt").read_text(errors="replace") for process in processes]
+    for code, log in zip(codes, logs):
+        assert code == 0, log[-6000:]
+    return logs
+
+
+@pytest.mark.slow
+def test_a_drained_killed_then_preempted_worker_under_ray_resumes_at_the_exact_steps(_jobs):
+    log, _ = _finish(_jobs["resumable"], _jobs["reference"])
+    out = _jobs["resumable"].out
+    reference_out = _jobs["reference"].out
+
+    assert (out / "drained").exists() and (out / "killed").read_text() == "10"
+    assert (out / "terminated").read_text() == "18"
+    starts = [json.loads(line) for line in (out / "starts.txt").read_text().splitlines()]
+    assert sorted(start["rank"] for start in starts) == [0] * 4 + [1] * 4, starts  # 3 restarts
+    for start in starts:
+        assert start["keras"].startswith("3.") and start["legacy"] == "0", start
+        assert start["replicas"] == 2 and start["hosts"] == ["127.0.0.1"], start
+    agreed = [int(step) for step in
+              re.findall(r"Preemption notice agreed: stopping after step (\d+)", log)]
+    # Ray's own notice (the drain at step 4, polled every 2 steps) reached every worker;
+    # they agreed on one step, backed it up, and Ray's restart resumed exactly there.
+    notices = re.findall(r"Ray's preemption notice at step (\d+) \(ranks \[0\]", log)
+    assert len(notices) == 2 and len(set(notices)) == 1 and int(notices[0]) >= 4, notices
+    assert agreed[0] == agreed[1] and int(notices[0]) <= agreed[0] < 8, agreed
+    assert f"Resuming from the backup at step {agreed[0]} " in log, log[-6000:]
+    # The workers waited for Ray to end the group at the drain's deadline, so Ray charged
+    # that restart to max_preemption_failures; the SIGKILL and the SIGTERM used the two
+    # max_failures (one more worker failure would have ended the run).
+    assert log.count("waiting for Ray to end the worker group") == 2, log[-6000:]
+    assert re.findall(r"Source: (preemption|worker group)", log) == [
+        "preemption", "worker group", "worker group"], log[-6000:]
+    # After the SIGKILL: the backup before it (save_freq 4).
+    assert "Resuming from the backup at step 8 " in log, log[-6000:]
+    # The SIGTERM reached tfdist on Ray's training thread; the same agreement.
+    assert "Received SIGTERM" in log, log[-6000:]
+    assert len(agreed) == 4 and agreed[2] == agreed[3] and 18 <= agreed[2] < 24, agreed
+    assert f"Resuming from the backup at step {agreed[2]} " in log, log[-6000:]
+
+    # Every step ran exactly once, and the weights are those of one uninterrupted process.
+    assert json.loads((out / "iterations.json").read_text()) == 24
+    ray_weights = np.load(out / "weights.npz")
+    reference = np.load(reference_out / "weights.npz")
+    difference = max(float(np.abs(ray_weights[name] - reference[name]).max())
+                     for name in reference.files)
+    print(f"max |ray, drained, killed, preempted and resumed - one process| = "
+          f"{difference:.2e}")
+    assert difference < 1e-6
+
+    # tfdist's committed backups are Ray's checkpoints, the last one at the last step.
+    result = json.loads((out / "result.json").read_text())
+    assert result["error"] is None and result["metrics"]["step"] == 24, result
+    checkpoint = pathlib.Path(result["checkpoint"])
+    assert checkpoint.name == "tfdist-backup-000000000024"
+    assert json.loads((checkpoint / "metadata.json").read_text())["step"] == 24
+    reported = sorted(path.name for path in checkpoint.parent.glob("tfdist-backup-*"))
+    assert reported[-1] == checkpoint.name and len(reported) >= 2, reported
+
+
+@pytest.mark.slow
+def test_trainer_task_with_every_role_under_ray_finishes_and_leaves_nothing(_jobs):
+    process = _jobs["trainer"]
+    log, = _finish(process)
+    out = process.out
+
+    summary = json.loads((out / "model" / "summary.json").read_text())
+    assert summary["strategy"] == "parameter_server" and summary["steps_completed"] == PS_STEPS
+    assert (out / "model" / "model.keras").exists()
+    assert re.search(r"task chief:0 of cluster \[chief=1, worker=1, ps=1\]", log), log[-6000:]
+    # The evaluator rank evaluated each epoch's checkpoint and returned at the chief's marker.
+    evaluated = [json.loads(line)["step"] for line in
+                 (out / "model" / "eval" / "metrics.jsonl").read_text().splitlines()]
+    assert evaluated == [10, PS_STEPS], evaluated
+    # The worker and ps ranks served until the chief's training function returned.
+    for role in ("worker:0", "ps:0"):
+        assert f"The chief's training function returned; {role} stops serving." in log, log[-6000:]
+    assert _session_processes(process.pid) == [], log[-3000:]

@@ -1,0 +1,130 @@
+"""A restart whose settings differ from its backup's: refused in one line, no backup touched.
+
+One finished run (`--keep_backup`, its completion record removed: the state of a job that
+died after its last backup) is restarted with one setting changed at a time.
+"""
+
+import pathlib
+import shutil
+import sys
+
+import pytest
+
+from tests.support.backup_files import committed_steps, snapshot
+from tests.support.logged_process import finish, log_tail, start_logged
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TIMEOUT = 300
+BASE = ["--model=mlp", "--dataset=synthetic", "--num_examples=512", "--epochs=2",
+        "--steps_per_epoch=4", "--global_batch_size=32", "--backup_every_steps=2", "--seed=1",
+        "--keep_backup"]
+
+
+def _train(out: pathlib.Path, backup_dir: pathlib.Path, *flags: str) -> tuple[int, str]:
+    out.mkdir(exist_ok=True)
+    process = start_logged([sys.executable, "-m", "trainer.task", *BASE, *flags,
+                            f"--model_dir={out}", f"--backup_dir={backup_dir}"], out, cwd=REPO)
+    code = finish(process, TIMEOUT)
+    return code, log_tail(process)
+
+
+@pytest.fixture(scope="module")
+def interrupted_backup(tmp_path_factory) -> pathlib.Path:
+    root = tmp_path_factory.mktemp("finished")
+    backup_dir = root / "backup"
+    code, log = _train(root / "model", backup_dir)
+    assert code == 0, log
+    (backup_dir / "COMPLETED.json").unlink()
+    assert committed_steps(backup_dir) == [6, 8]
+    return backup_dir
+
+
+REFUSED = {
+    "global batch": (["--global_batch_size=64"], "global_batch_size=32, this run has 64"),
+    "seed": (["--seed=2"], "seed=1, this run has 2"),
+    "steps per epoch": (["--steps_per_epoch=8"], "steps_per_epoch=4, this run has 8"),
+    "synthetic size": (["--num_examples=1024"], "num_train_examples=512, this run has 1024"),
+    "model": (["--model=cnn"], "was made with"),
+    "epochs under decay": (["--lr_decay=cosine", "--epochs=3"], "was made with"),
+    "optimizer": (["--optimizer=lars"], 'optimizer="SGD", this run has "LARS"'),
+    "mixed precision": (["--mixed_precision=mixed_float16"],
+                        'dtype_policy="float32", this run has "mixed_float16"'),
+}
+
+
+@pytest.fixture(scope="module")
+def refused_restarts(interrupted_backup, tmp_path_factory) -> dict:
+    """Each REFUSED restart, on its own copy of the backup; two processes at a time.
+
+    The restarts share nothing (each has its backup copy and model dir), and each
+    fails in its start-up: running them in pairs overlaps their TensorFlow imports.
+
+    Returns:
+        Case name to (exit code, log, snapshot of its backup before, its backup dir).
+    """
+    root = tmp_path_factory.mktemp("refused")
+    results, cases = {}, list(REFUSED.items())
+    for first in range(0, len(cases), 2):
+        running = []
+        try:
+            for name, (flags, _) in cases[first:first + 2]:
+                case_dir = root / name.replace(" ", "_")
+                backup_dir = case_dir / "backup"
+                shutil.copytree(interrupted_backup, backup_dir)
+                before = snapshot(backup_dir)
+                out = case_dir / "model"
+                out.mkdir()
+                process = start_logged([sys.executable, "-m", "trainer.task", *BASE, *flags,
+                                        f"--model_dir={out}", f"--backup_dir={backup_dir}"],
+                                       out, cwd=REPO)
+                running.append((name, process, before, backup_dir))
+            for name, process, before, backup_dir in running:
+                results[name] = (finish(process, TIMEOUT), log_tail(process), before,
+                                 backup_dir)
+        finally:
+            for _, process, _, _ in running:
+                finish(process, 1)
+    return results
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_a_changed_setting_is_one_line_exit_2_and_no_backup_is_touched(refused_restarts,
+                                                                       case):
+    _, expected = REFUSED[case]
+    code, log, before, backup_dir = refused_restarts[case]
+    assert code == 2, log
+    error_lines = [line for line in log.splitlines() if line.startswith("error: ")]
+    assert len(error_lines) == 1 and expected in error_lines[0], log
+    assert "Traceback" not in log
+    assert snapshot(backup_dir) == before
+
+
+def test_more_epochs_at_a_constant_rate_resume_and_say_so(interrupted_backup, tmp_path):
+    backup_dir = tmp_path / "backup"
+    shutil.copytree(interrupted_backup, backup_dir)
+    code, log = _train(tmp_path / "model", backup_dir, "--epochs=3", "--verbosity=0")
+    assert code == 0, log
+    assert "epochs=2 -> 3" in log
+    assert "Epoch 3/3" in log and "Epoch 1/3" not in log and "Epoch 2/3" not in log
+
+
+@pytest.mark.parametrize("with_backup", [True, False], ids=["backup", "no backup"])
+def test_a_diverging_run_exits_3_and_keeps_its_last_finite_backup(tmp_path, with_backup):
+    backup_dir = tmp_path / "backup"
+    flags = ["--learning_rate=1e12", "--backup_every_steps=1"]
+    process_dir = tmp_path / "model"
+    if with_backup:
+        code, log = _train(process_dir, backup_dir, *flags)
+    else:
+        process_dir.mkdir()
+        process = start_logged([sys.executable, "-m", "trainer.task", *BASE, *flags,
+                                f"--model_dir={process_dir}"], process_dir, cwd=REPO)
+        code, log = finish(process, TIMEOUT), log_tail(process)
+    assert code == 3, log
+    errors = [line for line in log.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and ("is nan" in errors[0] or "is inf" in errors[0]), log
+    assert not (process_dir / "summary.json").exists()
+    assert not (process_dir / "model.keras").exists()
+    if with_backup:
+        steps = committed_steps(backup_dir)
+        assert steps and f"the last backup (step {steps[-1]}) holds finite values" in errors[0]
