@@ -341,13 +341,13 @@ def child_rss(kind: str, directory: str, size: int, steps: int, plain_shuffle: i
 def run_child(args) -> None:
     """The child: import, build, run `--rss_steps` steps, then report /proc/PID/status."""
     if args.child == "baseline":
-        import tensorflow as tf  # pylint: disable=g-import-not-at-top,unused-import
-        import grain  # pylint: disable=g-import-not-at-top,unused-import
+        import grain  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+        import tensorflow as tf  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
         steps_done = 0
     else:
         iterator = build(args.child, args.child_dir, args.image_size, count=False,
                          plain_shuffle=args.plain_shuffle, shuffle_bytes=_shuffle_bytes(args))
-        for steps_done in range(1, args.rss_steps + 1):
+        for steps_done in range(1, args.rss_steps + 1):  # noqa: B007  (read after the loop)
             next(iterator)
     status = {}
     with open(f"/proc/{os.getpid()}/status") as handle:

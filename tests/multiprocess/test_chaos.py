@@ -82,13 +82,13 @@ def _kill_after_each_new_backup(process, backup_dir: pathlib.Path, plan: list[tu
     for role, signum in plan:
         step = poll_until(
             lambda: process.poll() is not None or max(committed_steps(backup_dir) or [0])
-            > last_seen and max(committed_steps(backup_dir)), timeout=TIMEOUT,
+            > last_seen and max(committed_steps(backup_dir)), timeout=TIMEOUT,  # noqa: B023
             what=f"a backup after step {last_seen}")
         assert process.poll() is None, f"the job ended before kill {len(sent) + 1}"
         last_seen = step
         threading.Event().wait(rng.uniform(0.0, 0.2))  # a random moment after the backup
-        tasks = poll_until(lambda: {pid: kind for pid, kind in _task_pids(process.pid).items()
-                                    if role is None or kind == role},
+        tasks = poll_until(lambda: {pid: kind for pid, kind in _task_pids(process.pid).items()  # noqa: B023
+                                    if role is None or kind == role},  # noqa: B023
                            timeout=TIMEOUT, what=f"a running {role or 'task'}")
         victim = rng.choice(sorted(tasks))
         os.kill(victim, signum)

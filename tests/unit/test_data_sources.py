@@ -86,7 +86,7 @@ def test_a_restarted_stream_continues_the_uninterrupted_one_for_every_source_kin
                                                           preprocess=record_tasks.decoder(False))):
         split = TaskInput(value)
         for shard in (Shard(), Shard(1, 2, 1), Shard(0, 3, 1)):
-            def stream(first_step):
+            def stream(first_step, split=split, shard=shard):
                 return split.replica_batches(global_batch_size=12, seed=3,
                                              first_step=first_step, shard=shard,
                                              num_examples=None)

@@ -49,7 +49,7 @@ def small_model():
 def random_gradients(variables, steps, seed):
     rng = np.random.default_rng(seed)
     gradients = []
-    for step in range(steps):
+    for _ in range(steps):
         scale = 10.0 ** rng.uniform(-2, 1)
         gradients.append([(scale * rng.standard_normal(v.shape)).astype(np.float32)
                           for v in variables])

@@ -77,10 +77,14 @@ def replace_atomically(path: str, write: Callable[[str], None], *, temporary: st
     if _is_url(temporary) or _is_url(path):
         import tensorflow as tf  # pylint: disable=g-import-not-at-top
         exists, remove = tf.io.gfile.exists, tf.io.gfile.remove
-        rename = lambda: tf.io.gfile.rename(temporary, path, overwrite=True)
+
+        def rename():
+            tf.io.gfile.rename(temporary, path, overwrite=True)
     else:
         exists, remove = os.path.exists, os.remove
-        rename = lambda: os.replace(temporary, path)
+
+        def rename():
+            os.replace(temporary, path)
     try:
         write(temporary)
         rename()

@@ -31,7 +31,7 @@ import inspect
 import json
 import os
 import re
-from typing import Any, Mapping
+from typing import Mapping
 
 from tfdist._internal.preconditions import quoted
 from tfdist.errors import UsageError
