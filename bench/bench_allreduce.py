@@ -77,11 +77,15 @@ def worker(args) -> None:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    implementation = {"ring": tf.distribute.experimental.CommunicationImplementation.RING,
-                      "auto": tf.distribute.experimental.CommunicationImplementation.AUTO}
+    implementation = {
+        "ring": tf.distribute.experimental.CommunicationImplementation.RING,
+        "auto": tf.distribute.experimental.CommunicationImplementation.AUTO,
+    }
     strategy = tf.distribute.MultiWorkerMirroredStrategy(
         communication_options=tf.distribute.experimental.CommunicationOptions(
-            implementation=implementation[args.implementation]))
+            implementation=implementation[args.implementation]
+        )
+    )
     results = {}
     for size_mb in [int(s) for s in args.sizes_mb.split(",")]:
         elements = size_mb * 2**20 // 4
@@ -95,8 +99,8 @@ def worker(args) -> None:
                     context = tf.distribute.get_replica_context()
                     # A gradient-like tensor made from a variable, as in training.
                     cast = tf.cast(variable * 1.0, dtype)
-                    return tf.cast(context.all_reduce(tf.distribute.ReduceOp.SUM, cast),
-                                   tf.float32)
+                    return tf.cast(context.all_reduce(tf.distribute.ReduceOp.SUM, cast), tf.float32)
+
                 return strategy.run(replica_fn, args=(value,))
 
             times = []
@@ -116,18 +120,37 @@ def worker(args) -> None:
 def run_cluster(implementation: str, sizes_mb: str, repeats: int) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         output = os.path.join(scratch, "result.json")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            filter(None, [REPO, os.environ.get("PYTHONPATH")])), TF_CPP_MIN_LOG_LEVEL="3")
+        env = dict(
+            os.environ,
+            PYTHONPATH=os.pathsep.join(filter(None, [REPO, os.environ.get("PYTHONPATH")])),
+            TF_CPP_MIN_LOG_LEVEL="3",
+        )
         env.pop("TF_CONFIG", None)
-        command = [sys.executable, "-m", "tfdist.launch", "--workers", "2", "--timeout", "900",
-                   "--", sys.executable, os.path.abspath(__file__), "--side=worker",
-                   f"--implementation={implementation}", f"--sizes_mb={sizes_mb}",
-                   f"--repeats={repeats}", f"--output={output}"]
-        result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                                timeout=1200, check=False)
+        command = [
+            sys.executable,
+            "-m",
+            "tfdist.launch",
+            "--workers",
+            "2",
+            "--timeout",
+            "900",
+            "--",
+            sys.executable,
+            os.path.abspath(__file__),
+            "--side=worker",
+            f"--implementation={implementation}",
+            f"--sizes_mb={sizes_mb}",
+            f"--repeats={repeats}",
+            f"--output={output}",
+        ]
+        result = subprocess.run(
+            command, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200, check=False
+        )
         if result.returncode != 0:
-            raise RuntimeError(f"cluster exited {result.returncode}:\n{result.stdout[-3000:]}"
-                               f"\n{result.stderr[-3000:]}")
+            raise RuntimeError(
+                f"cluster exited {result.returncode}:\n{result.stdout[-3000:]}"
+                f"\n{result.stderr[-3000:]}"
+            )
         with open(output, encoding="utf-8") as handle:
             return json.load(handle)
 
@@ -141,8 +164,9 @@ def measure(sizes_mb: str = "1,16,128", repeats: int = 5, rounds: int = 1) -> di
         order = ["ring", "socket", "auto"] if round_index % 2 == 0 else ["auto", "socket", "ring"]
         for side in order:
             if side == "socket":
-                runs["socket"].append({f"{size}MB": socket_seconds(size * 2**20, repeats)
-                                       for size in sizes})
+                runs["socket"].append(
+                    {f"{size}MB": socket_seconds(size * 2**20, repeats) for size in sizes}
+                )
             else:
                 runs[side].append(run_cluster(side, sizes_mb, repeats))
             print(f"round {round_index + 1}: {side} {runs[side][-1]}", file=sys.stderr)
@@ -156,8 +180,12 @@ def measure(sizes_mb: str = "1,16,128", repeats: int = 5, rounds: int = 1) -> di
                 row[f"{side}_{dtype}_seconds"] = seconds
                 row[f"{side}_{dtype}_vs_socket"] = seconds / sock
         rows.append(row)
-    return {"rows": rows, "runs": runs, "load_average_before": load_before,
-            "load_average_after": load_average()}
+    return {
+        "rows": rows,
+        "runs": runs,
+        "load_average_before": load_before,
+        "load_average_after": load_average(),
+    }
 
 
 def main() -> None:
@@ -174,12 +202,15 @@ def main() -> None:
         return
     results = measure(args.sizes_mb, args.repeats, args.rounds)
     for row in results["rows"]:
-        print(f"{row['size_mb']:4d} MB: socket {1e3 * row['socket_seconds']:.1f} ms, "
-              f"ring f32 {1e3 * row['ring_float32_seconds']:.1f} ms "
-              f"({row['ring_float32_vs_socket']:.1f}x), ring bf16 "
-              f"{1e3 * row['ring_bfloat16_seconds']:.1f} ms, auto f32 "
-              f"{1e3 * row['auto_float32_seconds']:.1f} ms, auto bf16 "
-              f"{1e3 * row['auto_bfloat16_seconds']:.1f} ms", file=sys.stderr)
+        print(
+            f"{row['size_mb']:4d} MB: socket {1e3 * row['socket_seconds']:.1f} ms, "
+            f"ring f32 {1e3 * row['ring_float32_seconds']:.1f} ms "
+            f"({row['ring_float32_vs_socket']:.1f}x), ring bf16 "
+            f"{1e3 * row['ring_bfloat16_seconds']:.1f} ms, auto f32 "
+            f"{1e3 * row['auto_float32_seconds']:.1f} ms, auto bf16 "
+            f"{1e3 * row['auto_bfloat16_seconds']:.1f} ms",
+            file=sys.stderr,
+        )
     print(json.dumps(results))
     if args.output:
         with open(args.output, "w", encoding="utf-8") as handle:

@@ -46,21 +46,31 @@ def _setup(seed: int = 0):
     task = BuiltinTask(model=MODEL, dataset="synthetic", num_examples=NUM_EXAMPLES, seed=seed)
 
     def stream(first_step: int = 0):
-        return training_batches(task.build_inputs(True), global_batch_size=BATCH, seed=seed,
-                                num_examples=NUM_EXAMPLES, first_step=first_step)
+        return training_batches(
+            task.build_inputs(True),
+            global_batch_size=BATCH,
+            seed=seed,
+            num_examples=NUM_EXAMPLES,
+            first_step=first_step,
+        )
 
     model = task.build_model()
-    model.compile(keras.optimizers.Adam(1e-3),
-                  keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    model.compile(
+        keras.optimizers.Adam(1e-3), keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    )
     return stream, model
 
 
 def _directory_bytes(path: str) -> int:
-    return sum(os.path.getsize(os.path.join(root, name))
-               for root, _, names in os.walk(path) for name in names)
+    return sum(
+        os.path.getsize(os.path.join(root, name))
+        for root, _, names in os.walk(path)
+        for name in names
+    )
 
 
 # --------------------------------------------------------------------------- (a)
+
 
 def _timed_backup_class():
     from tfdist.callbacks import BackupAndRestore  # pylint: disable=g-import-not-at-top
@@ -100,43 +110,65 @@ def bench_throughput(args) -> None:
             callbacks, backup_dir = [], None
             if mode == "backup":
                 backup_dir = tempfile.mkdtemp(prefix="bench-backup-")
-                callbacks = [timed_backup(backup_dir, save_freq=args.every,
-                                          delete_checkpoint=False, preemption=None)]
+                callbacks = [
+                    timed_backup(
+                        backup_dir, save_freq=args.every, delete_checkpoint=False, preemption=None
+                    )
+                ]
             wall, process = time.perf_counter(), time.process_time()
-            model.fit(stream(), epochs=epochs, steps_per_epoch=steps, verbose=0,
-                      shuffle=False, callbacks=callbacks)
+            model.fit(
+                stream(),
+                epochs=epochs,
+                steps_per_epoch=steps,
+                verbose=0,
+                shuffle=False,
+                callbacks=callbacks,
+            )
             wall, process = time.perf_counter() - wall, time.process_time() - process
             results[mode].append(epochs * steps * BATCH / wall)
             cpu[mode].append(process)
             if backup_dir:
                 inside.append(callbacks[0].seconds)
-                newest = sorted(name for name in os.listdir(backup_dir)
-                                if name.startswith("backup-"))[-1]
+                newest = sorted(
+                    name for name in os.listdir(backup_dir) if name.startswith("backup-")
+                )[-1]
                 backup_bytes = _directory_bytes(os.path.join(backup_dir, newest))
                 shutil.rmtree(backup_dir)
     total = epochs * steps
-    saves = len({step for step in range(args.every, total + 1, args.every)}
-                | {steps * (epoch + 1) for epoch in range(epochs)})
+    saves = len(
+        {step for step in range(args.every, total + 1, args.every)}
+        | {steps * (epoch + 1) for epoch in range(epochs)}
+    )
     best = {mode: max(values) for mode, values in results.items()}
     median = {mode: statistics.median(values) for mode, values in results.items()}
-    seconds_per_save = ((total * BATCH / median["backup"]) - (total * BATCH / median["none"])) / saves
-    print(f"\n(a) throughput: {MODEL}, global batch {BATCH}, {total} steps, {args.rounds} "
-          f"rounds, backups every {args.every} steps + epoch ends = {saves} backups of "
-          f"{backup_bytes / 1e6:.2f} MB")
+    seconds_per_save = (
+        (total * BATCH / median["backup"]) - (total * BATCH / median["none"])
+    ) / saves
+    print(
+        f"\n(a) throughput: {MODEL}, global batch {BATCH}, {total} steps, {args.rounds} "
+        f"rounds, backups every {args.every} steps + epoch ends = {saves} backups of "
+        f"{backup_bytes / 1e6:.2f} MB"
+    )
     print("| run | best examples/s | median examples/s | median CPU s | ratio (median) |")
     print("|---|---|---|---|---|")
     for mode, label in (("none", "no backups"), ("backup", f"backup every {args.every}")):
-        print(f"| {label} | {best[mode]:.0f} | {median[mode]:.0f} | "
-              f"{statistics.median(cpu[mode]):.1f} | {median[mode] / median['none']:.3f} |")
+        print(
+            f"| {label} | {best[mode]:.0f} | {median[mode]:.0f} | "
+            f"{statistics.median(cpu[mode]):.1f} | {median[mode] / median['none']:.3f} |"
+        )
     none_seconds = total * BATCH / median["none"]
     print(f"time per backup from the throughput medians: {1e3 * seconds_per_save:.0f} ms")
-    print(f"wall time inside restore + backups per run (median): "
-          f"{statistics.median(inside):.2f} s = {1e3 * statistics.median(inside) / saves:.0f} "
-          f"ms per backup = {100 * statistics.median(inside) / none_seconds:.1f}% of the "
-          f"median run without backups ({none_seconds:.2f} s)")
+    print(
+        f"wall time inside restore + backups per run (median): "
+        f"{statistics.median(inside):.2f} s = {1e3 * statistics.median(inside) / saves:.0f} "
+        f"ms per backup = {100 * statistics.median(inside) / none_seconds:.1f}% of the "
+        f"median run without backups ({none_seconds:.2f} s)"
+    )
     first, steady = _time_saves(model)
-    print(f"one backup, timed directly: first {1e3 * first:.0f} ms (includes tracing the "
-          f"checkpoint writer), then median {1e3 * steady:.0f} ms")
+    print(
+        f"one backup, timed directly: first {1e3 * first:.0f} ms (includes tracing the "
+        f"checkpoint writer), then median {1e3 * steady:.0f} ms"
+    )
 
 
 def _time_saves(model, count: int = 10) -> tuple[float, float]:
@@ -154,6 +186,7 @@ def _time_saves(model, count: int = 10) -> tuple[float, float]:
 
 
 # --------------------------------------------------------------------------- (b)
+
 
 def child(args) -> None:
     """One process: start, (resume,) train until the first step ends, report."""
@@ -174,8 +207,13 @@ def child(args) -> None:
             os._exit(0)  # pylint: disable=protected-access
 
     segment = segments[0]
-    model.fit(stream(segment.first_step), verbose=0, shuffle=False,
-              callbacks=[FirstStep(), backup], **segment.fit_kwargs())
+    model.fit(
+        stream(segment.first_step),
+        verbose=0,
+        shuffle=False,
+        callbacks=[FirstStep(), backup],
+        **segment.fit_kwargs(),
+    )
 
 
 def _prepare_backup(path: str, resume_at: int, args) -> None:
@@ -185,18 +223,31 @@ def _prepare_backup(path: str, resume_at: int, args) -> None:
     _, model = _setup()
     epoch, step_in_epoch = divmod(resume_at, args.steps)
     TrainingBackup(BackupStore(path), model).save(
-        global_step=resume_at, epoch=epoch, step_in_epoch=step_in_epoch,
-        steps_per_epoch=args.steps)
+        global_step=resume_at, epoch=epoch, step_in_epoch=step_in_epoch, steps_per_epoch=args.steps
+    )
 
 
 def _launch(backup_dir: str, report: str, args) -> tuple[float, float, int]:
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    command = [sys.executable, os.path.abspath(__file__), "--part=child",
-               f"--backup_dir={backup_dir}", f"--report={report}", f"--every={args.every}",
-               f"--steps={args.steps}", f"--epochs={args.epochs}"]
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--part=child",
+        f"--backup_dir={backup_dir}",
+        f"--report={report}",
+        f"--every={args.every}",
+        f"--steps={args.steps}",
+        f"--epochs={args.epochs}",
+    ]
     launched = time.time()
-    subprocess.run(command, env=env, check=True, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, timeout=600)
+    subprocess.run(
+        command,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        timeout=600,
+    )
     with open(report) as handle:
         first_step, restore, resumed = handle.read().split()
     return float(first_step) - launched, float(restore), int(resumed)
@@ -225,28 +276,36 @@ def bench_restart(args) -> None:
             restores[key].append(restore)
     shutil.rmtree(work, ignore_errors=True)
     clean = statistics.median(timings["clean"])
-    print(f"\n(b) restart: launch -> end of first training step, {MODEL}, global batch "
-          f"{BATCH}, median of {args.rounds} fresh processes each")
+    print(
+        f"\n(b) restart: launch -> end of first training step, {MODEL}, global batch "
+        f"{BATCH}, median of {args.rounds} fresh processes each"
+    )
     print("| start | median s | best s | of which restore() s | vs clean start |")
     print("|---|---|---|---|---|")
     for key in ("clean", *resume_points):
         label = "clean start" if key == "clean" else f"resume from step {key}"
         median = statistics.median(timings[key])
-        print(f"| {label} | {median:.2f} | {min(timings[key]):.2f} | "
-              f"{statistics.median(restores[key]):.2f} | {median / clean:.2f}x "
-              f"(+{median - clean:.2f} s) |")
+        print(
+            f"| {label} | {median:.2f} | {min(timings[key]):.2f} | "
+            f"{statistics.median(restores[key]):.2f} | {median / clean:.2f}x "
+            f"(+{median - clean:.2f} s) |"
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--part", default="all", choices=("all", "throughput", "restart",
-                                                          "child"))
+    parser.add_argument("--part", default="all", choices=("all", "throughput", "restart", "child"))
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=400,
-                        help="(a) total steps per run; (b) steps per epoch")
+    parser.add_argument(
+        "--steps", type=int, default=400, help="(a) total steps per run; (b) steps per epoch"
+    )
     parser.add_argument("--every", type=int, default=50)
-    parser.add_argument("--epochs", type=int, default=0,
-                        help="(b) planned epochs; default: past the latest resume point")
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=0,
+        help="(b) planned epochs; default: past the latest resume point",
+    )
     parser.add_argument("--resume_at", default="300,10000")
     parser.add_argument("--backup_dir", default="")
     parser.add_argument("--report", default="")
@@ -256,8 +315,10 @@ def main() -> None:
     if args.part == "child":
         child(args)
         return
-    print(f"python {' '.join(sys.argv)}; load average {os.getloadavg()[0]:.1f} on "
-          f"{os.cpu_count()} CPUs")
+    print(
+        f"python {' '.join(sys.argv)}; load average {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} CPUs"
+    )
     if args.part in ("all", "throughput"):
         bench_throughput(args)
     if args.part in ("all", "restart"):

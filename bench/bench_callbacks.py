@@ -34,21 +34,22 @@ import sys
 import tempfile
 import time
 
-from absl import app
-from absl import flags
-
 import two_workers
+from absl import app, flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 BATCH = 64
 BACKUP_EVERY = 500
 # About 10 s of training per run at spe 20 on this machine's 2 vCPUs.
-SINGLE_RUN = {"mlp": {"epochs": 3, "steps_per_epoch": 3000},
-              "cnn": {"epochs": 3, "steps_per_epoch": 1500}}
+SINGLE_RUN = {
+    "mlp": {"epochs": 3, "steps_per_epoch": 3000},
+    "cnn": {"epochs": 3, "steps_per_epoch": 1500},
+}
 WORKERS_RUN = {"epochs": 2, "steps_per_epoch": 750}
 QUICK_RUN = {"epochs": 2, "steps_per_epoch": 500}
-SINGLE_VARIANTS = tuple(f"callbacks {state}, spe {spe}" for spe in (20, 1)
-                        for state in ("off", "on"))
+SINGLE_VARIANTS = tuple(
+    f"callbacks {state}, spe {spe}" for spe in (20, 1) for state in ("off", "on")
+)
 WORKER_SPES = (1, 10)
 WORKER_VARIANTS = ("off", "on", "on, collective check")
 
@@ -71,22 +72,33 @@ def _load_average() -> list[float]:
 def _config(model: str, spe: int, on: bool, scratch: str, run: dict, **extra):
     from trainer import config as config_lib  # pylint: disable=g-import-not-at-top
 
-    outputs = ({"model_dir": os.path.join(scratch, "model"),
-                "backup_dir": os.path.join(scratch, "backup"),
-                "backup_every_steps": BACKUP_EVERY} if on else {})
-    return config_lib.ExperimentConfig(model=model, global_batch_size=BATCH,
-                                       steps_per_execution=spe, **run, **outputs, **extra)
+    outputs = (
+        {
+            "model_dir": os.path.join(scratch, "model"),
+            "backup_dir": os.path.join(scratch, "backup"),
+            "backup_every_steps": BACKUP_EVERY,
+        }
+        if on
+        else {}
+    )
+    return config_lib.ExperimentConfig(
+        model=model, global_batch_size=BATCH, steps_per_execution=spe, **run, **outputs, **extra
+    )
 
 
 class _HookClock:
     """Adds up the wall time of every call into tfdist's callbacks (the "on" runs)."""
 
-    HOOKS = ("on_train_batch_end", "on_epoch_begin", "on_epoch_end", "on_train_begin",
-             "on_train_end")
+    HOOKS = (
+        "on_train_batch_end",
+        "on_epoch_begin",
+        "on_epoch_end",
+        "on_train_begin",
+        "on_train_end",
+    )
 
     def __init__(self):
-        from tfdist.callbacks import (  # pylint: disable=g-import-not-at-top
-            BackupAndRestore, EpochTensorBoard, NonFiniteGuard)
+        from tfdist.callbacks import BackupAndRestore, EpochTensorBoard, NonFiniteGuard  # pylint: disable=g-import-not-at-top
 
         self.seconds = 0.0
         self.batch_end_seconds = 0.0
@@ -110,6 +122,7 @@ class _HookClock:
                 self.seconds += elapsed
                 if hook == "on_train_batch_end":
                     self.batch_end_seconds += elapsed
+
         return timed
 
     def _timed_backup(self, original):
@@ -119,6 +132,7 @@ class _HookClock:
                 return original(callback)
             finally:
                 self.backup_seconds.append(time.perf_counter() - start)
+
         return timed
 
     def close(self):
@@ -176,53 +190,75 @@ def child_side() -> None:
         fit_clock = _TrainingClock()
         try:
             with tempfile.TemporaryDirectory() as scratch:
-                summary = run_lib.run(_config(_MODEL.value, spe, on, scratch, _single_run(_MODEL.value)),
-                                      resolve_cluster({}), environ={})
+                summary = run_lib.run(
+                    _config(_MODEL.value, spe, on, scratch, _single_run(_MODEL.value)),
+                    resolve_cluster({}),
+                    environ={},
+                )
         finally:
             fit_clock.close()
             if hooks:
                 hooks.close()
-        results[name] = {"examples_per_second": summary["examples_per_second"],
-                         "fit_seconds": fit_clock.seconds}
+        results[name] = {
+            "examples_per_second": summary["examples_per_second"],
+            "fit_seconds": fit_clock.seconds,
+        }
         if hooks:
-            results[name].update(callback_seconds=hooks.seconds,
-                                 batch_end_callback_seconds=hooks.batch_end_seconds,
-                                 backup_seconds=hooks.backup_seconds)
+            results[name].update(
+                callback_seconds=hooks.seconds,
+                batch_end_callback_seconds=hooks.batch_end_seconds,
+                backup_seconds=hooks.backup_seconds,
+            )
         print(f"{_MODEL.value} {name}: {results[name]}", file=sys.stderr, flush=True)
     print(json.dumps(results), flush=True)
 
 
 def worker_side() -> None:
     """One task of a 2-worker run of the trainer; the chief writes its summary."""
-    from tfdist.preemption import agreement as preemption_agreement  # pylint: disable=g-import-not-at-top
     from tfdist.distribute.cluster import resolve_cluster  # pylint: disable=g-import-not-at-top
+    from tfdist.preemption import agreement as preemption_agreement  # pylint: disable=g-import-not-at-top
     from trainer import run as run_lib  # pylint: disable=g-import-not-at-top
 
     if _VARIANT.value == "on, collective check":
         preemption_agreement.CoordinatedStop.available = staticmethod(lambda strategy: False)
     cluster = resolve_cluster(os.environ)
     shared = os.path.dirname(_RESULT.value)  # the launcher's scratch directory
-    config = _config("mlp", _SPE.value, _VARIANT.value != "off", shared, _workers_run(),
-                     strategy="multiworker")
+    config = _config(
+        "mlp", _SPE.value, _VARIANT.value != "off", shared, _workers_run(), strategy="multiworker"
+    )
     summary = run_lib.run(config, cluster, environ=dict(os.environ))
     if cluster.is_chief:
-        pathlib.Path(_RESULT.value).write_text(json.dumps(
-            {"examples_per_second": summary["examples_per_second"]}))
+        pathlib.Path(_RESULT.value).write_text(
+            json.dumps({"examples_per_second": summary["examples_per_second"]})
+        )
 
 
 def _single_part(rounds: int) -> dict:
     load_before = _load_average()
     runs = {model: {name: [] for name in SINGLE_VARIANTS} for model in ("mlp", "cnn")}
     for round_index in range(rounds):
-        for model in (("mlp", "cnn") if round_index % 2 == 0 else ("cnn", "mlp")):
+        for model in ("mlp", "cnn") if round_index % 2 == 0 else ("cnn", "mlp"):
             completed = subprocess.run(
-                [sys.executable, str(pathlib.Path(__file__).resolve()), "--side=child",
-                 f"--model={model}", f"--round={round_index}", f"--quick={_QUICK.value}"],
-                cwd=REPO, env=two_workers.child_environ(), capture_output=True, text=True, timeout=1800,
-                check=False)
+                [
+                    sys.executable,
+                    str(pathlib.Path(__file__).resolve()),
+                    "--side=child",
+                    f"--model={model}",
+                    f"--round={round_index}",
+                    f"--quick={_QUICK.value}",
+                ],
+                cwd=REPO,
+                env=two_workers.child_environ(),
+                capture_output=True,
+                text=True,
+                timeout=1800,
+                check=False,
+            )
             if completed.returncode != 0:
-                raise RuntimeError(f"{model} round {round_index} exited "
-                                   f"{completed.returncode}:\n{completed.stderr[-4000:]}")
+                raise RuntimeError(
+                    f"{model} round {round_index} exited "
+                    f"{completed.returncode}:\n{completed.stderr[-4000:]}"
+                )
             for name, row in json.loads(completed.stdout.strip().splitlines()[-1]).items():
                 runs[model][name].append(row)
     table = {}
@@ -231,32 +267,44 @@ def _single_part(rounds: int) -> dict:
             off, on = (variants[f"callbacks {state}, spe {spe}"] for state in ("off", "on"))
             off_rate = statistics.median(row["examples_per_second"] for row in off)
             on_rate = statistics.median(row["examples_per_second"] for row in on)
-            pairs = [1 - a["examples_per_second"] / b["examples_per_second"]
-                     for a, b in zip(on, off)]
+            pairs = [
+                1 - a["examples_per_second"] / b["examples_per_second"] for a, b in zip(on, off)
+            ]
             table[f"{model}, spe {spe}"] = {
-                "off_examples_per_second": off_rate, "on_examples_per_second": on_rate,
+                "off_examples_per_second": off_rate,
+                "on_examples_per_second": on_rate,
                 "overhead": 1 - on_rate / off_rate,
                 "median_pair_overhead": statistics.median(pairs),
                 "callback_share_of_fit": statistics.median(
-                    row["callback_seconds"] / row["fit_seconds"] for row in on),
-                "first_backup_seconds": statistics.median(
-                    row["backup_seconds"][0] for row in on),
+                    row["callback_seconds"] / row["fit_seconds"] for row in on
+                ),
+                "first_backup_seconds": statistics.median(row["backup_seconds"][0] for row in on),
                 "later_backup_seconds": statistics.median(
-                    second for row in on for second in row["backup_seconds"][1:]),
+                    second for row in on for second in row["backup_seconds"][1:]
+                ),
                 "backups_per_run": len(on[0]["backup_seconds"]),
                 "runs_off": [row["examples_per_second"] for row in off],
-                "runs_on": [row["examples_per_second"] for row in on]}
-    return {"table": table, "rounds": rounds,
-            "runs": {model: _single_run(model) for model in ("mlp", "cnn")}, "backup_every_steps": BACKUP_EVERY,
-            "global_batch_size": BATCH, "load_average_before": load_before,
-            "load_average_after": _load_average()}
+                "runs_on": [row["examples_per_second"] for row in on],
+            }
+    return {
+        "table": table,
+        "rounds": rounds,
+        "runs": {model: _single_run(model) for model in ("mlp", "cnn")},
+        "backup_every_steps": BACKUP_EVERY,
+        "global_batch_size": BATCH,
+        "load_average_before": load_before,
+        "load_average_after": _load_average(),
+    }
 
 
 def _two_worker_run(variant: str, spe: int) -> float:
     result = two_workers.run_two_workers(
-        str(pathlib.Path(__file__).resolve()), f"--variant={variant}",
-        f"--steps_per_execution={spe}", f"--quick={_QUICK.value}",
-        what=f"2 workers, {variant}, spe {spe}")
+        str(pathlib.Path(__file__).resolve()),
+        f"--variant={variant}",
+        f"--steps_per_execution={spe}",
+        f"--quick={_QUICK.value}",
+        what=f"2 workers, {variant}, spe {spe}",
+    )
     return float(result["examples_per_second"])
 
 
@@ -268,8 +316,11 @@ def _workers_part(rounds: int) -> dict:
         for spe in WORKER_SPES:
             for variant in WORKER_VARIANTS[shift:] + WORKER_VARIANTS[:shift]:
                 runs[spe][variant].append(_two_worker_run(variant, spe))
-                print(f"2 workers spe {spe} {variant}: {runs[spe][variant][-1]:.0f}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"2 workers spe {spe} {variant}: {runs[spe][variant][-1]:.0f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     table = {}
     for spe, variants in runs.items():
         off = statistics.median(variants["off"])
@@ -277,14 +328,24 @@ def _workers_part(rounds: int) -> dict:
         for variant in WORKER_VARIANTS[1:]:
             rate = statistics.median(variants[variant])
             pairs = [1 - a / b for a, b in zip(variants[variant], variants["off"])]
-            row[variant] = {"examples_per_second": rate, "overhead": 1 - rate / off,
-                            "median_pair_overhead": statistics.median(pairs),
-                            "runs": variants[variant]}
+            row[variant] = {
+                "examples_per_second": rate,
+                "overhead": 1 - rate / off,
+                "median_pair_overhead": statistics.median(pairs),
+                "runs": variants[variant],
+            }
         row["runs_off"] = variants["off"]
         table[f"mlp, spe {spe}"] = row
-    return {"table": table, "rounds": rounds, **_workers_run(), "backup_every_steps": BACKUP_EVERY,
-            "global_batch_size": BATCH, "workers": 2, "load_average_before": load_before,
-            "load_average_after": _load_average()}
+    return {
+        "table": table,
+        "rounds": rounds,
+        **_workers_run(),
+        "backup_every_steps": BACKUP_EVERY,
+        "global_batch_size": BATCH,
+        "workers": 2,
+        "load_average_before": load_before,
+        "load_average_after": _load_average(),
+    }
 
 
 def main(argv) -> None:

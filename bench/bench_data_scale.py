@@ -93,6 +93,7 @@ def load_average() -> list[float]:
 
 # ---------------------------------------------------------------- data
 
+
 def data_dir(cache_dir: str, num_examples: int, size: int) -> str:
     return os.path.join(cache_dir, f"jpeg{size}-{num_examples}")
 
@@ -107,12 +108,14 @@ def _pool(size: int, count: int) -> list[bytes]:
         image = rng.integers(0, 90, size=(size, size, 3)).astype(np.uint8)
         image[: size // 2, : size // 2] += 150
         feature = {
-            "image": tf.train.Feature(bytes_list=tf.train.BytesList(
-                value=[tf.io.encode_jpeg(image, quality=95).numpy()])),
+            "image": tf.train.Feature(
+                bytes_list=tf.train.BytesList(value=[tf.io.encode_jpeg(image, quality=95).numpy()])
+            ),
             "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[index % 4])),
         }
-        pool.append(tf.train.Example(features=tf.train.Features(feature=feature))
-                    .SerializeToString())
+        pool.append(
+            tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+        )
     return pool
 
 
@@ -128,11 +131,16 @@ def ensure_data(cache_dir: str, num_examples: int, size: int) -> str:
     os.makedirs(directory, exist_ok=True)
     started = time.time()
     pool = _pool(size, min(POOL, num_examples))
-    tf_writers = [tf.io.TFRecordWriter(f"{directory}/train-{i:05d}-of-{NUM_FILES:05d}.tfrecord")
-                  for i in range(NUM_FILES)]
-    ar_writers = [array_record_module.ArrayRecordWriter(
-        f"{directory}/train-{i:05d}-of-{NUM_FILES:05d}.array_record", "group_size:1")
-        for i in range(NUM_FILES)]
+    tf_writers = [
+        tf.io.TFRecordWriter(f"{directory}/train-{i:05d}-of-{NUM_FILES:05d}.tfrecord")
+        for i in range(NUM_FILES)
+    ]
+    ar_writers = [
+        array_record_module.ArrayRecordWriter(
+            f"{directory}/train-{i:05d}-of-{NUM_FILES:05d}.array_record", "group_size:1"
+        )
+        for i in range(NUM_FILES)
+    ]
     per_file = -(-num_examples // NUM_FILES)
     for index in range(num_examples):
         record = pool[index % len(pool)]
@@ -142,28 +150,37 @@ def ensure_data(cache_dir: str, num_examples: int, size: int) -> str:
         writer.close()
     with open(done, "w") as handle:
         handle.write(str(num_examples))
-    print(f"# wrote {num_examples} records of {size}x{size} JPEG to {directory} in "
-          f"{time.time() - started:.0f} s", file=sys.stderr, flush=True)
+    print(
+        f"# wrote {num_examples} records of {size}x{size} JPEG to {directory} in "
+        f"{time.time() - started:.0f} s",
+        file=sys.stderr,
+        flush=True,
+    )
     return directory
 
 
 def tfrecord_paths(directory):
     import glob  # pylint: disable=g-import-not-at-top
+
     return sorted(glob.glob(f"{directory}/*.tfrecord"))
 
 
 def array_record_paths(directory):
     import glob  # pylint: disable=g-import-not-at-top
+
     return sorted(glob.glob(f"{directory}/*.array_record"))
 
 
 # ---------------------------------------------------------------- decoders
 
+
 def tf_decoder(size: int, count: bool):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    spec = {"image": tf.io.FixedLenFeature([], tf.string),
-            "label": tf.io.FixedLenFeature([], tf.int64)}
+    spec = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+    }
 
     def decode(record):
         parsed = tf.io.parse_single_example(record, spec)
@@ -196,6 +213,7 @@ def grain_decoder(count: bool):
 
 # ---------------------------------------------------------------- pipelines
 
+
 class OneByOne:
     """A random-access source without `__getitems__`: tfdist then reads `records[i]` per index."""
 
@@ -209,9 +227,18 @@ class OneByOne:
         return self._records[index]
 
 
-def build(kind: str, directory: str, size: int, *, first_step: int = 0, count: bool = True,
-          plain_shuffle: int = 10000, grain_threads: int = 2, grain_prefetch: int = 64,
-          shuffle_bytes: int = 0):
+def build(
+    kind: str,
+    directory: str,
+    size: int,
+    *,
+    first_step: int = 0,
+    count: bool = True,
+    plain_shuffle: int = 10000,
+    grain_threads: int = 2,
+    grain_prefetch: int = 64,
+    shuffle_bytes: int = 0,
+):
     """An iterator of worker 0's per-step batches (32 examples) for pipeline `kind`."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -223,10 +250,12 @@ def build(kind: str, directory: str, size: int, *, first_step: int = 0, count: b
     shard = Shard(index=0, count=WORKERS, local_replicas=1)
     if kind == "files":
         window = {"shuffle_bytes": shuffle_bytes} if shuffle_bytes else {}
-        source = FileSource(f"{directory}/*.tfrecord", preprocess=tf_decoder(size, count),
-                            **window)
-        return iter(files_lib.replica_batches(source, global_batch_size=GLOBAL_BATCH, seed=0,
-                                              first_step=first_step, shard=shard))
+        source = FileSource(f"{directory}/*.tfrecord", preprocess=tf_decoder(size, count), **window)
+        return iter(
+            files_lib.replica_batches(
+                source, global_batch_size=GLOBAL_BATCH, seed=0, first_step=first_step, shard=shard
+            )
+        )
     if kind in ("random", "random1"):
         from array_record.python import array_record_data_source  # pylint: disable=g-import-not-at-top
 
@@ -234,23 +263,38 @@ def build(kind: str, directory: str, size: int, *, first_step: int = 0, count: b
         if kind == "random1":
             records = OneByOne(records)
         source = RandomAccessSource(records, preprocess=tf_decoder(size, count))
-        return iter(random_access.replica_batches(source, global_batch_size=GLOBAL_BATCH,
-                                                  seed=0, first_step=first_step, shard=shard))
+        return iter(
+            random_access.replica_batches(
+                source, global_batch_size=GLOBAL_BATCH, seed=0, first_step=first_step, shard=shard
+            )
+        )
     if kind == "dataset":
         examples = tf.data.TFRecordDataset(tfrecord_paths(directory)).map(tf_decoder(size, count))
-        batches = streaming.training_batches(examples, global_batch_size=GLOBAL_BATCH, seed=0,
-                                             num_examples=None, first_step=first_step)
+        batches = streaming.training_batches(
+            examples,
+            global_batch_size=GLOBAL_BATCH,
+            seed=0,
+            num_examples=None,
+            first_step=first_step,
+        )
         return iter(batches.map(lambda x, y: (x[:PER_WORKER], y[:PER_WORKER])))
     if kind == "dataset_files":
         examples = tf.data.TFRecordDataset(tfrecord_paths(directory)).map(tf_decoder(size, count))
-        return iter(streaming.file_sharded_batches(examples, shard=shard, seed=0,
-                                                   global_batch_size=GLOBAL_BATCH,
-                                                   first_step=first_step))
+        return iter(
+            streaming.file_sharded_batches(
+                examples, shard=shard, seed=0, global_batch_size=GLOBAL_BATCH, first_step=first_step
+            )
+        )
     if kind == "plain":
         mine = tfrecord_paths(directory)[0::WORKERS]
-        dataset = (tf.data.TFRecordDataset(mine).shuffle(plain_shuffle, seed=0).repeat()
-                   .map(tf_decoder(size, count), num_parallel_calls=tf.data.AUTOTUNE)
-                   .batch(PER_WORKER, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+        dataset = (
+            tf.data.TFRecordDataset(mine)
+            .shuffle(plain_shuffle, seed=0)
+            .repeat()
+            .map(tf_decoder(size, count), num_parallel_calls=tf.data.AUTOTUNE)
+            .batch(PER_WORKER, drop_remainder=True)
+            .prefetch(tf.data.AUTOTUNE)
+        )
         if first_step:
             dataset = dataset.skip(first_step)
         return iter(dataset)
@@ -259,7 +303,7 @@ def build(kind: str, directory: str, size: int, *, first_step: int = 0, count: b
 
         source = grain.sources.ArrayRecordDataSource(array_record_paths(directory))
         dataset = grain.MapDataset.source(source).shuffle(seed=0).repeat()[0::WORKERS]
-        dataset = dataset.map(grain_decoder(count))[first_step * PER_WORKER:]
+        dataset = dataset.map(grain_decoder(count))[first_step * PER_WORKER :]
         options = grain.ReadOptions(num_threads=grain_threads, prefetch_buffer_size=grain_prefetch)
         return iter(dataset.to_iter_dataset(options).batch(PER_WORKER, drop_remainder=True))
     raise ValueError(kind)
@@ -283,6 +327,7 @@ def settled_count(timeout: float = 10.0) -> int:
 
 
 # ---------------------------------------------------------------- parts
+
 
 def part_counts(args, kinds, main_dir, small_dirs) -> dict:
     """Decodes per step, before the first batch (10k and large) and of a restart."""
@@ -323,15 +368,29 @@ def part_counts(args, kinds, main_dir, small_dirs) -> dict:
     return results
 
 
-def child_rss(kind: str, directory: str, size: int, steps: int, plain_shuffle: int,
-              shuffle_bytes: int = 0) -> dict:
+def child_rss(
+    kind: str, directory: str, size: int, steps: int, plain_shuffle: int, shuffle_bytes: int = 0
+) -> dict:
     """Runs one pipeline for `steps` steps in a fresh process; its VmHWM."""
-    command = [sys.executable, os.path.abspath(__file__), "--child", kind,
-               "--child_dir", directory, "--image_size", str(size),
-               "--rss_steps", str(steps), "--plain_shuffle", str(plain_shuffle),
-               "--shuffle_mb", str(shuffle_bytes / 2**20)]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True,
-                               env={**os.environ, "PYTHONPATH": REPO})
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--child",
+        kind,
+        "--child_dir",
+        directory,
+        "--image_size",
+        str(size),
+        "--rss_steps",
+        str(steps),
+        "--plain_shuffle",
+        str(plain_shuffle),
+        "--shuffle_mb",
+        str(shuffle_bytes / 2**20),
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": REPO}
+    )
     output, _ = process.communicate(timeout=600)
     if process.returncode:
         raise RuntimeError(f"child {kind} failed with {process.returncode}")
@@ -343,10 +402,17 @@ def run_child(args) -> None:
     if args.child == "baseline":
         import grain  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
         import tensorflow as tf  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+
         steps_done = 0
     else:
-        iterator = build(args.child, args.child_dir, args.image_size, count=False,
-                         plain_shuffle=args.plain_shuffle, shuffle_bytes=_shuffle_bytes(args))
+        iterator = build(
+            args.child,
+            args.child_dir,
+            args.image_size,
+            count=False,
+            plain_shuffle=args.plain_shuffle,
+            shuffle_bytes=_shuffle_bytes(args),
+        )
         for steps_done in range(1, args.rss_steps + 1):  # noqa: B007  (read after the loop)
             next(iterator)
     status = {}
@@ -355,8 +421,16 @@ def run_child(args) -> None:
             key, _, value = line.partition(":")
             if key in ("VmHWM", "VmRSS"):
                 status[key] = int(value.split()[0]) // 1024
-    print(json.dumps({"kind": args.child, "steps": steps_done, "peak_mb": status["VmHWM"],
-                      "rss_mb": status["VmRSS"]}))
+    print(
+        json.dumps(
+            {
+                "kind": args.child,
+                "steps": steps_done,
+                "peak_mb": status["VmHWM"],
+                "rss_mb": status["VmRSS"],
+            }
+        )
+    )
 
 
 def _shuffle_bytes(args) -> int:
@@ -367,14 +441,36 @@ def part_rss(args, kinds, main_dir, small_dirs) -> dict:
     results = {}
     if not args.smoke:
         results["baseline"] = child_rss("baseline", main_dir, args.image_size, 0, 0)["peak_mb"]
-        print(json.dumps({"part": "rss", "kind": "baseline (import tf + grain)",
-                          "peak_mb": results["baseline"]}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "part": "rss",
+                    "kind": "baseline (import tf + grain)",
+                    "peak_mb": results["baseline"],
+                }
+            ),
+            flush=True,
+        )
     for kind in kinds[:1] if args.smoke else kinds:
-        row = {"main": child_rss(kind, main_dir, args.image_size, args.rss_steps,
-                                 args.plain_shuffle, _shuffle_bytes(args))["peak_mb"]}
+        row = {
+            "main": child_rss(
+                kind,
+                main_dir,
+                args.image_size,
+                args.rss_steps,
+                args.plain_shuffle,
+                _shuffle_bytes(args),
+            )["peak_mb"]
+        }
         for label, directory in {} if args.smoke else small_dirs.items():
-            row[label] = child_rss(kind, directory, SMALL_SIZE, args.rss_steps,
-                                   args.plain_shuffle, _shuffle_bytes(args))["peak_mb"]
+            row[label] = child_rss(
+                kind,
+                directory,
+                SMALL_SIZE,
+                args.rss_steps,
+                args.plain_shuffle,
+                _shuffle_bytes(args),
+            )["peak_mb"]
         results[kind] = row
         print(json.dumps({"part": "rss", "kind": kind, **row}), flush=True)
     return results
@@ -400,8 +496,9 @@ def part_throughput(args, kinds, main_dir) -> dict:
     for round_index in range(args.rounds):
         order = kinds if round_index % 2 == 0 else tuple(reversed(kinds))
         for kind in order:
-            iterator = build(kind, main_dir, args.image_size, count=False,
-                             plain_shuffle=args.plain_shuffle)
+            iterator = build(
+                kind, main_dir, args.image_size, count=False, plain_shuffle=args.plain_shuffle
+            )
             for _ in range(args.warmup_steps):
                 next(iterator)
             started, cpu_started = time.perf_counter(), _cpu_seconds()
@@ -411,49 +508,85 @@ def part_throughput(args, kinds, main_dir) -> dict:
             rates[kind].append(examples / (time.perf_counter() - started))
             cpu[kind].append(1000 * 1000 * (_cpu_seconds() - cpu_started) / examples)
             del iterator
-        print(json.dumps({"part": "throughput", "round": round_index, "load": load_average(),
-                          **{kind: round(values[-1]) for kind, values in rates.items()}}),
-              flush=True)
+        print(
+            json.dumps(
+                {
+                    "part": "throughput",
+                    "round": round_index,
+                    "load": load_average(),
+                    **{kind: round(values[-1]) for kind, values in rates.items()},
+                }
+            ),
+            flush=True,
+        )
     medians = {kind: round(statistics.median(values)) for kind, values in rates.items()}
     # Each round's ratio to the plain pipeline of the same round, then their median: the
     # pairing cancels most of the drift of a shared machine's load.
-    ratios = {} if "plain" not in rates else {
-        kind: round(statistics.median(a / b for a, b in zip(values, rates["plain"])), 2)
-        for kind, values in rates.items()}
-    print(json.dumps({"part": "throughput", "median": medians, "ratio_vs_plain": ratios}),
-          flush=True)
+    ratios = (
+        {}
+        if "plain" not in rates
+        else {
+            kind: round(statistics.median(a / b for a, b in zip(values, rates["plain"])), 2)
+            for kind, values in rates.items()
+        }
+    )
+    print(
+        json.dumps({"part": "throughput", "median": medians, "ratio_vs_plain": ratios}), flush=True
+    )
     cpu_medians = {kind: round(statistics.median(values), 1) for kind, values in cpu.items()}
     print(json.dumps({"part": "throughput", "cpu_ms_per_1000_examples": cpu_medians}), flush=True)
-    return {"median": medians, "ratio_vs_plain": ratios, "cpu_ms_per_1000_examples": cpu_medians,
-            "cpu_all": {k: [round(v, 1) for v in vs] for k, vs in cpu.items()},
-            "all": {k: [round(v) for v in vs] for k, vs in rates.items()}}
+    return {
+        "median": medians,
+        "ratio_vs_plain": ratios,
+        "cpu_ms_per_1000_examples": cpu_medians,
+        "cpu_all": {k: [round(v, 1) for v in vs] for k, vs in cpu.items()},
+        "all": {k: [round(v) for v in vs] for k, vs in rates.items()},
+    }
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--part", default="all", choices=("all", "counts", "rss", "throughput"))
-    parser.add_argument("--kinds", default=",".join(KINDS),
-                        help="comma-separated subset of: " + "; ".join(
-                            f"{kind} {label}" for kind, label in LABELS.items()))
+    parser.add_argument(
+        "--kinds",
+        default=",".join(KINDS),
+        help="comma-separated subset of: "
+        + "; ".join(f"{kind} {label}" for kind, label in LABELS.items()),
+    )
     parser.add_argument("--cache_dir", default="/tmp/tfdist-bench-data-scale")
     parser.add_argument("--examples", type=int, default=10000)
     parser.add_argument("--image_size", type=int, default=64)
     parser.add_argument("--small_examples", type=int, default=10000)
-    parser.add_argument("--large_examples", type=int, default=1000000,
-                        help="records of 16x16 JPEG for the size comparison; 0 for none")
+    parser.add_argument(
+        "--large_examples",
+        type=int,
+        default=1000000,
+        help="records of 16x16 JPEG for the size comparison; 0 for none",
+    )
     parser.add_argument("--slope_steps", type=int, default=100)
     parser.add_argument("--restart_step", type=int, default=5000)
     parser.add_argument("--rss_steps", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup_steps", type=int, default=20)
     parser.add_argument("--throughput_steps", type=int, default=150)
-    parser.add_argument("--plain_shuffle", type=int, default=10000,
-                        help="the plain pipeline's shuffle buffer, in records")
-    parser.add_argument("--shuffle_mb", type=float, default=0,
-                        help="(a)'s FileSource(shuffle_bytes=...) in MiB; 0 for tfdist's default")
+    parser.add_argument(
+        "--plain_shuffle",
+        type=int,
+        default=10000,
+        help="the plain pipeline's shuffle buffer, in records",
+    )
+    parser.add_argument(
+        "--shuffle_mb",
+        type=float,
+        default=0,
+        help="(a)'s FileSource(shuffle_bytes=...) in MiB; 0 for tfdist's default",
+    )
     parser.add_argument("--json", default="", help="also write the results to this file")
-    parser.add_argument("--smoke", action="store_true",
-                        help="tiny sizes and step counts: checks that everything runs")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="tiny sizes and step counts: checks that everything runs",
+    )
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     parser.add_argument("--child_dir", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -474,13 +607,18 @@ def main(argv=None) -> int:
     main_dir = ensure_data(args.cache_dir, args.examples, args.image_size)
     small_dirs = {}
     if args.small_examples:
-        small_dirs[f"{args.small_examples}"] = ensure_data(args.cache_dir, args.small_examples,
-                                                           SMALL_SIZE)
+        small_dirs[f"{args.small_examples}"] = ensure_data(
+            args.cache_dir, args.small_examples, SMALL_SIZE
+        )
     if args.large_examples:
-        small_dirs[f"{args.large_examples}"] = ensure_data(args.cache_dir, args.large_examples,
-                                                           SMALL_SIZE)
-    results = {"load_before": load_average(), "cpus": os.cpu_count(),
-               "config": {k: v for k, v in vars(args).items() if not k.startswith("child")}}
+        small_dirs[f"{args.large_examples}"] = ensure_data(
+            args.cache_dir, args.large_examples, SMALL_SIZE
+        )
+    results = {
+        "load_before": load_average(),
+        "cpus": os.cpu_count(),
+        "config": {k: v for k, v in vars(args).items() if not k.startswith("child")},
+    }
     if args.part in ("all", "counts"):
         results["counts"] = part_counts(args, kinds, main_dir, small_dirs)
     if args.part in ("all", "rss"):

@@ -25,10 +25,8 @@ import statistics
 import sys
 import time
 
-from absl import app
-from absl import flags
-
 import two_workers
+from absl import app, flags
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 MODES = ("fused", "python_loop")
@@ -47,8 +45,7 @@ _OUTPUT = flags.DEFINE_string("output", None, "Also write the results as JSON he
 def _python_loop_function(model):
     """The pre-fusion keras_compat loop: one compiled single step per call."""
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from keras.src.backend.tensorflow import (  # pylint: disable=g-import-not-at-top
-        trainer as tf_trainer)
+    from keras.src.backend.tensorflow import trainer as tf_trainer  # pylint: disable=g-import-not-at-top
 
     strategy = model.distribute_strategy
 
@@ -86,33 +83,43 @@ def worker_side() -> None:
 
     keras.utils.set_random_seed(0)
     task = BuiltinTask(model=_MODEL.value, dataset="synthetic", num_examples=8192)
-    train = training_batches(task.build_inputs(True), global_batch_size=_BATCH.value, seed=0,
-                             num_examples=8192)
+    train = training_batches(
+        task.build_inputs(True), global_batch_size=_BATCH.value, seed=0, num_examples=8192
+    )
     with strategy.scope():
         model = task.build_model()
-        model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"], steps_per_execution=_SPE.value)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            steps_per_execution=_SPE.value,
+        )
     if _MODE.value == "python_loop":
         model.train_function = _python_loop_function(model)
     ends = []
     timer = keras.callbacks.LambdaCallback(
-        on_train_batch_end=lambda batch, logs: ends.append((batch, time.perf_counter())))
+        on_train_batch_end=lambda batch, logs: ends.append((batch, time.perf_counter()))
+    )
     steps = _STEPS.value + _SPE.value  # the first execution (tracing) is not timed
-    model.fit(train, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False,
-              callbacks=[timer])
+    model.fit(train, epochs=1, steps_per_epoch=steps, verbose=0, shuffle=False, callbacks=[timer])
     (first_batch, first_time), (last_batch, last_time) = ends[0], ends[-1]
     if cluster.is_chief:
-        pathlib.Path(_RESULT.value).write_text(json.dumps(
-            {"steps_per_second": (last_batch - first_batch) / (last_time - first_time)}))
+        pathlib.Path(_RESULT.value).write_text(
+            json.dumps({"steps_per_second": (last_batch - first_batch) / (last_time - first_time)})
+        )
 
 
 def run(mode: str) -> float:
     """Steps/s of one fresh 2-worker run."""
     result = two_workers.run_two_workers(
-        str(pathlib.Path(__file__).resolve()), f"--mode={mode}", f"--model={_MODEL.value}",
-        f"--steps={_STEPS.value}", f"--steps_per_execution={_SPE.value}",
-        f"--global_batch_size={_BATCH.value}", what=f"{mode} run")
+        str(pathlib.Path(__file__).resolve()),
+        f"--mode={mode}",
+        f"--model={_MODEL.value}",
+        f"--steps={_STEPS.value}",
+        f"--steps_per_execution={_SPE.value}",
+        f"--global_batch_size={_BATCH.value}",
+        what=f"{mode} run",
+    )
     return float(result["steps_per_second"])
 
 
@@ -131,15 +138,22 @@ def main(argv) -> None:
         order = MODES if pair % 2 == 0 else MODES[::-1]
         for mode in order:
             results[mode].append(run(mode))
-            print(f"pair {pair + 1}: {mode:12s} {results[mode][-1]:8.1f} steps/s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"pair {pair + 1}: {mode:12s} {results[mode][-1]:8.1f} steps/s",
+                file=sys.stderr,
+                flush=True,
+            )
     medians = {mode: statistics.median(values) for mode, values in results.items()}
     summary = {
-        "model": _MODEL.value, "steps_per_execution": _SPE.value, "timed_steps": _STEPS.value,
-        "global_batch_size": _BATCH.value, "workers": 2,
+        "model": _MODEL.value,
+        "steps_per_execution": _SPE.value,
+        "timed_steps": _STEPS.value,
+        "global_batch_size": _BATCH.value,
+        "workers": 2,
         "median_steps_per_second": medians,
         "ratio_fused_over_python_loop": medians["fused"] / medians["python_loop"],
-        "runs": results, "load_average_before": load_before,
+        "runs": results,
+        "load_average_before": load_before,
         "load_average_after": _load_average(),
     }
     print(json.dumps(summary), flush=True)

@@ -42,8 +42,12 @@ def synthetic_examples():
 
     from trainer.tasks import datasets  # pylint: disable=g-import-not-at-top
 
-    return (tf.data.Dataset.from_tensor_slices(
-        datasets.synthetic_arrays(SYNTHETIC_EXAMPLES, 0, "train")), SYNTHETIC_EXAMPLES)
+    return (
+        tf.data.Dataset.from_tensor_slices(
+            datasets.synthetic_arrays(SYNTHETIC_EXAMPLES, 0, "train")
+        ),
+        SYNTHETIC_EXAMPLES,
+    )
 
 
 _PNG_CACHE = {}
@@ -61,12 +65,16 @@ def image_examples():
         _PNG_CACHE["png"] = (encoded, rng.integers(0, 10, IMAGE_EXAMPLES).astype(np.int64))
     encoded, labels = _PNG_CACHE["png"]
     dataset = tf.data.Dataset.from_tensor_slices((encoded, labels)).map(
-        lambda png, label: (tf.ensure_shape(tf.io.decode_png(png, channels=1), (28, 28, 1)),
-                            label), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        lambda png, label: (tf.ensure_shape(tf.io.decode_png(png, channels=1), (28, 28, 1)), label),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
     # What trainer.tasks.datasets.tfds_examples does after tfds decodes.
-    dataset = dataset.map(lambda image, label: (tf.cast(image, tf.float32) / 255.0,
-                                                tf.cast(label, tf.int32)),
-                          num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    dataset = dataset.map(
+        lambda image, label: (tf.cast(image, tf.float32) / 255.0, tf.cast(label, tf.int32)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
     return dataset, IMAGE_EXAMPLES
 
 
@@ -83,23 +91,33 @@ def serial_batches(examples, *, num_examples, first_step=0):
 
     def one_pass(pass_index):
         return streaming._seeded_shuffle(examples, buffer, 0, pass_index).batch(  # pylint: disable=protected-access
-            BATCH, drop_remainder=True)
+            BATCH, drop_remainder=True
+        )
 
-    return (tf.data.Dataset.range(first_pass, tf.int64.max).flat_map(one_pass).skip(offset)
-            .prefetch(tf.data.AUTOTUNE))
+    return (
+        tf.data.Dataset.range(first_pass, tf.int64.max)
+        .flat_map(one_pass)
+        .skip(offset)
+        .prefetch(tf.data.AUTOTUNE)
+    )
 
 
 def linear_batches(examples, *, num_examples, first_step=0):
     """The original pipeline: repeat -> shuffle -> batch -> skip(first_step)."""
-    return (examples.repeat().shuffle(min(num_examples, 8192), seed=0)
-            .batch(BATCH, drop_remainder=True).skip(first_step))
+    return (
+        examples.repeat()
+        .shuffle(min(num_examples, 8192), seed=0)
+        .batch(BATCH, drop_remainder=True)
+        .skip(first_step)
+    )
 
 
 def tfdist_batches(examples, *, num_examples, first_step=0):
     from tfdist import data as data_lib  # pylint: disable=g-import-not-at-top
 
-    return data_lib.training_batches(examples, global_batch_size=BATCH, seed=0,
-                                     num_examples=num_examples, first_step=first_step)
+    return data_lib.training_batches(
+        examples, global_batch_size=BATCH, seed=0, num_examples=num_examples, first_step=first_step
+    )
 
 
 PIPELINES = {"tfdist": tfdist_batches, "serial": serial_batches, "linear": linear_batches}
@@ -127,13 +145,21 @@ def training(dataset_name: str, model_name: str, steps_per_execution: int, steps
     examples, count = DATASETS[dataset_name]()
     keras.utils.set_random_seed(0)
     model = models.MODELS[model_name]((28, 28, 1), 10)
-    model.compile(optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
-                  steps_per_execution=steps_per_execution)
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.05, momentum=0.9),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=[keras.metrics.SparseCategoricalAccuracy(name="accuracy")],
+        steps_per_execution=steps_per_execution,
+    )
     meter = ThroughputMeter(global_batch_size=BATCH, steps_per_execution=steps_per_execution)
-    model.fit(tfdist_batches(examples, num_examples=count), epochs=1,
-              steps_per_epoch=steps, callbacks=[meter], verbose=0, shuffle=False)
+    model.fit(
+        tfdist_batches(examples, num_examples=count),
+        epochs=1,
+        steps_per_epoch=steps,
+        callbacks=[meter],
+        verbose=0,
+        shuffle=False,
+    )
     return meter.examples_per_second
 
 
@@ -169,26 +195,48 @@ def throughput_part(rounds: int, steps: int, quick: bool = False) -> dict:
     rows = []
     for case, values in results.items():
         kind, dataset_name, pipeline, model_name, spe = case
-        rows.append({"kind": kind, "dataset": dataset_name, "pipeline": pipeline,
-                     "model": model_name, "steps_per_execution": spe,
-                     "median_examples_per_second": statistics.median(values), "runs": values})
+        rows.append(
+            {
+                "kind": kind,
+                "dataset": dataset_name,
+                "pipeline": pipeline,
+                "model": model_name,
+                "steps_per_execution": spe,
+                "median_examples_per_second": statistics.median(values),
+                "runs": values,
+            }
+        )
     return {"rows": rows}
 
 
 def restart_part(rounds: int, quick: bool = False) -> dict:
-    cases = [("tfdist", 0), ("tfdist", 100_000), ("serial", 100_000), ("linear", 0),
-             ("linear", 1_000 if quick else 10_000)]
+    cases = [
+        ("tfdist", 0),
+        ("tfdist", 100_000),
+        ("serial", 100_000),
+        ("linear", 0),
+        ("linear", 1_000 if quick else 10_000),
+    ]
     rows = []
     for dataset_name in DATASETS:
         results = {case: [] for case in cases}
         for round_index in range(rounds):
-            for case in (cases if round_index % 2 == 0 else cases[::-1]):
+            for case in cases if round_index % 2 == 0 else cases[::-1]:
                 results[case].append(first_batch_seconds(dataset_name, *case))
         for (pipeline, step), values in results.items():
-            rows.append({"dataset": dataset_name, "pipeline": pipeline, "first_step": step,
-                         "median_seconds": statistics.median(values), "runs": values})
-            print(f"{dataset_name} {pipeline} step {step}: {statistics.median(values):.3f} s",
-                  file=sys.stderr)
+            rows.append(
+                {
+                    "dataset": dataset_name,
+                    "pipeline": pipeline,
+                    "first_step": step,
+                    "median_seconds": statistics.median(values),
+                    "runs": values,
+                }
+            )
+            print(
+                f"{dataset_name} {pipeline} step {step}: {statistics.median(values):.3f} s",
+                file=sys.stderr,
+            )
     return {"rows": rows}
 
 

@@ -28,8 +28,8 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 from trainer.config import build_config  # noqa: E402
-from trainer.tasks.models import MODELS  # noqa: E402
 from trainer.optimization import build_optimizer  # noqa: E402
+from trainer.tasks.models import MODELS  # noqa: E402
 
 SPEED_PAIRS = (("lars", "sgd"), ("lamb", "adam"))
 BASE_BATCH = 32
@@ -58,10 +58,13 @@ def _compile(model, config, steps_per_epoch, steps_per_execution):
     model.compile(
         optimizer=build_optimizer(config, steps_per_epoch=steps_per_epoch, logger=_Quiet()),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"], steps_per_execution=steps_per_execution)
+        metrics=["accuracy"],
+        steps_per_execution=steps_per_execution,
+    )
 
 
 # --------------------------------------------------------------------------- (a)
+
 
 def bench_speed(model_name, batch, rounds, steps):
     rng = np.random.default_rng(0)
@@ -72,8 +75,9 @@ def bench_speed(model_name, batch, rounds, steps):
     initial = MODELS[model_name](shape, 10).get_weights()
     models = {}
     for name in {name for pair in SPEED_PAIRS for name in pair}:
-        config = build_config({"optimizer": name, "learning_rate": 0.01,
-                               "global_batch_size": batch, "epochs": 1})
+        config = build_config(
+            {"optimizer": name, "learning_rate": 0.01, "global_batch_size": batch, "epochs": 1}
+        )
         model = MODELS[model_name](shape, 10)
         model.set_weights(initial)
         _compile(model, config, steps, steps)
@@ -95,13 +99,16 @@ def bench_speed(model_name, batch, rounds, steps):
         new_wall, old_wall = 1e3 * min(wall[new]), 1e3 * min(wall[old])
         new_cpu = 1e3 * statistics.median(cpu[new])
         old_cpu = 1e3 * statistics.median(cpu[old])
-        rows.append(f"| {model_name} ({num_params:,} params), batch {batch} | {new} vs {old} "
-                    f"| {new_wall:.2f} / {old_wall:.2f} | **{new_wall / old_wall:.3f}x** "
-                    f"| {new_cpu:.2f} / {old_cpu:.2f} | {new_cpu / old_cpu:.3f}x |")
+        rows.append(
+            f"| {model_name} ({num_params:,} params), batch {batch} | {new} vs {old} "
+            f"| {new_wall:.2f} / {old_wall:.2f} | **{new_wall / old_wall:.3f}x** "
+            f"| {new_cpu:.2f} / {old_cpu:.2f} | {new_cpu / old_cpu:.3f}x |"
+        )
     return rows
 
 
 # --------------------------------------------------------------------------- (b)
+
 
 def teacher_task(seed=0, n_train=16384, n_test=4096, dim=32, classes=10):
     """Gaussian inputs labelled by a random one-hidden-layer ReLU teacher + noise."""
@@ -123,21 +130,37 @@ def teacher_task(seed=0, n_train=16384, n_test=4096, dim=32, classes=10):
 def train_once(task, optimizer, base_lr, batch, rule):
     (x_train, y_train), (x_test, y_test), _ = task
     steps_per_epoch = len(x_train) // batch
-    config = build_config({
-        "optimizer": optimizer, "learning_rate": base_lr, "lr_scaling": rule,
-        "reference_batch_size": BASE_BATCH, "global_batch_size": batch, "epochs": EPOCHS,
-        "warmup_epochs": WARMUP_EPOCHS, "lr_decay": "polynomial", "decay_power": 2.0,
-    })
+    config = build_config(
+        {
+            "optimizer": optimizer,
+            "learning_rate": base_lr,
+            "lr_scaling": rule,
+            "reference_batch_size": BASE_BATCH,
+            "global_batch_size": batch,
+            "epochs": EPOCHS,
+            "warmup_epochs": WARMUP_EPOCHS,
+            "lr_decay": "polynomial",
+            "decay_power": 2.0,
+        }
+    )
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([
-        keras.Input((x_train.shape[1],)),
-        keras.layers.Dense(128, activation="relu"),
-        keras.layers.Dense(128, activation="relu"),
-        keras.layers.Dense(10),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input((x_train.shape[1],)),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
     _compile(model, config, steps_per_epoch, min(steps_per_epoch, 64))
-    model.fit(x_train, y_train, batch_size=batch, epochs=EPOCHS,
-              steps_per_epoch=steps_per_epoch, verbose=0)
+    model.fit(
+        x_train,
+        y_train,
+        batch_size=batch,
+        epochs=EPOCHS,
+        steps_per_epoch=steps_per_epoch,
+        verbose=0,
+    )
     result = model.evaluate(x_test, y_test, batch_size=1024, verbose=0, return_dict=True)
     accuracy = result["accuracy"]
     return accuracy if np.isfinite(result["loss"]) else float("nan")
@@ -149,22 +172,28 @@ def bench_quality(log):
     for optimizer, grid in BASE_LR_GRID.items():
         scores = {lr: train_once(task, optimizer, lr, BASE_BATCH, "none") for lr in grid}
         best[optimizer] = max(grid, key=lambda lr: np.nan_to_num(scores[lr]))
-        log(f"  base-batch grid {optimizer}: " +
-            ", ".join(f"lr {lr:g} -> {acc:.4f}" for lr, acc in scores.items()))
+        log(
+            f"  base-batch grid {optimizer}: "
+            + ", ".join(f"lr {lr:g} -> {acc:.4f}" for lr, acc in scores.items())
+        )
         best[optimizer] = (best[optimizer], scores[best[optimizer]])
-    header = ("| optimizer | scaling | base lr | batch 32 | 256 (8x) | 1024 (32x) | "
-              "2048 (64x) | worst drop |")
+    header = (
+        "| optimizer | scaling | base lr | batch 32 | 256 (8x) | 1024 (32x) | "
+        "2048 (64x) | worst drop |"
+    )
     rows = [header, "|---|---|---|---|---|---|---|---|"]
     for optimizer in ("sgd", "lars", "adam", "lamb"):
         base_lr, base_accuracy = best[optimizer]
         for rule in ("linear", "sqrt"):
-            accuracies = [train_once(task, optimizer, base_lr, BASE_BATCH * k, rule)
-                          for k in MULTIPLIERS]
+            accuracies = [
+                train_once(task, optimizer, base_lr, BASE_BATCH * k, rule) for k in MULTIPLIERS
+            ]
             drop = 100 * (base_accuracy - min(np.nan_to_num(accuracies)))
-            cells = " | ".join("diverged" if np.isnan(a) else f"{100 * a:.1f}"
-                               for a in accuracies)
-            rows.append(f"| {optimizer} | {rule} | {base_lr:g} | {100 * base_accuracy:.1f} | "
-                        f"{cells} | {drop:.1f} |")
+            cells = " | ".join("diverged" if np.isnan(a) else f"{100 * a:.1f}" for a in accuracies)
+            rows.append(
+                f"| {optimizer} | {rule} | {base_lr:g} | {100 * base_accuracy:.1f} | "
+                f"{cells} | {drop:.1f} |"
+            )
             log("  " + rows[-1])
     return rows, task[2]
 
@@ -180,8 +209,10 @@ def main():
         print(line, file=sys.stderr, flush=True)
 
     if args.part in ("speed", "all"):
-        print("| model, batch | pair | best wall ms/step (new / baseline) | wall ratio "
-              "| median CPU ms/step (new / baseline) | CPU ratio |")
+        print(
+            "| model, batch | pair | best wall ms/step (new / baseline) | wall ratio "
+            "| median CPU ms/step (new / baseline) | CPU ratio |"
+        )
         print("|---|---|---|---|---|---|")
         for model_name, batch in (("cnn", 256), ("mlp", 256), ("mlp", 32)):
             for row in bench_speed(model_name, batch, args.rounds, args.steps):
@@ -189,8 +220,10 @@ def main():
         print()
     if args.part in ("quality", "all"):
         rows, teacher_accuracy = bench_quality(log)
-        print(f"Test accuracy (%) after {EPOCHS} epochs; the teacher itself scores "
-              f"{100 * teacher_accuracy:.1f}%.\n")
+        print(
+            f"Test accuracy (%) after {EPOCHS} epochs; the teacher itself scores "
+            f"{100 * teacher_accuracy:.1f}%.\n"
+        )
         print("\n".join(rows))
 
 

@@ -46,27 +46,50 @@ def _parse_args():
 def _run(name: str, args, work: pathlib.Path) -> float:
     config = CONFIGS[name]
     model_dir = work / name
-    task = [sys.executable, "-m", "trainer.task", f"--strategy={config['strategy']}",
-            f"--model={args.model}", f"--global_batch_size={args.global_batch_size}",
-            f"--epochs={args.epochs}", f"--steps_per_epoch={args.steps_per_epoch}",
-            f"--model_dir={model_dir}"]
+    task = [
+        sys.executable,
+        "-m",
+        "trainer.task",
+        f"--strategy={config['strategy']}",
+        f"--model={args.model}",
+        f"--global_batch_size={args.global_batch_size}",
+        f"--epochs={args.epochs}",
+        f"--steps_per_epoch={args.steps_per_epoch}",
+        f"--model_dir={model_dir}",
+    ]
     if config["launch"]:
-        command = [sys.executable, "-m", "tfdist.launch", *config["launch"], "--quiet",
-                   f"--timeout={args.timeout}", "--", *task]
+        command = [
+            sys.executable,
+            "-m",
+            "tfdist.launch",
+            *config["launch"],
+            "--quiet",
+            f"--timeout={args.timeout}",
+            "--",
+            *task,
+        ]
     else:
         command = task
     env = dict(os.environ, PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="3")
     env.pop("TF_CONFIG", None)
     env.pop("CLUSTER_SPEC", None)
-    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                            timeout=args.timeout + 60, check=False)
+    result = subprocess.run(
+        command,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=args.timeout + 60,
+        check=False,
+    )
     if result.returncode != 0:
         raise RuntimeError(f"{name} exited {result.returncode}:\n{result.stderr[-3000:]}")
     summary = json.loads((model_dir / "summary.json").read_text())
     expected = args.epochs * args.steps_per_epoch
     if summary["steps_completed"] != expected:
-        raise RuntimeError(f"{name} applied {summary['steps_completed']} steps, "
-                           f"expected {expected}")
+        raise RuntimeError(
+            f"{name} applied {summary['steps_completed']} steps, expected {expected}"
+        )
     return float(summary["examples_per_second"])
 
 
@@ -81,8 +104,10 @@ def main() -> None:
                 samples[name].append(value)
                 print(f"round {round_index + 1}: {name}: {value:.0f} examples/s", flush=True)
     baseline = statistics.median(samples["default"])
-    print(f"\n{args.model}, global batch {args.global_batch_size}, "
-          f"{args.epochs}x{args.steps_per_epoch} steps, median of {args.rounds} rounds\n")
+    print(
+        f"\n{args.model}, global batch {args.global_batch_size}, "
+        f"{args.epochs}x{args.steps_per_epoch} steps, median of {args.rounds} rounds\n"
+    )
     print("| run | examples/s | vs default |")
     print("|---|---:|---:|")
     for name, values in samples.items():

@@ -48,7 +48,7 @@ def new_name(old: str) -> str | None:
     prefix = old
     while prefix:
         if prefix in MOVED:
-            return MOVED[prefix] + old[len(prefix):]
+            return MOVED[prefix] + old[len(prefix) :]
         prefix = prefix.rpartition(".")[0]
     return None
 
@@ -66,9 +66,12 @@ class _MovedFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec):
         new = new_name(spec.name)
-        warnings.warn(f"{spec.name} moved to {new}; import {new} instead "
-                      f"(the old path is an alias of the same module)",
-                      DeprecationWarning, stacklevel=2)  # importlib's frames are skipped
+        warnings.warn(
+            f"{spec.name} moved to {new}; import {new} instead "
+            f"(the old path is an alias of the same module)",
+            DeprecationWarning,
+            stacklevel=2,
+        )  # importlib's frames are skipped
         module = importlib.import_module(new)
         self._specs[spec.name] = module.__spec__
         return module

@@ -24,8 +24,7 @@ import re
 import sys
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
-from absl import app
-from absl import flags
+from absl import app, flags
 
 from tfdist.errors import NonFiniteError, UsageError
 
@@ -42,14 +41,22 @@ RETRYABLE_EXIT_CODES = (EXIT_GRACE_EXPIRED, EXIT_PREEMPTED, EXIT_PEER_LOST)
 
 _LONG_TOKEN = re.compile(r"\S{121,}")
 # absl's own --help exits 1; asking for help is not an error. True: the short help.
-_HELP_FLAGS = {"--help": True, "-help": True, "-h": True, "-?": True, "--helpshort": True,
-               "--helpfull": False, "-helpfull": False}
+_HELP_FLAGS = {
+    "--help": True,
+    "-help": True,
+    "-h": True,
+    "-?": True,
+    "--helpshort": True,
+    "--helpfull": False,
+    "-helpfull": False,
+}
 
 
 def shortened(message: str) -> str:
     """`message` with any overlong unbroken run (a pasted value) cut to 100 characters."""
-    return _LONG_TOKEN.sub(lambda match: f"{match.group(0)[:100]}... "
-                                         f"({len(match.group(0))} characters)", message)
+    return _LONG_TOKEN.sub(
+        lambda match: f"{match.group(0)[:100]}... ({len(match.group(0))} characters)", message
+    )
 
 
 def exit_with_error(message: str, code: int) -> NoReturn:
@@ -82,7 +89,7 @@ def split_command(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     if "--" not in argv:
         return argv, []
     cut = argv.index("--")
-    return argv[:cut], argv[cut + 1:]
+    return argv[:cut], argv[cut + 1 :]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,17 +116,26 @@ class ErrorExit:
 def describe_lost_peer(error: BaseException) -> str:
     """The line for a collective or remote call that failed because another task is gone."""
     first_line = (str(error).strip().splitlines() or [""])[0][:300]
-    return (f"lost contact with another task of the job ({type(error).__name__}: "
-            f"{first_line}); exiting so that the job can restart from its last backup")
+    return (
+        f"lost contact with another task of the job ({type(error).__name__}: "
+        f"{first_line}); exiting so that the job can restart from its last backup"
+    )
 
 
 # What every entry point reports without a traceback.
-STANDARD_EXITS = (ErrorExit((UsageError,), EXIT_USAGE),
-                  ErrorExit((NonFiniteError,), EXIT_NON_FINITE))
+STANDARD_EXITS = (
+    ErrorExit((UsageError,), EXIT_USAGE),
+    ErrorExit((NonFiniteError,), EXIT_NON_FINITE),
+)
 
 
-def run(main: Callable[..., Any], argv: Sequence[str] | None = None, *,
-        takes_command: bool = False, exits: Sequence[ErrorExit] = ()) -> NoReturn:
+def run(
+    main: Callable[..., Any],
+    argv: Sequence[str] | None = None,
+    *,
+    takes_command: bool = False,
+    exits: Sequence[ErrorExit] = (),
+) -> NoReturn:
     """Runs an absl `main` as a command-line entry point, and exits.
 
     Flag errors exit 2 in one line, `--help` exits 0, and an exception matched
@@ -176,8 +192,12 @@ class FlagSpec:
     def flag_kind(self) -> str:
         if self.kind:
             return self.kind
-        for python_type, kind in ((bool, "boolean"), (int, "integer"), (float, "float"),
-                                  ((tuple, list), "list")):
+        for python_type, kind in (
+            (bool, "boolean"),
+            (int, "integer"),
+            (float, "float"),
+            ((tuple, list), "list"),
+        ):
             if isinstance(self.default, python_type):
                 return kind
         return "string"
@@ -205,17 +225,33 @@ class _WholeNumberParser(flags.IntegerParser):
 
 
 def _define_whole_number(name, default, help, *, flag_values, module_name, lower_bound=None):  # pylint: disable=redefined-builtin
-    return flags.DEFINE(_WholeNumberParser(lower_bound=lower_bound), name, default, help,
-                        flag_values, flags.ArgumentSerializer(), module_name=module_name)
+    return flags.DEFINE(
+        _WholeNumberParser(lower_bound=lower_bound),
+        name,
+        default,
+        help,
+        flag_values,
+        flags.ArgumentSerializer(),
+        module_name=module_name,
+    )
 
 
-_DEFINERS = {"string": flags.DEFINE_string, "integer": _define_whole_number,
-             "float": flags.DEFINE_float, "boolean": flags.DEFINE_boolean,
-             "list": flags.DEFINE_list, "multi_string": flags.DEFINE_multi_string}
+_DEFINERS = {
+    "string": flags.DEFINE_string,
+    "integer": _define_whole_number,
+    "float": flags.DEFINE_float,
+    "boolean": flags.DEFINE_boolean,
+    "list": flags.DEFINE_list,
+    "multi_string": flags.DEFINE_multi_string,
+}
 
 
-def define_flags(specs: Iterable[FlagSpec], flag_values: flags.FlagValues = flags.FLAGS, *,
-                 module_name: str | None = None) -> dict[str, flags.FlagHolder]:
+def define_flags(
+    specs: Iterable[FlagSpec],
+    flag_values: flags.FlagValues = flags.FLAGS,
+    *,
+    module_name: str | None = None,
+) -> dict[str, flags.FlagHolder]:
     """Defines one absl flag per spec; returns their holders by name.
 
     Args:
@@ -232,9 +268,17 @@ def define_flags(specs: Iterable[FlagSpec], flag_values: flags.FlagValues = flag
     for spec in specs:
         kind = spec.flag_kind
         default = list(spec.default) if isinstance(spec.default, tuple) else spec.default
-        bounds = ({"lower_bound": spec.lower_bound}
-                  if spec.lower_bound is not None and kind in ("integer", "float") else {})
-        holders[spec.name] = _DEFINERS[kind](spec.name, default, spec.help,
-                                             flag_values=flag_values, module_name=module_name,
-                                             **bounds)
+        bounds = (
+            {"lower_bound": spec.lower_bound}
+            if spec.lower_bound is not None and kind in ("integer", "float")
+            else {}
+        )
+        holders[spec.name] = _DEFINERS[kind](
+            spec.name,
+            default,
+            spec.help,
+            flag_values=flag_values,
+            module_name=module_name,
+            **bounds,
+        )
     return holders

@@ -27,8 +27,9 @@ class BackupMismatchError(UsageError):
         run_value: This run's value, as shown.
     """
 
-    def __init__(self, message: str, *, field: str = "", backup_value: str = "",
-                 run_value: str = ""):
+    def __init__(
+        self, message: str, *, field: str = "", backup_value: str = "", run_value: str = ""
+    ):
         super().__init__(message)
         self.field = field
         self.backup_value = backup_value

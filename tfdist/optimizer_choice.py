@@ -37,8 +37,7 @@ class Interval:
             number = float(value)
         except (TypeError, ValueError):
             return False
-        return self.low <= number and (number <= self.high if self.closed
-                                       else number < self.high)
+        return self.low <= number and (number <= self.high if self.closed else number < self.high)
 
     def __str__(self) -> str:
         if self.high == math.inf:
@@ -52,17 +51,29 @@ _MOMENTUM = Interval(0.0, 1.0, example=0.9)
 # Per optimizer of `OPTIMIZERS`: its arguments' ranges. `sgd` is Keras's SGD,
 # which refuses a momentum outside [0, 1] with a ValueError (and a traceback).
 ARGUMENT_RANGES: Mapping[str, Mapping[str, Interval]] = {
-    "lars": {"momentum": _MOMENTUM, "weight_decay_rate": _NOT_NEGATIVE,
-             "eeta": Interval(example=0.001), "epsilon": _NOT_NEGATIVE},
-    "lamb": {"beta_1": Interval(0.0, 1.0, example=0.9),
-             "beta_2": Interval(0.0, 1.0, example=0.999),
-             "epsilon": Interval(example=1e-6), "weight_decay_rate": _NOT_NEGATIVE},
+    "lars": {
+        "momentum": _MOMENTUM,
+        "weight_decay_rate": _NOT_NEGATIVE,
+        "eeta": Interval(example=0.001),
+        "epsilon": _NOT_NEGATIVE,
+    },
+    "lamb": {
+        "beta_1": Interval(0.0, 1.0, example=0.9),
+        "beta_2": Interval(0.0, 1.0, example=0.999),
+        "epsilon": Interval(example=1e-6),
+        "weight_decay_rate": _NOT_NEGATIVE,
+    },
     "sgd": {"momentum": Interval(0.0, 1.0, closed=True, example=0.9)},
 }
 
 
-def check_arguments(optimizer: str, arguments: Mapping[str, object], *,
-                    names: Mapping[str, str] | None = None, prefix: str = "") -> None:
+def check_arguments(
+    optimizer: str,
+    arguments: Mapping[str, object],
+    *,
+    names: Mapping[str, str] | None = None,
+    prefix: str = "",
+) -> None:
     """Raises `UsageError` unless each argument is in its optimizer's range.
 
     Args:
@@ -80,5 +91,7 @@ def check_arguments(optimizer: str, arguments: Mapping[str, object], *,
         if interval is None or value in interval:
             continue
         name = names.get(argument, argument)
-        raise UsageError(f"{prefix or optimizer.upper()} {name} is {value!r}, expected a "
-                         f"number {interval}, e.g. {name}={interval.example:g}")
+        raise UsageError(
+            f"{prefix or optimizer.upper()} {name} is {value!r}, expected a "
+            f"number {interval}, e.g. {name}={interval.example:g}"
+        )

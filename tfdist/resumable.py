@@ -32,11 +32,11 @@ import sys
 import keras
 import tensorflow as tf
 
-from tfdist.distribute import strategy as strategy_lib
-from tfdist.distribute import worker_files
 from tfdist import cli
 from tfdist._internal.peers import PEER_FAILURES
 from tfdist.callbacks import BackupAndRestore
+from tfdist.distribute import strategy as strategy_lib
+from tfdist.distribute import worker_files
 from tfdist.distribute.cluster import resolve_cluster, resolve_cluster_for_strategy
 from tfdist.errors import UsageError
 from tfdist.preemption import PreemptionOptions
@@ -57,8 +57,9 @@ class PeerLost(SystemExit):
         super().__init__(cli.EXIT_PEER_LOST)
 
 
-def strategy_from_environment(name: str = "auto", *,
-                              options: strategy_lib.StrategyOptions | None = None):
+def strategy_from_environment(
+    name: str = "auto", *, options: strategy_lib.StrategyOptions | None = None
+):
     """The strategy for the cluster `TF_CONFIG` or `CLUSTER_SPEC` describes.
 
     Call it before any other TensorFlow operation (a multi-worker strategy
@@ -91,10 +92,18 @@ def write_path(path: str) -> str:
     return worker_files.write_path(path, resolve_cluster(os.environ))
 
 
-def fit(model: keras.Model, x: tf.data.Dataset, *, backup_dir: str, epochs: int = 1,
-        steps_per_epoch: int | None = None, save_freq="epoch", callbacks=None,
-        preemption: PreemptionOptions | None = PreemptionOptions(),
-        **fit_kwargs) -> keras.callbacks.History:
+def fit(
+    model: keras.Model,
+    x: tf.data.Dataset,
+    *,
+    backup_dir: str,
+    epochs: int = 1,
+    steps_per_epoch: int | None = None,
+    save_freq="epoch",
+    callbacks=None,
+    preemption: PreemptionOptions | None = PreemptionOptions(),
+    **fit_kwargs,
+) -> keras.callbacks.History:
     """`model.fit(x, epochs=..., ...)` that resumes from `backup_dir` at the exact step.
 
     What a resume keeps (docs/fault_tolerance.md): the weights, optimizer and
@@ -134,36 +143,56 @@ def fit(model: keras.Model, x: tf.data.Dataset, *, backup_dir: str, epochs: int 
     """
     for reserved in ("initial_epoch", "shuffle", "x"):
         if reserved in fit_kwargs:
-            raise UsageError(f"fit got {reserved}=..., which tfdist.resumable.fit sets itself; "
-                             f"remove it")
+            raise UsageError(
+                f"fit got {reserved}=..., which tfdist.resumable.fit sets itself; remove it"
+            )
     if not isinstance(x, tf.data.Dataset):
-        raise UsageError(f"x is a {type(x).__name__}, expected a tf.data.Dataset of batches "
-                         f"(wrap arrays with tf.data.Dataset.from_tensor_slices(...).batch(n))")
+        raise UsageError(
+            f"x is a {type(x).__name__}, expected a tf.data.Dataset of batches "
+            f"(wrap arrays with tf.data.Dataset.from_tensor_slices(...).batch(n))"
+        )
     endless = int(x.cardinality()) == int(tf.data.INFINITE_CARDINALITY)
     if endless and steps_per_epoch is None:
-        raise UsageError("x repeats forever but steps_per_epoch is not set, expected the "
-                         "number of steps in one epoch; pass steps_per_epoch=N")
+        raise UsageError(
+            "x repeats forever but steps_per_epoch is not set, expected the "
+            "number of steps in one epoch; pass steps_per_epoch=N"
+        )
     callbacks = list(callbacks or [])
     cluster = resolve_cluster(os.environ)
     worker_files.redirect_callbacks(callbacks, cluster)
-    backup = BackupAndRestore(backup_dir, save_freq=save_freq, preemption=preemption,
-                              delete_checkpoint=False, restore_completed=True, cluster=cluster)
-    segments = backup.resume(model, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                             callbacks=callbacks)
+    backup = BackupAndRestore(
+        backup_dir,
+        save_freq=save_freq,
+        preemption=preemption,
+        delete_checkpoint=False,
+        restore_completed=True,
+        cluster=cluster,
+    )
+    segments = backup.resume(
+        model, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks
+    )
     if backup.completed:
         _check_final_backup(backup)
     try:
         for segment in segments:
             skip = segment.first_step if endless else segment.first_step_in_epoch
-            model.fit(x.skip(skip) if skip else x, callbacks=_around_backup(callbacks, backup),
-                      shuffle=False, **segment.fit_kwargs(), **fit_kwargs)
+            model.fit(
+                x.skip(skip) if skip else x,
+                callbacks=_around_backup(callbacks, backup),
+                shuffle=False,
+                **segment.fit_kwargs(),
+                **fit_kwargs,
+            )
             if backup.completed or model.stop_training:
                 break
     except PEER_FAILURES as error:
         if cluster.num_workers < 2:
             raise
-        print(f"error: {cli.describe_lost_peer(error)} (exit {cli.EXIT_PEER_LOST})",
-              file=sys.stderr, flush=True)
+        print(
+            f"error: {cli.describe_lost_peer(error)} (exit {cli.EXIT_PEER_LOST})",
+            file=sys.stderr,
+            flush=True,
+        )
         raise PeerLost() from None
     if not backup.completed:
         # A restart from the final backup of a run that ended before recording it.
@@ -177,10 +206,14 @@ def _check_final_backup(backup: BackupAndRestore) -> None:
             f"{backup.backup_dir} records that training completed at step "
             f"{backup.resumed_from_step}, but its final backup is gone, so the trained "
             f"weights cannot be restored and fit would return an untrained model; load the "
-            f"model your script saved, or delete {backup.backup_dir} to train again")
-    _log.info("Training had completed at step %d: restored its final backup from %s, not "
-              "training again (delete the directory to train anew).",
-              backup.resumed_from_step, backup.backup_dir)
+            f"model your script saved, or delete {backup.backup_dir} to train again"
+        )
+    _log.info(
+        "Training had completed at step %d: restored its final backup from %s, not "
+        "training again (delete the directory to train anew).",
+        backup.resumed_from_step,
+        backup.backup_dir,
+    )
 
 
 def _history(model: keras.Model, backup: BackupAndRestore) -> keras.callbacks.History:

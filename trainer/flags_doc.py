@@ -89,9 +89,11 @@ training step but the first) and `resumed_from_step` (0 on a fresh start). The c
 prints a one-line JSON digest of it on stdout.
 """
 
-_CONFIG_DETAILS = ("A missing file, invalid JSON, unknown keys or wrongly typed values exit "
-                   "with code 2; e.g. [`configs/cnn_large_batch_lars.json`]"
-                   "(../configs/cnn_large_batch_lars.json).")
+_CONFIG_DETAILS = (
+    "A missing file, invalid JSON, unknown keys or wrongly typed values exit "
+    "with code 2; e.g. [`configs/cnn_large_batch_lars.json`]"
+    "(../configs/cnn_large_batch_lars.json)."
+)
 _LIBRARY_HELP = {spec.name: spec.help for spec in STRATEGY_FLAGS}
 
 
@@ -104,14 +106,18 @@ def render() -> str:
         parts.append(f"## {section}\n")
         if section in _BEFORE:
             parts.append(_BEFORE[section])
-        parts.append("| flag | config key | type | default | choices | what it does |\n"
-                     "|---|---|---|---|---|---|\n"
-                     + "".join(_row(row) for row in config_lib.OPTIONS
-                               if row.section == section))
+        parts.append(
+            "| flag | config key | type | default | choices | what it does |\n"
+            "|---|---|---|---|---|---|\n"
+            + "".join(_row(row) for row in config_lib.OPTIONS if row.section == section)
+        )
         if section in _AFTER:
-            parts.append(_AFTER[section].format(
-                config_row=f"| `--config` | (flag only) | string | none | | "
-                           f"{CONFIG_FLAG.help} {_CONFIG_DETAILS} |\n"))
+            parts.append(
+                _AFTER[section].format(
+                    config_row=f"| `--config` | (flag only) | string | none | | "
+                    f"{CONFIG_FLAG.help} {_CONFIG_DETAILS} |\n"
+                )
+            )
         if section == options_lib.OUTPUTS:
             parts.append(_FOOTER)
     return "\n".join(parts)
@@ -125,8 +131,10 @@ def help_text(row: options_lib.Option) -> str:
 def _row(row: options_lib.Option) -> str:
     choices = ", ".join(f"`{choice}`" for choice in row.choices)
     text = " ".join(filter(None, [help_text(row), row.details])).replace("|", "\\|")
-    return (f"| `--{row.name}` | `{row.name}` | {row.type_name} | {_default(row)} | "
-            f"{choices} | {text} |\n")
+    return (
+        f"| `--{row.name}` | `{row.name}` | {row.type_name} | {_default(row)} | "
+        f"{choices} | {text} |\n"
+    )
 
 
 def _default(row: options_lib.Option) -> str:

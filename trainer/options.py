@@ -105,12 +105,19 @@ def option(default: Any, help_text: str, section: str, **attributes: Any) -> Any
         **attributes: The other `Option` attributes (`choices`, `details`, ...).
     """
     return dataclasses.field(
-        default=default, metadata={"option": Option(help_text, section, **attributes)})
+        default=default, metadata={"option": Option(help_text, section, **attributes)}
+    )
 
 
 def table(config_class: type) -> tuple[Option, ...]:
     """The rows of a dataclass declared with `option(...)`, in field order."""
     hints = typing.get_type_hints(config_class)
-    return tuple(dataclasses.replace(field.metadata["option"], name=field.name,
-                                     value_type=hints[field.name], default=field.default)
-                 for field in dataclasses.fields(config_class))
+    return tuple(
+        dataclasses.replace(
+            field.metadata["option"],
+            name=field.name,
+            value_type=hints[field.name],
+            default=field.default,
+        )
+        for field in dataclasses.fields(config_class)
+    )

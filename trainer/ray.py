@@ -27,23 +27,41 @@ from tfdist import cli
 from tfdist.errors import UsageError
 
 RAY_FLAGS = flags.FlagValues()
-cli.define_flags([
-    cli.FlagSpec("num_workers", 2, "Worker tasks (Ray ranks after the chief).", lower_bound=0),
-    cli.FlagSpec("chief", False, "Rank 0 is the chief (required with --num_ps)."),
-    cli.FlagSpec("num_ps", 0, "Parameter servers (the last ranks before the evaluator).",
-                 lower_bound=0),
-    cli.FlagSpec("evaluator", False, "The last rank is the evaluator."),
-    cli.FlagSpec("cpus_per_task", 1, "CPUs Ray reserves for each rank.", lower_bound=1),
-    cli.FlagSpec("max_failures", 0, "Ray FailureConfig(max_failures): group restarts after "
-                 "a worker error (-1: unlimited).", lower_bound=-1),
-    cli.FlagSpec("max_preemption_failures", -1, "Ray FailureConfig(max_preemption_failures): "
-                 "restarts after node preemptions (-1: unlimited).", lower_bound=-1),
-    cli.FlagSpec("storage_path", "", "Ray RunConfig(storage_path): where Ray keeps the run "
-                 "(default: Ray's, ~/ray_results)."),
-    cli.FlagSpec("name", "tfdist-trainer", "Ray RunConfig(name)."),
-    cli.FlagSpec("address", "", "Ray cluster to join (e.g. auto); empty starts a local one "
-                 "on 127.0.0.1."),
-], flag_values=RAY_FLAGS, module_name=__name__)
+cli.define_flags(
+    [
+        cli.FlagSpec("num_workers", 2, "Worker tasks (Ray ranks after the chief).", lower_bound=0),
+        cli.FlagSpec("chief", False, "Rank 0 is the chief (required with --num_ps)."),
+        cli.FlagSpec(
+            "num_ps", 0, "Parameter servers (the last ranks before the evaluator).", lower_bound=0
+        ),
+        cli.FlagSpec("evaluator", False, "The last rank is the evaluator."),
+        cli.FlagSpec("cpus_per_task", 1, "CPUs Ray reserves for each rank.", lower_bound=1),
+        cli.FlagSpec(
+            "max_failures",
+            0,
+            "Ray FailureConfig(max_failures): group restarts after a worker error (-1: unlimited).",
+            lower_bound=-1,
+        ),
+        cli.FlagSpec(
+            "max_preemption_failures",
+            -1,
+            "Ray FailureConfig(max_preemption_failures): "
+            "restarts after node preemptions (-1: unlimited).",
+            lower_bound=-1,
+        ),
+        cli.FlagSpec(
+            "storage_path",
+            "",
+            "Ray RunConfig(storage_path): where Ray keeps the run (default: Ray's, ~/ray_results).",
+        ),
+        cli.FlagSpec("name", "tfdist-trainer", "Ray RunConfig(name)."),
+        cli.FlagSpec(
+            "address", "", "Ray cluster to join (e.g. auto); empty starts a local one on 127.0.0.1."
+        ),
+    ],
+    flag_values=RAY_FLAGS,
+    module_name=__name__,
+)
 
 _TASK = "trainer.task"
 
@@ -64,23 +82,31 @@ def check_task_flags(task_argv: list[str], tensorflow_config, world_size: int) -
     try:
         remaining = flags.FLAGS([_TASK, *task_argv])
     except flags.Error as error:
-        raise UsageError(f"{error} (a trainer.task flag after --; run python -m trainer.task "
-                         f"--helpfull to list them)") from None
+        raise UsageError(
+            f"{error} (a trainer.task flag after --; run python -m trainer.task "
+            f"--helpfull to list them)"
+        ) from None
     if len(remaining) > 1:
-        raise UsageError(f"unexpected argument {remaining[1]!r} after --, expected only "
-                         f"trainer.task --flags")
+        raise UsageError(
+            f"unexpected argument {remaining[1]!r} after --, expected only trainer.task --flags"
+        )
     config = task.config_from_flags()
     layout = tensorflow_config.layout(world_size)
     if config.strategy == "parameter_server" and not layout.num_ps:
-        raise UsageError("trainer.task's --strategy is 'parameter_server' but --num_ps is 0, "
-                         "expected --chief --num_ps=N (N >= 1) before --")
+        raise UsageError(
+            "trainer.task's --strategy is 'parameter_server' but --num_ps is 0, "
+            "expected --chief --num_ps=N (N >= 1) before --"
+        )
     if layout.num_ps and config.strategy != "parameter_server":
-        raise UsageError(f"--num_ps is {layout.num_ps} but trainer.task's --strategy is "
-                         f"{config.strategy!r}, expected --strategy=parameter_server after --")
+        raise UsageError(
+            f"--num_ps is {layout.num_ps} but trainer.task's --strategy is "
+            f"{config.strategy!r}, expected --strategy=parameter_server after --"
+        )
     addresses = [f"127.0.0.1:{port}" for port in range(1, world_size + 1)]
     chief_config = roles.tf_configs(layout, addresses)[0]
-    cluster = cluster_lib.resolve_cluster_for_strategy({cluster_lib.TF_CONFIG: chief_config},
-                                                       config.strategy)
+    cluster = cluster_lib.resolve_cluster_for_strategy(
+        {cluster_lib.TF_CONFIG: chief_config}, config.strategy
+    )
     if config.strategy != "auto":
         cluster_lib.check_cluster_for_strategy(cluster, config.strategy)
 
@@ -88,14 +114,20 @@ def check_task_flags(task_argv: list[str], tensorflow_config, world_size: int) -
 def _check_shape() -> None:
     """The job shape's own rules, in this command's flag names."""
     if RAY_FLAGS.num_ps and not RAY_FLAGS.chief:
-        raise UsageError(f"--num_ps is {RAY_FLAGS.num_ps} but --chief is off, expected --chief "
-                         f"with parameter servers (rank 0 coordinates them)")
+        raise UsageError(
+            f"--num_ps is {RAY_FLAGS.num_ps} but --chief is off, expected --chief "
+            f"with parameter servers (rank 0 coordinates them)"
+        )
     if RAY_FLAGS.num_ps and not RAY_FLAGS.num_workers:
-        raise UsageError(f"--num_ps is {RAY_FLAGS.num_ps} but --num_workers is 0, expected at "
-                         f"least 1 worker for the chief to send steps to")
+        raise UsageError(
+            f"--num_ps is {RAY_FLAGS.num_ps} but --num_workers is 0, expected at "
+            f"least 1 worker for the chief to send steps to"
+        )
     if not RAY_FLAGS.num_workers and not RAY_FLAGS.chief:
-        raise UsageError("--num_workers is 0 and --chief is off, expected at least one "
-                         "training task; pass --num_workers=N")
+        raise UsageError(
+            "--num_workers is 0 and --chief is off, expected at least one "
+            "training task; pass --num_workers=N"
+        )
 
 
 def train_loop(config: dict) -> None:
@@ -121,46 +153,64 @@ def main(argv: list[str]) -> int:
 
         import tfdist.ray
     except ImportError as error:
-        cli.exit_usage_error(f"trainer.ray needs Ray Train ({error}); install it with "
-                             f"pip install 'tfdist[ray]'")
+        cli.exit_usage_error(
+            f"trainer.ray needs Ray Train ({error}); install it with pip install 'tfdist[ray]'"
+        )
     try:
         _check_shape()
-        backend = tfdist.ray.TensorflowConfig(chief=RAY_FLAGS.chief,
-                                              parameter_servers=RAY_FLAGS.num_ps,
-                                              evaluator=RAY_FLAGS.evaluator)
-        world_size = (int(RAY_FLAGS.chief) + RAY_FLAGS.num_workers + RAY_FLAGS.num_ps
-                      + int(RAY_FLAGS.evaluator))
+        backend = tfdist.ray.TensorflowConfig(
+            chief=RAY_FLAGS.chief, parameter_servers=RAY_FLAGS.num_ps, evaluator=RAY_FLAGS.evaluator
+        )
+        world_size = (
+            int(RAY_FLAGS.chief)
+            + RAY_FLAGS.num_workers
+            + RAY_FLAGS.num_ps
+            + int(RAY_FLAGS.evaluator)
+        )
         check_task_flags(task_argv, backend, world_size)
     except UsageError as error:
         cli.exit_usage_error(str(error))
 
-    env_vars = {name: os.environ[name] for name in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES",
-                                                    "TF_CPP_MIN_LOG_LEVEL")
-                if name in os.environ}
+    env_vars = {
+        name: os.environ[name]
+        for name in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES", "TF_CPP_MIN_LOG_LEVEL")
+        if name in os.environ
+    }
     if RAY_FLAGS.address:
         ray.init(address=RAY_FLAGS.address, runtime_env={"env_vars": env_vars})
     else:
-        ray.init(num_cpus=world_size * RAY_FLAGS.cpus_per_task, include_dashboard=False,
-                 _node_ip_address="127.0.0.1", runtime_env={"env_vars": env_vars})
+        ray.init(
+            num_cpus=world_size * RAY_FLAGS.cpus_per_task,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            runtime_env={"env_vars": env_vars},
+        )
     try:
         trainer = TensorflowTrainer(
             tfdist.ray.train_function(train_loop),
             train_loop_config={"argv": task_argv},
             tensorflow_config=backend,
             scaling_config=ray.train.ScalingConfig(
-                num_workers=world_size, use_gpu=False,
-                resources_per_worker={"CPU": RAY_FLAGS.cpus_per_task}),
+                num_workers=world_size,
+                use_gpu=False,
+                resources_per_worker={"CPU": RAY_FLAGS.cpus_per_task},
+            ),
             run_config=ray.train.RunConfig(
-                name=RAY_FLAGS.name, storage_path=RAY_FLAGS.storage_path or None,
+                name=RAY_FLAGS.name,
+                storage_path=RAY_FLAGS.storage_path or None,
                 failure_config=ray.train.FailureConfig(
                     max_failures=RAY_FLAGS.max_failures,
-                    max_preemption_failures=RAY_FLAGS.max_preemption_failures)))
+                    max_preemption_failures=RAY_FLAGS.max_preemption_failures,
+                ),
+            ),
+        )
         try:
             result = trainer.fit()
         except Exception as error:  # pylint: disable=broad-except  (Ray's TrainingFailedError)
             first_line = (str(error).strip().splitlines() or [""])[0][:300]
-            cli.exit_with_error(f"the Ray Train run failed: {type(error).__name__}: "
-                                f"{first_line}", 1)
+            cli.exit_with_error(
+                f"the Ray Train run failed: {type(error).__name__}: {first_line}", 1
+            )
         if result.error:
             cli.exit_with_error(f"the Ray Train run failed: {result.error!r}"[:400], 1)
     finally:

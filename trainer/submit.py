@@ -34,6 +34,7 @@ from absl import flags
 from tfdist import cli
 from tfdist.distribute.cluster import is_loopback_host
 from tfdist.errors import UsageError
+
 # client imports the Vertex AI library only inside its calls: real submissions only.
 from trainer.vertex import bill, client, config_files, images, options, serving, staging, tuning
 from trainer.vertex.checks import ServiceError, quoted
@@ -47,40 +48,77 @@ FLAGS = flags.FLAGS
 options.define_flags(FLAGS)
 options.define_flags(FLAGS, tuning.TUNING_OPTIONS)
 flags.adopt_module_key_flags(options)  # --help lists the table's flags as this command's
-cli.define_flags((
-    cli.FlagSpec("job_config", "", "JSON job shape (see configs/jobs/); flags override it."),
-    cli.FlagSpec("hparam_tuning", "", "JSON tuning study (see configs/tuning/): submit a "
-                 "HyperparameterTuningJob; the --hparam* flags override it."),
-    cli.FlagSpec("dry_run", False, "Print the job JSON and contact nothing."),
-    cli.FlagSpec("api_endpoint", "", "Vertex AI API endpoint (regional, private, or an "
-                 "http:// loopback emulator)."),
-    cli.FlagSpec("serving_commands", False, "Also print the gcloud/SDK lines that upload and "
-                 "deploy the exported SavedModel."),
-    cli.FlagSpec("serving_container_uri", serving.DEFAULT_SERVING_IMAGE,
-                 "Prediction image for --serving_commands and --upload."),
-    cli.FlagSpec("upload", False, "Instead of a job: upload the SavedModel at --artifact_uri "
-                 "as a Vertex AI Model (aiplatform.Model.upload); prints its resource name."),
-    cli.FlagSpec("artifact_uri", "", "With --upload: the gs:// directory of the exported "
-                 "SavedModel, e.g. BASE_OUTPUT_DIR/model/."),
-))
+cli.define_flags(
+    (
+        cli.FlagSpec("job_config", "", "JSON job shape (see configs/jobs/); flags override it."),
+        cli.FlagSpec(
+            "hparam_tuning",
+            "",
+            "JSON tuning study (see configs/tuning/): submit a "
+            "HyperparameterTuningJob; the --hparam* flags override it.",
+        ),
+        cli.FlagSpec("dry_run", False, "Print the job JSON and contact nothing."),
+        cli.FlagSpec(
+            "api_endpoint",
+            "",
+            "Vertex AI API endpoint (regional, private, or an http:// loopback emulator).",
+        ),
+        cli.FlagSpec(
+            "serving_commands",
+            False,
+            "Also print the gcloud/SDK lines that upload and deploy the exported SavedModel.",
+        ),
+        cli.FlagSpec(
+            "serving_container_uri",
+            serving.DEFAULT_SERVING_IMAGE,
+            "Prediction image for --serving_commands and --upload.",
+        ),
+        cli.FlagSpec(
+            "upload",
+            False,
+            "Instead of a job: upload the SavedModel at --artifact_uri "
+            "as a Vertex AI Model (aiplatform.Model.upload); prints its resource name.",
+        ),
+        cli.FlagSpec(
+            "artifact_uri",
+            "",
+            "With --upload: the gs:// directory of the exported "
+            "SavedModel, e.g. BASE_OUTPUT_DIR/model/.",
+        ),
+    )
+)
 
-_ENDPOINT = re.compile(r"^(?:https?://)?(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])"
-                       r"(?::[0-9]{1,5})?/?$")
+_ENDPOINT = re.compile(
+    r"^(?:https?://)?(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])"
+    r"(?::[0-9]{1,5})?/?$"
+)
 
 
 def main(argv, trainer_args=()):
     """Builds, checks and prints or submits the job."""
     if len(argv) > 1:
-        raise UsageError(f"unexpected argument(s) {quoted(' '.join(argv[1:]))} before --, "
-                         f"expected trainer.task flags after --, e.g. -- --epochs=10")
+        raise UsageError(
+            f"unexpected argument(s) {quoted(' '.join(argv[1:]))} before --, "
+            f"expected trainer.task flags after --, e.g. -- --epochs=10"
+        )
     if FLAGS.upload:
         _upload_model()
         return
-    file_values = config_files.read_json_object(
-        FLAGS.job_config, flag="--job_config", keys=options.CONFIG_KEYS,
-        example="configs/jobs/mirrored_1x8_gpu.json") if FLAGS.job_config else {}
-    flag_values = {option.name: FLAGS[option.name].value for option in options.OPTIONS
-                   if option.is_flag and FLAGS[option.name].present}
+    file_values = (
+        config_files.read_json_object(
+            FLAGS.job_config,
+            flag="--job_config",
+            keys=options.CONFIG_KEYS,
+            example="configs/jobs/mirrored_1x8_gpu.json",
+        )
+        if FLAGS.job_config
+        else {}
+    )
+    flag_values = {
+        option.name: FLAGS[option.name].value
+        for option in options.OPTIONS
+        if option.is_flag and FLAGS[option.name].present
+    }
     flag_values["trainer_args"] = tuple(trainer_args)
     merged = options.merge_options(file_values, flag_values)
     timestamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -91,16 +129,22 @@ def main(argv, trainer_args=()):
     if FLAGS.serving_commands:
         images.check_prediction_image(FLAGS.serving_container_uri, today=spec.as_of)
     if not FLAGS.dry_run:
-        check_installed("google.auth", "requests", "google.cloud.aiplatform_v1",
-                        *(["google.cloud.storage"] if spec.uses_python_package else []),
-                        purpose="submitting a job to Vertex AI")
+        check_installed(
+            "google.auth",
+            "requests",
+            "google.cloud.aiplatform_v1",
+            *(["google.cloud.storage"] if spec.uses_python_package else []),
+            purpose="submitting a job to Vertex AI",
+        )
 
     with tempfile.TemporaryDirectory(prefix="tfdist-sdist-") as build_dir:
         packages = _build_packages(spec, merged["staging_bucket"], build_dir)
         package_uris = [package.uri(staging_bucket) for package in packages]
         if study:
-            kind, job = client.TUNING_JOB, tuning.build_tuning_job(
-                spec, study, package_uris=package_uris)
+            kind, job = (
+                client.TUNING_JOB,
+                tuning.build_tuning_job(spec, study, package_uris=package_uris),
+            )
         else:
             kind, job = client.CUSTOM_JOB, build_custom_job(spec, package_uris=package_uris)
         _describe(spec, kind, packages, package_uris, endpoint, is_emulator, FLAGS.dry_run)
@@ -112,8 +156,16 @@ def main(argv, trainer_args=()):
         credentials = _anonymous() if is_emulator else _application_default_credentials()
         for package in packages:
             staging.stage(package, staging_bucket)
-    print(client.create_job(kind, job, project=spec.project, region=spec.region,
-                            api_endpoint=endpoint, credentials=credentials))
+    print(
+        client.create_job(
+            kind,
+            job,
+            project=spec.project,
+            region=spec.region,
+            api_endpoint=endpoint,
+            credentials=credentials,
+        )
+    )
 
 
 def _upload_model() -> None:
@@ -124,39 +176,68 @@ def _upload_model() -> None:
     check_project(FLAGS.project)
     check_region(FLAGS.region)
     if not FLAGS.artifact_uri:
-        raise UsageError("--upload needs --artifact_uri, expected the gs:// directory of the "
-                         "exported SavedModel, e.g. --artifact_uri=gs://my-bucket/run/model/")
+        raise UsageError(
+            "--upload needs --artifact_uri, expected the gs:// directory of the "
+            "exported SavedModel, e.g. --artifact_uri=gs://my-bucket/run/model/"
+        )
     artifact_uri = check_gcs_uri("artifact_uri", FLAGS.artifact_uri) + "/"
     image = FLAGS.serving_container_uri
-    images.check_prediction_image(image, today=datetime.datetime.now(
-        datetime.timezone.utc).date())
+    images.check_prediction_image(image, today=datetime.datetime.now(datetime.timezone.utc).date())
     display_name = FLAGS.display_name or "tfdist-model"
     endpoint, is_emulator = parse_api_endpoint(FLAGS.api_endpoint)
     prefix = "Dry run, nothing sent: would upload" if FLAGS.dry_run else "Uploading"
-    print(f"{prefix} the SavedModel in {artifact_uri} as Model {display_name!r} in "
-          f"projects/{FLAGS.project}/locations/{FLAGS.region}, served by {image}",
-          file=sys.stderr)
+    print(
+        f"{prefix} the SavedModel in {artifact_uri} as Model {display_name!r} in "
+        f"projects/{FLAGS.project}/locations/{FLAGS.region}, served by {image}",
+        file=sys.stderr,
+    )
     if FLAGS.dry_run:
-        print(json.dumps({"displayName": display_name, "artifactUri": artifact_uri,
-                          "containerSpec": {"imageUri": image}}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "displayName": display_name,
+                    "artifactUri": artifact_uri,
+                    "containerSpec": {"imageUri": image},
+                },
+                indent=2,
+            )
+        )
         return
-    check_installed("google.auth", "requests", "google.cloud.aiplatform",
-                    purpose="uploading a model to Vertex AI")
+    check_installed(
+        "google.auth",
+        "requests",
+        "google.cloud.aiplatform",
+        purpose="uploading a model to Vertex AI",
+    )
     credentials = _anonymous() if is_emulator else _application_default_credentials()
-    print(serving.upload_model(project=FLAGS.project, region=FLAGS.region,
-                               display_name=display_name, artifact_uri=artifact_uri,
-                               image=image, api_endpoint=endpoint, credentials=credentials))
+    print(
+        serving.upload_model(
+            project=FLAGS.project,
+            region=FLAGS.region,
+            display_name=display_name,
+            artifact_uri=artifact_uri,
+            image=image,
+            api_endpoint=endpoint,
+            credentials=credentials,
+        )
+    )
 
 
 def _tuning_spec() -> tuning.TuningSpec | None:
     """The tuning study, if --hparam_tuning or any tuning flag was given."""
-    flag_values = {name: FLAGS[name].value for name in tuning.TUNING_KEYS
-                   if FLAGS[name].present}
+    flag_values = {name: FLAGS[name].value for name in tuning.TUNING_KEYS if FLAGS[name].present}
     if not FLAGS.hparam_tuning and not flag_values:
         return None
-    file_values = config_files.read_json_object(
-        FLAGS.hparam_tuning, flag="--hparam_tuning", keys=tuning.TUNING_KEYS + ("description",),
-        example="configs/tuning/learning_rate_optimizer.json") if FLAGS.hparam_tuning else {}
+    file_values = (
+        config_files.read_json_object(
+            FLAGS.hparam_tuning,
+            flag="--hparam_tuning",
+            keys=tuning.TUNING_KEYS + ("description",),
+            example="configs/tuning/learning_rate_optimizer.json",
+        )
+        if FLAGS.hparam_tuning
+        else {}
+    )
     file_values.pop("description", None)
     return tuning.TuningSpec.from_options(tuning.merge_tuning_options(file_values, flag_values))
 
@@ -166,9 +247,11 @@ def _build_packages(spec: JobSpec, staging_bucket: str, build_dir: str) -> list:
     if not spec.uses_python_package:
         return []
     if not staging_bucket:
-        raise UsageError(f"--container_uri={spec.container_uri} is a prebuilt image, which "
-                         f"runs our package from Cloud Storage; set "
-                         f"--staging_bucket=gs://my-bucket")
+        raise UsageError(
+            f"--container_uri={spec.container_uri} is a prebuilt image, which "
+            f"runs our package from Cloud Storage; set "
+            f"--staging_bucket=gs://my-bucket"
+        )
     task_root = staging.check_task_package(spec.task_package) if spec.task_package else ""
     packages = [staging.build_sdist(staging.find_project_root(), build_dir)]
     if task_root:
@@ -179,6 +262,7 @@ def _build_packages(spec: JobSpec, staging_bucket: str, build_dir: str) -> list:
 def _anonymous():
     require_module("google.auth", purpose="submitting to an emulator")
     from google.auth.credentials import AnonymousCredentials
+
     return AnonymousCredentials()
 
 
@@ -189,7 +273,8 @@ def _application_default_credentials():
 
     try:
         credentials, _ = google_auth.default(
-            scopes=["https://www.googleapis.com/auth/cloud-platform"])
+            scopes=["https://www.googleapis.com/auth/cloud-platform"]
+        )
     except auth_exceptions.DefaultCredentialsError:
         raise UsageError(client.NO_CREDENTIALS) from None
     return credentials
@@ -206,16 +291,20 @@ def parse_api_endpoint(value: str) -> tuple[str, bool]:
     if not value:
         return "", False
     if not _ENDPOINT.match(value):
-        raise UsageError(f"--api_endpoint is {quoted(value)}, expected host[:port] (e.g. "
-                         f"us-central1-aiplatform.googleapis.com), an https:// URL, or "
-                         f"http://127.0.0.1:PORT for a local emulator")
+        raise UsageError(
+            f"--api_endpoint is {quoted(value)}, expected host[:port] (e.g. "
+            f"us-central1-aiplatform.googleapis.com), an https:// URL, or "
+            f"http://127.0.0.1:PORT for a local emulator"
+        )
     if value.startswith("http://"):
         host = urllib.parse.urlsplit(value).hostname or ""
         if not is_loopback_host(host):
-            raise UsageError(f"--api_endpoint={quoted(value)} is plain http:// on a "
-                             f"non-loopback host, expected https:// (or host[:port]) for a "
-                             f"real endpoint; plain http:// is only for a local emulator on "
-                             f"127.0.0.1")
+            raise UsageError(
+                f"--api_endpoint={quoted(value)} is plain http:// on a "
+                f"non-loopback host, expected https:// (or host[:port]) for a "
+                f"real endpoint; plain http:// is only for a local emulator on "
+                f"127.0.0.1"
+            )
         return value.rstrip("/"), True
     return value.rstrip("/"), False
 
@@ -224,38 +313,54 @@ def _sdk_staging_bucket(staging_bucket: str, spec: JobSpec) -> str:
     """The staging bucket, or the output directory's bucket when none was given."""
     if staging_bucket:
         return check_gcs_uri("staging_bucket", staging_bucket)
-    return "gs://" + spec.base_output_dir[len("gs://"):].split("/", 1)[0]
+    return "gs://" + spec.base_output_dir[len("gs://") :].split("/", 1)[0]
 
 
 def _describe(spec, kind, packages, package_uris, endpoint, is_emulator, dry_run):
     """Says on stderr what will be uploaded and created, where, and as whom."""
     prefix = "Dry run, nothing sent: would " if dry_run else ""
     for package, uri in zip(packages, package_uris) if dry_run else ():
-        print(f"{prefix}upload {package.staged_name} ({package.size} bytes, the sdist built "
-              f"from {package.source}) to {uri}", file=sys.stderr)
+        print(
+            f"{prefix}upload {package.staged_name} ({package.size} bytes, the sdist built "
+            f"from {package.source}) to {uri}",
+            file=sys.stderr,
+        )
     target = endpoint or "the regional Vertex AI endpoint"
-    credentials = ("no credentials (loopback emulator)" if is_emulator
-                   else "Application Default Credentials")
+    credentials = (
+        "no credentials (loopback emulator)" if is_emulator else "Application Default Credentials"
+    )
     verb = "create" if dry_run else "Creating"
     what = "HyperparameterTuningJob" if kind == client.TUNING_JOB else "CustomJob"
-    print(f"{prefix}{verb} {what} {spec.display_name!r} in projects/{spec.project}/"
-          f"locations/{spec.region} via {target} with {credentials}", file=sys.stderr)
+    print(
+        f"{prefix}{verb} {what} {spec.display_name!r} in projects/{spec.project}/"
+        f"locations/{spec.region} via {target} with {credentials}",
+        file=sys.stderr,
+    )
     account = spec.service_account or (
-        "the project's default Vertex AI service agent (no --service_account)")
+        "the project's default Vertex AI service agent (no --service_account)"
+    )
     print(f"Replicas run as {account}; outputs under {spec.base_output_dir}", file=sys.stderr)
     if FLAGS.serving_commands:
         print("To serve the exported SavedModel once the job has finished:", file=sys.stderr)
         for line in serving.serving_commands(
-                project=spec.project, region=spec.region, display_name=spec.display_name,
-                base_output_dir=spec.base_output_dir, image=FLAGS.serving_container_uri,
-                tuning=kind == client.TUNING_JOB):
+            project=spec.project,
+            region=spec.region,
+            display_name=spec.display_name,
+            base_output_dir=spec.base_output_dir,
+            image=FLAGS.serving_container_uri,
+            tuning=kind == client.TUNING_JOB,
+        ):
             print(f"  {line}", file=sys.stderr)
 
 
 def submit_from_argv(argv=None):
     """Entry point: the trainer flags after `--` go to every replica, then `main` runs."""
-    cli.run(main, argv, takes_command=True,
-            exits=[cli.ErrorExit((ServiceError,), cli.EXIT_SERVICE_FAILURE)])
+    cli.run(
+        main,
+        argv,
+        takes_command=True,
+        exits=[cli.ErrorExit((ServiceError,), cli.EXIT_SERVICE_FAILURE)],
+    )
 
 
 if __name__ == "__main__":

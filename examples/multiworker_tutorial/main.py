@@ -26,9 +26,9 @@ import hashlib
 import json
 import os
 
+import mnist_setup
 import tensorflow as tf
 
-import mnist_setup
 from tfdist import keras_compat  # tfdist
 
 
@@ -36,10 +36,16 @@ def _parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps_per_epoch", type=int, default=70)
-    parser.add_argument("--model_path", default="/tmp/keras-model.keras",
-                        help="Where the chief saves the trained model (a .keras file).")
-    parser.add_argument("--upstream_keras", action="store_true",
-                        help="Leave out tfdist's compatibility layer (shows the upstream bug).")
+    parser.add_argument(
+        "--model_path",
+        default="/tmp/keras-model.keras",
+        help="Where the chief saves the trained model (a .keras file).",
+    )
+    parser.add_argument(
+        "--upstream_keras",
+        action="store_true",
+        help="Leave out tfdist's compatibility layer (shows the upstream bug).",
+    )
     return parser.parse_args()
 
 
@@ -87,24 +93,29 @@ def main():
         # Model building/compiling need to be within `strategy.scope()`.
         multi_worker_model = mnist_setup.build_and_compile_cnn_model()
 
-    history = multi_worker_model.fit(multi_worker_dataset, epochs=args.epochs,
-                                     steps_per_epoch=args.steps_per_epoch, verbose=2)
+    history = multi_worker_model.fit(
+        multi_worker_dataset, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch, verbose=2
+    )
 
-    task_type, task_id = (strategy.cluster_resolver.task_type,
-                          strategy.cluster_resolver.task_id)
+    task_type, task_id = (strategy.cluster_resolver.task_type, strategy.cluster_resolver.task_id)
     write_model_path = write_filepath(args.model_path, task_type, task_id)
     multi_worker_model.save(write_model_path)
     if not _is_chief(task_type, task_id):
         tf.io.gfile.rmtree(os.path.dirname(write_model_path))
 
-    print(json.dumps({
-        "task": f"{task_type}:{task_id}",
-        "num_workers": num_workers,
-        "steps": int(multi_worker_model.optimizer.iterations.numpy()),
-        "loss": history.history["loss"],
-        "accuracy": history.history["accuracy"],
-        "weights_sha256": _weights_digest(multi_worker_model),
-    }), flush=True)
+    print(
+        json.dumps(
+            {
+                "task": f"{task_type}:{task_id}",
+                "num_workers": num_workers,
+                "steps": int(multi_worker_model.optimizer.iterations.numpy()),
+                "loss": history.history["loss"],
+                "accuracy": history.history["accuracy"],
+                "weights_sha256": _weights_digest(multi_worker_model),
+            }
+        ),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -29,22 +29,29 @@ def mnist_dataset(batch_size):
     # The `x` arrays are uint8 in [0, 255]; the model wants float32 in [0, 1].
     x_train = x_train / np.float32(255)
     y_train = y_train.astype(np.int64)
-    train_dataset = tf.data.Dataset.from_tensor_slices(
-        (x_train, y_train)).shuffle(len(x_train)).repeat().batch(batch_size)
+    train_dataset = (
+        tf.data.Dataset.from_tensor_slices((x_train, y_train))
+        .shuffle(len(x_train))
+        .repeat()
+        .batch(batch_size)
+    )
     return train_dataset
 
 
 def build_and_compile_cnn_model():
-    model = keras.Sequential([
-        keras.Input(shape=(28, 28)),
-        keras.layers.Reshape(target_shape=(28, 28, 1)),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.Flatten(),
-        keras.layers.Dense(128, activation="relu"),
-        keras.layers.Dense(10),
-    ])
+    model = keras.Sequential(
+        [
+            keras.Input(shape=(28, 28)),
+            keras.layers.Reshape(target_shape=(28, 28, 1)),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(10),
+        ]
+    )
     model.compile(
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         optimizer=keras.optimizers.SGD(learning_rate=0.001),
-        metrics=["accuracy"])
+        metrics=["accuracy"],
+    )
     return model

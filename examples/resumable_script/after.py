@@ -19,25 +19,31 @@ def make_dataset(global_batch_size: int) -> tf.data.Dataset:
     rng = np.random.default_rng(0)
     features = rng.normal(size=(2048, 16)).astype(np.float32)
     labels = np.argmax(features[:, :4], axis=1).astype(np.int32)
-    return (tf.data.Dataset.from_tensor_slices((features, labels))
-            .shuffle(2048, seed=0, reshuffle_each_iteration=False)
-            .repeat()
-            .batch(global_batch_size, drop_remainder=True))
+    return (
+        tf.data.Dataset.from_tensor_slices((features, labels))
+        .shuffle(2048, seed=0, reshuffle_each_iteration=False)
+        .repeat()
+        .batch(global_batch_size, drop_remainder=True)
+    )
 
 
 def main(out: str) -> None:
     strategy = tfdist.resumable.strategy_from_environment()
     keras.utils.set_random_seed(0)
     with strategy.scope():
-        model = keras.Sequential([
-            keras.Input((16,)),
-            keras.layers.Dense(32, activation="relu"),
-            keras.layers.BatchNormalization(),
-            keras.layers.Dense(4),
-        ])
-        model.compile(optimizer=keras.optimizers.Adam(0.01),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"])
+        model = keras.Sequential(
+            [
+                keras.Input((16,)),
+                keras.layers.Dense(32, activation="relu"),
+                keras.layers.BatchNormalization(),
+                keras.layers.Dense(4),
+            ]
+        )
+        model.compile(
+            optimizer=keras.optimizers.Adam(0.01),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+        )
     dataset = make_dataset(64)
     tfdist.resumable.fit(model, dataset, epochs=4, steps_per_epoch=16, backup_dir=f"{out}/backup")
     model.save(f"{out}/model.keras")

@@ -33,20 +33,27 @@ def make_images(count: int, *, image_size: int, seed: int) -> tuple[np.ndarray, 
     phase = rng.integers(0, _PERIOD, size=(count, 1, 1))
     horizontal = np.sin(2 * np.pi * (rows[None] + phase) / _PERIOD)
     vertical = np.sin(2 * np.pi * (cols[None] + phase) / _PERIOD)
-    patterns = np.stack([horizontal, vertical, horizontal * vertical,
-                         np.zeros_like(horizontal)], axis=1)[np.arange(count), labels]
+    patterns = np.stack(
+        [horizontal, vertical, horizontal * vertical, np.zeros_like(horizontal)], axis=1
+    )[np.arange(count), labels]
     tints = np.random.default_rng(1000).normal(scale=0.3, size=(NUM_CLASSES, 3))
-    images = (patterns[..., None] + tints[labels][:, None, None, :]
-              + rng.normal(scale=_NOISE, size=(count, image_size, image_size, 3)))
+    images = (
+        patterns[..., None]
+        + tints[labels][:, None, None, :]
+        + rng.normal(scale=_NOISE, size=(count, image_size, image_size, 3))
+    )
     return images.astype(np.float32), labels
 
 
 def augmentation() -> keras.Sequential:
     """Random horizontal flips and shifts of up to 1/8 of the image; identity at inference."""
-    return keras.Sequential([
-        keras.layers.RandomFlip("horizontal"),
-        keras.layers.RandomTranslation(0.125, 0.125, fill_mode="reflect"),
-    ], name="augmentation")
+    return keras.Sequential(
+        [
+            keras.layers.RandomFlip("horizontal"),
+            keras.layers.RandomTranslation(0.125, 0.125, fill_mode="reflect"),
+        ],
+        name="augmentation",
+    )
 
 
 def batch_norm(name: str) -> keras.layers.BatchNormalization:
@@ -59,11 +66,13 @@ def residual_block(x, filters: int, *, stride: int, name: str):
     """Two 3x3 convolutions with batch norm, added to a (projected) shortcut."""
     shortcut = x
     if stride != 1 or x.shape[-1] != filters:
-        shortcut = keras.layers.Conv2D(filters, 1, strides=stride, use_bias=False,
-                                       name=f"{name}_proj")(x)
+        shortcut = keras.layers.Conv2D(
+            filters, 1, strides=stride, use_bias=False, name=f"{name}_proj"
+        )(x)
         shortcut = batch_norm(name=f"{name}_proj_bn")(shortcut)
-    y = keras.layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False,
-                            name=f"{name}_conv1")(x)
+    y = keras.layers.Conv2D(
+        filters, 3, strides=stride, padding="same", use_bias=False, name=f"{name}_conv1"
+    )(x)
     y = batch_norm(name=f"{name}_bn1")(y)
     y = keras.layers.Activation("relu", name=f"{name}_relu1")(y)
     y = keras.layers.Conv2D(filters, 3, padding="same", use_bias=False, name=f"{name}_conv2")(y)
@@ -97,8 +106,9 @@ class ResNetTask(Task):
         data_seed: Fixes the images (the training order is fixed by `--seed`).
     """
 
-    def __init__(self, image_size: int = 16, width: int = 8, num_examples: int = 1024,
-                 data_seed: int = 0):
+    def __init__(
+        self, image_size: int = 16, width: int = 8, num_examples: int = 1024, data_seed: int = 0
+    ):
         self.image_size = image_size
         self.width = width
         self.num_examples = num_examples
@@ -109,8 +119,9 @@ class ResNetTask(Task):
 
     def build_inputs(self, training: bool) -> tf.data.Dataset:
         count = self.num_examples if training else max(self.num_examples // 4, 1)
-        images, labels = make_images(count, image_size=self.image_size,
-                                     seed=self.data_seed * 2 + (0 if training else 1))
+        images, labels = make_images(
+            count, image_size=self.image_size, seed=self.data_seed * 2 + (0 if training else 1)
+        )
         return tf.data.Dataset.from_tensor_slices((images, labels))
 
     def loss(self):

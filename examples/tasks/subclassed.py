@@ -46,11 +46,13 @@ class GatedResidual(keras.layers.Layer):
 
     def build(self, input_shape):
         width = input_shape[-1]
-        self.kernel = self.add_weight(shape=(width, width), initializer="glorot_uniform",
-                                      name="kernel")
+        self.kernel = self.add_weight(
+            shape=(width, width), initializer="glorot_uniform", name="kernel"
+        )
         self.bias = self.add_weight(shape=(width,), initializer="zeros", name="bias")
-        self.gate_kernel = self.add_weight(shape=(width, width),
-                                           initializer="glorot_uniform", name="gate_kernel")
+        self.gate_kernel = self.add_weight(
+            shape=(width, width), initializer="glorot_uniform", name="gate_kernel"
+        )
         self.gate_bias = self.add_weight(shape=(width,), initializer="zeros", name="gate_bias")
         self.norm.build(input_shape)
 
@@ -67,8 +69,15 @@ class GatedResidual(keras.layers.Layer):
 class GatedResidualClassifier(keras.Model):
     """A projection, `depth` gated residual blocks, and logits."""
 
-    def __init__(self, *, width: int = 32, depth: int = 2, num_classes: int = NUM_CLASSES,
-                 dropout: float = 0.1, **kwargs):
+    def __init__(
+        self,
+        *,
+        width: int = 32,
+        depth: int = 2,
+        num_classes: int = NUM_CLASSES,
+        dropout: float = 0.1,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         self.width, self.depth = width, depth
         self.num_classes, self.dropout = num_classes, dropout
@@ -83,8 +92,13 @@ class GatedResidualClassifier(keras.Model):
         return self.logits(x)
 
     def get_config(self):
-        return {"width": self.width, "depth": self.depth, "num_classes": self.num_classes,
-                "dropout": self.dropout, "name": self.name}
+        return {
+            "width": self.width,
+            "depth": self.depth,
+            "num_classes": self.num_classes,
+            "dropout": self.dropout,
+            "name": self.name,
+        }
 
 
 class SubclassedTask(Task):
@@ -98,14 +112,21 @@ class SubclassedTask(Task):
         data_seed: Fixes the points (the training order is fixed by `--seed`).
     """
 
-    def __init__(self, width: int = 32, depth: int = 2, dropout: float = 0.1,
-                 num_examples: int = 2048, data_seed: int = 0):
+    def __init__(
+        self,
+        width: int = 32,
+        depth: int = 2,
+        dropout: float = 0.1,
+        num_examples: int = 2048,
+        data_seed: int = 0,
+    ):
         self.width, self.depth, self.dropout = width, depth, dropout
         self.num_examples, self.data_seed = num_examples, data_seed
 
     def build_model(self) -> keras.Model:
-        return GatedResidualClassifier(width=self.width, depth=self.depth,
-                                       dropout=self.dropout, name="gated_residual")
+        return GatedResidualClassifier(
+            width=self.width, depth=self.depth, dropout=self.dropout, name="gated_residual"
+        )
 
     def build_inputs(self, training: bool) -> tf.data.Dataset:
         count = self.num_examples if training else max(self.num_examples // 4, 1)

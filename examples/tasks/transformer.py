@@ -26,16 +26,19 @@ _POSITIVE = (1, 9)
 _NEGATIVE = (9, 17)
 
 
-def make_sentences(count: int, *, vocabulary_size: int, sequence_length: int,
-                   seed: int) -> tuple[np.ndarray, np.ndarray]:
+def make_sentences(
+    count: int, *, vocabulary_size: int, sequence_length: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """`count` zero-padded int32 sequences and their labels (1: more positive tokens).
 
     Sentences are 4 to `sequence_length` tokens long; a tie between positive
     and negative tokens is broken by changing the last token to the other side.
     """
     if vocabulary_size <= _NEGATIVE[1]:
-        raise ValueError(f"vocabulary_size is {vocabulary_size}, expected more than "
-                         f"{_NEGATIVE[1]} (the sentiment tokens) to leave neutral ones")
+        raise ValueError(
+            f"vocabulary_size is {vocabulary_size}, expected more than "
+            f"{_NEGATIVE[1]} (the sentiment tokens) to leave neutral ones"
+        )
     rng = np.random.default_rng(seed)
     tokens = rng.integers(1, vocabulary_size, size=(count, sequence_length))
     lengths = rng.integers(4, sequence_length + 1, size=count)
@@ -70,8 +73,10 @@ class PositionEmbedding(keras.layers.Layer):
 
     def build(self, input_shape):
         self.positions = self.add_weight(
-            shape=(self.sequence_length, input_shape[-1]), name="positions",
-            initializer=keras.initializers.RandomNormal(stddev=0.02))
+            shape=(self.sequence_length, input_shape[-1]),
+            name="positions",
+            initializer=keras.initializers.RandomNormal(stddev=0.02),
+        )
 
     def call(self, inputs):
         length = keras.ops.shape(inputs)[1]
@@ -81,23 +86,28 @@ class PositionEmbedding(keras.layers.Layer):
         return {**super().get_config(), "sequence_length": self.sequence_length}
 
 
-def transformer_classifier(*, vocabulary_size: int, sequence_length: int, width: int,
-                           num_heads: int, dropout: float) -> keras.Model:
+def transformer_classifier(
+    *, vocabulary_size: int, sequence_length: int, width: int, num_heads: int, dropout: float
+) -> keras.Model:
     """Embeddings, one post-norm encoder block, masked mean pooling, logits."""
     tokens = keras.Input((sequence_length,), dtype="int32", name="tokens")
     x = keras.layers.Embedding(vocabulary_size, width, mask_zero=True, name="token_embedding")(
-        tokens)
+        tokens
+    )
     x = PositionEmbedding(sequence_length, name="position_embedding")(x)
     # Keras passes the padding mask of `x` on as the attention mask.
-    attention = keras.layers.MultiHeadAttention(num_heads, width // num_heads, dropout=dropout,
-                                                name="self_attention")(x, x)
+    attention = keras.layers.MultiHeadAttention(
+        num_heads, width // num_heads, dropout=dropout, name="self_attention"
+    )(x, x)
     x = keras.layers.LayerNormalization(epsilon=1e-6, name="attention_norm")(
-        keras.layers.Add(name="attention_residual")([x, attention]))
+        keras.layers.Add(name="attention_residual")([x, attention])
+    )
     hidden = keras.layers.Dense(2 * width, activation="gelu", name="ffn_in")(x)
     hidden = keras.layers.Dense(width, name="ffn_out")(hidden)
     hidden = keras.layers.Dropout(dropout, name="ffn_dropout")(hidden)
     x = keras.layers.LayerNormalization(epsilon=1e-6, name="ffn_norm")(
-        keras.layers.Add(name="ffn_residual")([x, hidden]))
+        keras.layers.Add(name="ffn_residual")([x, hidden])
+    )
     x = keras.layers.GlobalAveragePooling1D(name="pool")(x)  # ignores padding via the mask
     outputs = keras.layers.Dense(NUM_CLASSES, dtype="float32", name="logits")(x)
     return keras.Model(tokens, outputs, name="transformer_classifier")
@@ -116,9 +126,16 @@ class TransformerTask(Task):
         data_seed: Fixes the sentences (the training order is fixed by `--seed`).
     """
 
-    def __init__(self, vocabulary_size: int = 64, sequence_length: int = 16, width: int = 32,
-                 num_heads: int = 2, dropout: float = 0.1, num_examples: int = 2048,
-                 data_seed: int = 0):
+    def __init__(
+        self,
+        vocabulary_size: int = 64,
+        sequence_length: int = 16,
+        width: int = 32,
+        num_heads: int = 2,
+        dropout: float = 0.1,
+        num_examples: int = 2048,
+        data_seed: int = 0,
+    ):
         self.vocabulary_size = vocabulary_size
         self.sequence_length = sequence_length
         self.width = width
@@ -129,14 +146,21 @@ class TransformerTask(Task):
 
     def build_model(self) -> keras.Model:
         return transformer_classifier(
-            vocabulary_size=self.vocabulary_size, sequence_length=self.sequence_length,
-            width=self.width, num_heads=self.num_heads, dropout=self.dropout)
+            vocabulary_size=self.vocabulary_size,
+            sequence_length=self.sequence_length,
+            width=self.width,
+            num_heads=self.num_heads,
+            dropout=self.dropout,
+        )
 
     def build_inputs(self, training: bool) -> tf.data.Dataset:
         count = self.num_examples if training else max(self.num_examples // 4, 1)
         tokens, labels = make_sentences(
-            count, vocabulary_size=self.vocabulary_size, sequence_length=self.sequence_length,
-            seed=self.data_seed * 2 + (0 if training else 1))
+            count,
+            vocabulary_size=self.vocabulary_size,
+            sequence_length=self.sequence_length,
+            seed=self.data_seed * 2 + (0 if training else 1),
+        )
         return tf.data.Dataset.from_tensor_slices((tokens, labels))
 
     def loss(self):

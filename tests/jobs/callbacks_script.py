@@ -25,8 +25,7 @@ import tensorflow as tf
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 import tfdist.resumable  # noqa: E402  pylint: disable=wrong-import-position
-from tests.support.fault_injection import (  # noqa: E402  pylint: disable=wrong-import-position
-    CrashAfterBatches, KillAfterBatches)
+from tests.support.fault_injection import CrashAfterBatches, KillAfterBatches  # noqa: E402  pylint: disable=wrong-import-position
 
 EPOCHS = 12
 STEPS_PER_EPOCH = 8
@@ -47,29 +46,44 @@ def datasets(finite: bool):
 
 def make_callbacks(out: pathlib.Path, *, csv_append: bool = False):
     return {
-        "early": keras.callbacks.EarlyStopping(monitor="val_loss", patience=3,
-                                               restore_best_weights=True),
-        "plateau": keras.callbacks.ReduceLROnPlateau(monitor="val_loss", factor=0.5,
-                                                     patience=1, cooldown=1),
-        "best": keras.callbacks.ModelCheckpoint(str(out / "best.keras"), monitor="val_loss",
-                                                save_best_only=True),
+        "early": keras.callbacks.EarlyStopping(
+            monitor="val_loss", patience=3, restore_best_weights=True
+        ),
+        "plateau": keras.callbacks.ReduceLROnPlateau(
+            monitor="val_loss", factor=0.5, patience=1, cooldown=1
+        ),
+        "best": keras.callbacks.ModelCheckpoint(
+            str(out / "best.keras"), monitor="val_loss", save_best_only=True
+        ),
         "csv": keras.callbacks.CSVLogger(str(out / "log.csv"), append=csv_append),
     }
 
 
 def build_model():
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(32, activation="relu"),
-                              keras.layers.Dense(3)])
-    model.compile(optimizer=keras.optimizers.Adam(0.005),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                  metrics=["accuracy"])
+    model = keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(3)]
+    )
+    model.compile(
+        optimizer=keras.optimizers.Adam(0.005),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
     return model
 
 
-def run(out: pathlib.Path, *, kill_after_batches: int = 0, crash_after_batches: int = 0,
-        finite: bool = False, save_freq=3, strategy=None, csv_append: bool = False,
-        extra_callbacks=(), preemption=None) -> dict:
+def run(
+    out: pathlib.Path,
+    *,
+    kill_after_batches: int = 0,
+    crash_after_batches: int = 0,
+    finite: bool = False,
+    save_freq=3,
+    strategy=None,
+    csv_append: bool = False,
+    extra_callbacks=(),
+    preemption=None,
+) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     if strategy is None:
         model = build_model()
@@ -84,18 +98,32 @@ def run(out: pathlib.Path, *, kill_after_batches: int = 0, crash_after_batches: 
     if crash_after_batches:
         callbacks.insert(0, CrashAfterBatches(crash_after_batches))
     history = tfdist.resumable.fit(
-        model, train, epochs=EPOCHS, steps_per_epoch=None if finite else STEPS_PER_EPOCH,
-        save_freq=save_freq, backup_dir=str(out / "backup"), callbacks=callbacks,
-        validation_data=val, verbose=0, preemption=preemption)
+        model,
+        train,
+        epochs=EPOCHS,
+        steps_per_epoch=None if finite else STEPS_PER_EPOCH,
+        save_freq=save_freq,
+        backup_dir=str(out / "backup"),
+        callbacks=callbacks,
+        validation_data=val,
+        verbose=0,
+        preemption=preemption,
+    )
     model.save(tfdist.resumable.write_path(str(out / "model.keras")))
     early, plateau = named["early"], named["plateau"]
     result = {
         "learning_rate": float(model.optimizer.learning_rate.numpy()),
-        "early_stopping": {"wait": early.wait, "best": early.best,
-                           "stopped_epoch": early.stopped_epoch,
-                           "best_epoch": early.best_epoch},
-        "plateau": {"wait": plateau.wait, "best": plateau.best,
-                    "cooldown_counter": plateau.cooldown_counter},
+        "early_stopping": {
+            "wait": early.wait,
+            "best": early.best,
+            "stopped_epoch": early.stopped_epoch,
+            "best_epoch": early.best_epoch,
+        },
+        "plateau": {
+            "wait": plateau.wait,
+            "best": plateau.best,
+            "cooldown_counter": plateau.cooldown_counter,
+        },
         "checkpoint_best": named["best"].best,
         "history": {"epoch": history.epoch, "history": history.history},
         "iterations": int(model.optimizer.iterations.numpy()),
@@ -113,9 +141,14 @@ def main() -> None:
     parser.add_argument("--multiworker", action="store_true")
     args = parser.parse_args()
     strategy = tfdist.resumable.strategy_from_environment() if args.multiworker else None
-    run(args.out, kill_after_batches=args.kill_after_batches, finite=args.finite,
-        strategy=strategy, csv_append=args.multiworker,
-        preemption=tfdist.preemption.PreemptionOptions())
+    run(
+        args.out,
+        kill_after_batches=args.kill_after_batches,
+        finite=args.finite,
+        strategy=strategy,
+        csv_append=args.multiworker,
+        preemption=tfdist.preemption.PreemptionOptions(),
+    )
 
 
 if __name__ == "__main__":

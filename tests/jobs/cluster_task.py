@@ -91,16 +91,19 @@ def main(mode, out_dir):
         return 0
     if mode == "grandchild":
         child = subprocess.Popen(
-            [sys.executable, "-c", f"import time; time.sleep({GIVE_UP_SECONDS})"])
+            [sys.executable, "-c", f"import time; time.sleep({GIVE_UP_SECONDS})"]
+        )
         _write(out_dir, f"{me}.grandchild", str(child.pid))
         if me != "worker-1":
             return _block()
         _wait_for_peers(config, out_dir, ".grandchild")
         return 3
     if mode == "preempt":
+
         def on_signal(signum, _frame):
             _write(out_dir, f"{me}.signal", str(signum))
             sys.exit(128 + signum)
+
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         _write(out_dir, f"{me}.ready", "")

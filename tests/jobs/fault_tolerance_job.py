@@ -54,10 +54,12 @@ def main():
     strategy = None
     if args.strategy == "multiworker":
         from tfdist.distribute import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
+
         strategy = strategy_lib.make_strategy("multiworker", cluster)
 
     import keras  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     from tfdist.callbacks import BackupAndRestore  # pylint: disable=g-import-not-at-top
     from tfdist.data import with_shard_policy  # pylint: disable=g-import-not-at-top
     from tfdist.preemption import PreemptionOptions  # pylint: disable=g-import-not-at-top
@@ -74,23 +76,31 @@ def main():
 
     scope = strategy.scope() if strategy else contextlib.nullcontext()
     with scope:
-        model = keras.Sequential([
-            keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
-            keras.layers.BatchNormalization(), keras.layers.Dropout(0.2, seed=1),
-            keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [
+                keras.Input((8,)),
+                keras.layers.Dense(16, activation="relu"),
+                keras.layers.BatchNormalization(),
+                keras.layers.Dropout(0.2, seed=1),
+                keras.layers.Dense(1),
+            ]
+        )
         model.compile(keras.optimizers.Adam(0.01), "mse")
 
-    backup = BackupAndRestore(args.backup_dir, save_freq=args.save_freq,
-                              delete_checkpoint=not args.keep_backup,
-                              preemption=PreemptionOptions(
-                                  grace_period_seconds=args.grace_period))
+    backup = BackupAndRestore(
+        args.backup_dir,
+        save_freq=args.save_freq,
+        delete_checkpoint=not args.keep_backup,
+        preemption=PreemptionOptions(grace_period_seconds=args.grace_period),
+    )
 
     class Pause(keras.callbacks.Callback):
         """Stops this task after a step until the test acts on it."""
 
         def on_train_batch_end(self, batch, logs=None):
             pausing = (not args.pause_tasks or task in args.pause_tasks.split(",")) and (
-                backup.resumed_from_step == 0)
+                backup.resumed_from_step == 0
+            )
             if not pausing or backup.global_step + 1 != args.pause_after_step:
                 return
             (out / f"paused-{task}-{args.pause_after_step}").write_text("paused")
@@ -99,24 +109,31 @@ def main():
                 if args.pause_until == "notice" and backup.preemption.notice_received:
                     return
                 time.sleep(0.01)
-            raise SystemExit(f"{task}: nobody acted on the pause within "
-                             f"{PAUSE_TIMEOUT_SECONDS} s")
+            raise SystemExit(f"{task}: nobody acted on the pause within {PAUSE_TIMEOUT_SECONDS} s")
 
     segments = backup.resume(model, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch)
     steps_run = 0
     for segment in segments:
         # Pause runs before the backup's hook, so the global step it sees is
         # the one before this batch.
-        model.fit(stream().skip(segment.first_step), verbose=0, shuffle=False,
-                  callbacks=[Pause(), backup], **segment.fit_kwargs())
+        model.fit(
+            stream().skip(segment.first_step),
+            verbose=0,
+            shuffle=False,
+            callbacks=[Pause(), backup],
+            **segment.fit_kwargs(),
+        )
         steps_run += segment.steps_per_epoch * (segment.epochs - segment.initial_epoch)
     if cluster.is_chief:
         np.savez(out / "weights.npz", *[np.asarray(v) for v in model.get_weights()])
-        summary = {"resumed_from_step": backup.resumed_from_step,
-                   "global_step": backup.global_step,
-                   "iterations": int(model.optimizer.iterations.numpy()),
-                   "steps_run": steps_run, "completed": backup.completed,
-                   "segments": [segment.fit_kwargs() for segment in segments]}
+        summary = {
+            "resumed_from_step": backup.resumed_from_step,
+            "global_step": backup.global_step,
+            "iterations": int(model.optimizer.iterations.numpy()),
+            "steps_run": steps_run,
+            "completed": backup.completed,
+            "segments": [segment.fit_kwargs() for segment in segments],
+        }
         (out / "summary.json").write_text(json.dumps(summary))
 
 

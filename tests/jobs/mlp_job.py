@@ -64,8 +64,11 @@ def main():
     keras_module = _framework(args.framework)
     multi_worker = "TF_CONFIG" in os.environ
     # The strategy comes first: it must exist before any other TensorFlow op.
-    strategy = (tf.distribute.MultiWorkerMirroredStrategy() if multi_worker
-                else tf.distribute.get_strategy())
+    strategy = (
+        tf.distribute.MultiWorkerMirroredStrategy()
+        if multi_worker
+        else tf.distribute.get_strategy()
+    )
     task = "single"
     if multi_worker:
         task_spec = json.loads(os.environ["TF_CONFIG"])["task"]
@@ -76,22 +79,36 @@ def main():
     layers = keras_module.layers
     for optimizer_name, learning_rate in OPTIMIZERS.items():
         with strategy.scope():
-            model = keras_module.Sequential([
-                layers.Input((NUM_FEATURES,)),
-                layers.Dense(16, activation="relu"),
-                layers.Dense(NUM_CLASSES),
-            ])
+            model = keras_module.Sequential(
+                [
+                    layers.Input((NUM_FEATURES,)),
+                    layers.Dense(16, activation="relu"),
+                    layers.Dense(NUM_CLASSES),
+                ]
+            )
             model.set_weights(initial)
-            optimizer = {"sgd": keras_module.optimizers.SGD,
-                         "adam": keras_module.optimizers.Adam}[optimizer_name]
-            model.compile(optimizer=optimizer(learning_rate),
-                          loss=keras_module.losses.SparseCategoricalCrossentropy(from_logits=True))
-        model.fit(_dataset(tf, args.steps), epochs=1, steps_per_epoch=args.steps, verbose=0,
-                  shuffle=False)
+            optimizer = {"sgd": keras_module.optimizers.SGD, "adam": keras_module.optimizers.Adam}[
+                optimizer_name
+            ]
+            model.compile(
+                optimizer=optimizer(learning_rate),
+                loss=keras_module.losses.SparseCategoricalCrossentropy(from_logits=True),
+            )
+        model.fit(
+            _dataset(tf, args.steps), epochs=1, steps_per_epoch=args.steps, verbose=0, shuffle=False
+        )
         np.savez(out / f"{optimizer_name}-{task}.npz", *model.get_weights())
-        print(json.dumps({"task": task, "optimizer": optimizer_name,
-                          "steps": int(model.optimizer.iterations.numpy()),
-                          "replicas": strategy.num_replicas_in_sync}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "task": task,
+                    "optimizer": optimizer_name,
+                    "steps": int(model.optimizer.iterations.numpy()),
+                    "replicas": strategy.num_replicas_in_sync,
+                }
+            ),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -24,16 +24,17 @@ import pathlib
 import numpy as np
 
 from tfdist import keras_compat
+from tfdist.data import with_shard_policy
 from tfdist.distribute import strategy as strategy_lib
 from tfdist.distribute.cluster import resolve_cluster
-from tfdist.data import with_shard_policy
 
 
 def _parse_args():
     parser = argparse.ArgumentParser()
     parser.add_argument("--strategy", default="multiworker")
-    parser.add_argument("--compat", default="full",
-                        choices=("full", "none", "build_only", "no_steps_per_execution"))
+    parser.add_argument(
+        "--compat", default="full", choices=("full", "none", "build_only", "no_steps_per_execution")
+    )
     parser.add_argument("--steps_per_execution", type=int, default=1)
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=10)
@@ -85,8 +86,9 @@ class _BatchLogRecorder:
 
         class BatchLogRecorder(keras.callbacks.Callback):
             def on_train_batch_end(self, batch, logs=None):
-                records.append({"batch": batch, **{name: float(value)
-                                                   for name, value in (logs or {}).items()}})
+                records.append(
+                    {"batch": batch, **{name: float(value) for name, value in (logs or {}).items()}}
+                )
 
         return BatchLogRecorder()
 
@@ -99,8 +101,9 @@ def _reaches(library: dict, function_name: str, op_type: str, seen: set) -> bool
     for node in library[function_name].node_def:
         if node.op == op_type:
             return True
-        called = [node.op] + [value.func.name for value in node.attr.values()
-                              if value.HasField("func")]
+        called = [node.op] + [
+            value.func.name for value in node.attr.values() if value.HasField("func")
+        ]
         if any(_reaches(library, name, op_type, seen) for name in called):
             return True
     return False
@@ -114,11 +117,17 @@ def _train_graph_report(model, strategy, dataset) -> dict:
     iterator = iter(strategy.experimental_distribute_dataset(dataset))
     graph_def = fused.get_concrete_function(iterator).graph.as_graph_def()
     library = {function.signature.name: function for function in graph_def.library.function}
-    bodies = [node.attr["body"].func.name for node in graph_def.node
-              if node.op in ("While", "StatelessWhile")]
-    return {"fused": True,
-            "while_reaches_all_reduce": any(
-                _reaches(library, body, "CollectiveReduceV2", set()) for body in bodies)}
+    bodies = [
+        node.attr["body"].func.name
+        for node in graph_def.node
+        if node.op in ("While", "StatelessWhile")
+    ]
+    return {
+        "fused": True,
+        "while_reaches_all_reduce": any(
+            _reaches(library, body, "CollectiveReduceV2", set()) for body in bodies
+        ),
+    }
 
 
 def main():
@@ -129,23 +138,28 @@ def main():
 
     import keras  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     from tfdist.data import training_batches  # pylint: disable=g-import-not-at-top
     from trainer.tasks import datasets  # pylint: disable=g-import-not-at-top
     from trainer.tasks.builtin import BuiltinTask  # pylint: disable=g-import-not-at-top
 
     keras.utils.set_random_seed(0)
     task = BuiltinTask(model="mlp", dataset="synthetic", num_examples=2048)
-    train = training_batches(task.build_inputs(True), global_batch_size=64, seed=0,
-                             num_examples=2048)
+    train = training_batches(
+        task.build_inputs(True), global_batch_size=64, seed=0, num_examples=2048
+    )
     test_images, test_labels = datasets.synthetic_arrays(100, 0, "test")
     test = tf.data.Dataset.from_tensor_slices((test_images, test_labels)).batch(64)
     test = with_shard_policy(test)
     with strategy.scope():
         model = task.build_model()
-        model.compile(optimizer=keras.optimizers.SGD(0.05),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                      metrics=["accuracy"], steps_per_execution=args.steps_per_execution,
-                      jit_compile=args.jit_compile)
+        model.compile(
+            optimizer=keras.optimizers.SGD(0.05),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            metrics=["accuracy"],
+            steps_per_execution=args.steps_per_execution,
+            jit_compile=args.jit_compile,
+        )
     callbacks = []
     if args.marker_step:
         task = f"{cluster.task_type}-{cluster.task_index}"
@@ -153,15 +167,17 @@ def main():
     batch_logs = []
     if args.record:
         callbacks.append(_BatchLogRecorder.make(batch_logs))
-    history = model.fit(train, epochs=1, steps_per_epoch=args.steps, verbose=0,
-                        shuffle=False, callbacks=callbacks)
+    history = model.fit(
+        train, epochs=1, steps_per_epoch=args.steps, verbose=0, shuffle=False, callbacks=callbacks
+    )
     if args.record:
         task = f"{cluster.task_type}-{cluster.task_index}" if cluster.task_type else "single"
         (out / f"batch_logs-{task}.json").write_text(json.dumps(batch_logs))
         if cluster.is_chief:
             (out / "history.json").write_text(json.dumps(history.history))
             (out / "train_graph.json").write_text(
-                json.dumps(_train_graph_report(model, strategy, train)))
+                json.dumps(_train_graph_report(model, strategy, train))
+            )
     evaluation = model.evaluate(test, verbose=0, return_dict=True)
     predictions = model.predict(test_images, batch_size=64, verbose=0)
     if cluster.is_chief:

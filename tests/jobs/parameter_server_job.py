@@ -73,8 +73,11 @@ def _dataset(mark_dir: str = "", ones: bool = False):
     if ones:
         targets = np.ones_like(targets)
     # No fixed seed: each worker's copy of the pipeline shuffles differently.
-    dataset = (tf.data.Dataset.from_tensor_slices((features, targets))
-               .shuffle(512).batch(BATCH_SIZE, drop_remainder=True))
+    dataset = (
+        tf.data.Dataset.from_tensor_slices((features, targets))
+        .shuffle(512)
+        .batch(BATCH_SIZE, drop_remainder=True)
+    )
     if not mark_dir:
         return dataset
 
@@ -113,38 +116,50 @@ def _counting_metrics():
 
     # Every target is 1 and every prediction a sigmoid > 0: each metric's
     # confusion entries below add up to the examples it saw.
-    return [keras.metrics.Precision(thresholds=0.0, name="precision"),
-            keras.metrics.Recall(thresholds=0.0, name="recall"),
-            keras.metrics.AUC(num_thresholds=3, name="auc"),
-            keras.metrics.F1Score(threshold=1e-30, name="f1"),
-            keras.metrics.IoU(num_classes=2, target_class_ids=[1], name="iou"),
-            _example_count_metric()]
+    return [
+        keras.metrics.Precision(thresholds=0.0, name="precision"),
+        keras.metrics.Recall(thresholds=0.0, name="recall"),
+        keras.metrics.AUC(num_thresholds=3, name="auc"),
+        keras.metrics.F1Score(threshold=1e-30, name="f1"),
+        keras.metrics.IoU(num_classes=2, target_class_ids=[1], name="iou"),
+        _example_count_metric(),
+    ]
 
 
 def _metric_counts(model) -> dict:
     metrics = {metric.name: metric for metric in model.compiled_metrics_objects}
 
     def total(metric, *names):
-        return float(sum(np.sum(variable.numpy()[..., 0] if "auc" == metric else variable.numpy())
-                         for variable in metrics[metric].variables
-                         if variable.name in names))
+        return float(
+            sum(
+                np.sum(variable.numpy()[..., 0] if "auc" == metric else variable.numpy())
+                for variable in metrics[metric].variables
+                if variable.name in names
+            )
+        )
 
-    return {"precision": total("precision", "true_positives", "false_positives"),
-            "recall": total("recall", "true_positives", "false_negatives"),
-            "auc": total("auc", "true_positives", "false_positives", "true_negatives",
-                         "false_negatives"),
-            "f1": total("f1", "true_positives", "false_negatives"),
-            "iou": total("iou", "total_confusion_matrix"),
-            "example_count": total("example_count", "count")}
+    return {
+        "precision": total("precision", "true_positives", "false_positives"),
+        "recall": total("recall", "true_positives", "false_negatives"),
+        "auc": total(
+            "auc", "true_positives", "false_positives", "true_negatives", "false_negatives"
+        ),
+        "f1": total("f1", "true_positives", "false_negatives"),
+        "iou": total("iou", "total_confusion_matrix"),
+        "example_count": total("example_count", "count"),
+    }
 
 
 def _model(count_metrics: bool = False):
     import keras  # pylint: disable=g-import-not-at-top
 
-    model = keras.Sequential([keras.Input((NUM_FEATURES,)),
-                              keras.layers.Dense(16, activation="relu"),
-                              keras.layers.Dense(1, activation="sigmoid" if count_metrics
-                                                 else None)])
+    model = keras.Sequential(
+        [
+            keras.Input((NUM_FEATURES,)),
+            keras.layers.Dense(16, activation="relu"),
+            keras.layers.Dense(1, activation="sigmoid" if count_metrics else None),
+        ]
+    )
     metrics = _counting_metrics() if count_metrics else ["mae"]
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss="mse", metrics=metrics)
     # A plain list is not tracked as more model metrics (they stay compiled metrics only).
@@ -212,11 +227,14 @@ def _metric_count_recorder():
 def _chief(args, cluster, out: pathlib.Path) -> int:
     import keras  # pylint: disable=g-import-not-at-top
 
-    from tfdist import parameter_server  # pylint: disable=g-import-not-at-top
-    from tfdist import callbacks  # pylint: disable=g-import-not-at-top
+    from tfdist import (
+        callbacks,  # pylint: disable=g-import-not-at-top
+        parameter_server,  # pylint: disable=g-import-not-at-top
+    )
 
     strategy = parameter_server.make_parameter_server_strategy(
-        cluster, min_shard_bytes=args.min_shard_bytes, max_shards=args.max_shards)
+        cluster, min_shard_bytes=args.min_shard_bytes, max_shards=args.max_shards
+    )
     with strategy.scope():
         model = _model(args.count_metrics)
     trainer = parameter_server.ParameterServerTrainer(model)
@@ -229,11 +247,20 @@ def _chief(args, cluster, out: pathlib.Path) -> int:
         os.makedirs(mark_dir, exist_ok=True)
     try:
         history = trainer.fit(
-            _dataset(mark_dir, ones=args.count_metrics), epochs=args.epochs,
-            steps_per_epoch=args.steps_per_epoch, steps_per_sync=args.steps_per_sync or None,
-            verbose=2, validation_data=_dataset(ones=args.count_metrics), validation_steps=3,
-            callbacks=[_hold_callback(out, args.hold_after_first_sync), exporter, counter,
-                       *([metric_counter] if args.count_metrics else [])])
+            _dataset(mark_dir, ones=args.count_metrics),
+            epochs=args.epochs,
+            steps_per_epoch=args.steps_per_epoch,
+            steps_per_sync=args.steps_per_sync or None,
+            verbose=2,
+            validation_data=_dataset(ones=args.count_metrics),
+            validation_steps=3,
+            callbacks=[
+                _hold_callback(out, args.hold_after_first_sync),
+                exporter,
+                counter,
+                *([metric_counter] if args.count_metrics else []),
+            ],
+        )
     except parameter_server.ParameterServerLostError as error:
         sys.stderr.write(f"error: {error}\n")
         return 3
@@ -245,8 +272,8 @@ def _chief(args, cluster, out: pathlib.Path) -> int:
         "val_loss": [float(value) for value in history.history["val_loss"]],
         "examples_counted_at_last_sync": counter.counts[-1],
         "num_partitioned_variables": sum(
-            1 for variable in model.variables
-            if type(variable.value).__name__ == "ShardedVariable"),
+            1 for variable in model.variables if type(variable.value).__name__ == "ShardedVariable"
+        ),
     }
     if args.count_metrics:
         summary["metric_counts"] = metric_counter.counts[-1]
@@ -263,13 +290,19 @@ def _evaluator(out: pathlib.Path, cluster) -> int:
     model.build((None, NUM_FEATURES))
     alive = None
     if cluster.count("chief"):  # Vertex and tfdist.launch tell the evaluator where it is.
-        watch = parameter_server.ChiefWatch(parameter_server.chief_address(cluster),
-                                            gone_seconds=3.0)
+        watch = parameter_server.ChiefWatch(
+            parameter_server.chief_address(cluster), gone_seconds=3.0
+        )
         alive = lambda: not watch.gone()  # noqa: E731
     evaluator = evaluation.SidecarEvaluator(
-        model, _dataset(), checkpoint_dir=str(out / "checkpoints"),
-        output_dir=str(out / "eval"), poll_seconds=0.2, is_training_alive=alive,
-        give_up_seconds=5.0)
+        model,
+        _dataset(),
+        checkpoint_dir=str(out / "checkpoints"),
+        output_dir=str(out / "eval"),
+        poll_seconds=0.2,
+        is_training_alive=alive,
+        give_up_seconds=5.0,
+    )
     evaluator.run()
     return 0
 
@@ -282,8 +315,12 @@ def main() -> int:
     if cluster.task_type in ("worker", "ps"):
         from tfdist import parameter_server  # pylint: disable=g-import-not-at-top
 
-        parameter_server.serve(cluster, parameter_server.ServeOptions(
-            chief_gone_seconds=3.0, poll_seconds=0.2, chief_start_timeout=120.0))
+        parameter_server.serve(
+            cluster,
+            parameter_server.ServeOptions(
+                chief_gone_seconds=3.0, poll_seconds=0.2, chief_start_timeout=120.0
+            ),
+        )
         return 0
     if cluster.task_type == "evaluator":
         return _evaluator(out, cluster)

@@ -14,8 +14,9 @@ import sys
 
 import tensorflow as tf
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples" /
-                       "resumable_script"))
+sys.path.insert(
+    0, str(pathlib.Path(__file__).resolve().parents[2] / "examples" / "resumable_script")
+)
 import after  # noqa: E402  pylint: disable=wrong-import-position
 
 PREEMPT_AT_BATCH = 24

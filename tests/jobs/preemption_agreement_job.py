@@ -34,8 +34,7 @@ def main() -> None:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     from tfdist.backups import WorkerSync  # pylint: disable=g-import-not-at-top
-    from tfdist.preemption import (PreemptionOptions,  # pylint: disable=g-import-not-at-top
-                                   PreemptionWatcher)
+    from tfdist.preemption import PreemptionOptions, PreemptionWatcher  # pylint: disable=g-import-not-at-top
 
     class CountingSync(WorkerSync):
         gathers = 0
@@ -46,11 +45,13 @@ def main() -> None:
 
     @tf.function
     def lock_step():
-        return strategy.reduce(tf.distribute.ReduceOp.SUM,
-                               strategy.run(lambda: tf.constant(1.0)), axis=None)
+        return strategy.reduce(
+            tf.distribute.ReduceOp.SUM, strategy.run(lambda: tf.constant(1.0)), axis=None
+        )
 
-    watcher = PreemptionWatcher(PreemptionOptions(grace_period_seconds=60),
-                                sync=CountingSync(strategy))
+    watcher = PreemptionWatcher(
+        PreemptionOptions(grace_period_seconds=60), sync=CountingSync(strategy)
+    )
     watcher.install()
     stopped_after = None
     for step in range(1, MAX_STEPS + 1):
@@ -62,8 +63,9 @@ def main() -> None:
             stopped_after = step
             break
     watcher.close()
-    (out / f"{task}.json").write_text(json.dumps(
-        {"stopped_after": stopped_after, "gathers": CountingSync.gathers}))
+    (out / f"{task}.json").write_text(
+        json.dumps({"stopped_after": stopped_after, "gathers": CountingSync.gathers})
+    )
 
 
 if __name__ == "__main__":

@@ -45,7 +45,9 @@ def _drain_this_node(out: pathlib.Path) -> None:
     accepted, rejection = client.drain_node(
         context.get_node_id(),
         autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
-        "tfdist test: a spot reclaim", int(time.time() * 1000) + DRAIN_DEADLINE_MS)
+        "tfdist test: a spot reclaim",
+        int(time.time() * 1000) + DRAIN_DEADLINE_MS,
+    )
     assert accepted, rejection
     (out / "drained").write_text(context.get_node_id())
     waited_until = time.monotonic() + 60
@@ -54,8 +56,16 @@ def _drain_this_node(out: pathlib.Path) -> None:
         time.sleep(0.05)
 
 
-def build_and_train(out: pathlib.Path, *, rank: int, kill_rank: int, kill_at_step: int,
-                    report: bool, term_at_step: int = 0, drain_at_step: int = 0) -> None:
+def build_and_train(
+    out: pathlib.Path,
+    *,
+    rank: int,
+    kill_rank: int,
+    kill_at_step: int,
+    report: bool,
+    term_at_step: int = 0,
+    drain_at_step: int = 0,
+) -> None:
     import keras  # pylint: disable=g-import-not-at-top
     import numpy as np  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -64,23 +74,36 @@ def build_and_train(out: pathlib.Path, *, rank: int, kill_rank: int, kill_at_ste
 
     strategy = tfdist.resumable.strategy_from_environment()
     cluster = json.loads(os.environ.get("TF_CONFIG", "{}")).get("cluster", {})
-    hosts = sorted({address.rsplit(":", 1)[0] for addresses in cluster.values()
-                    for address in addresses})
+    hosts = sorted(
+        {address.rsplit(":", 1)[0] for addresses in cluster.values() for address in addresses}
+    )
     with open(out / "starts.txt", "a", encoding="utf-8") as handle:
-        handle.write(json.dumps({"rank": rank, "keras": keras.__version__,
-                                 "legacy": os.environ.get("TF_USE_LEGACY_KERAS"),
-                                 "replicas": strategy.num_replicas_in_sync,
-                                 "hosts": hosts,
-                                 "sigterm": getattr(signal.getsignal(signal.SIGTERM),
-                                                    "__qualname__", "")}) + "\n")
+        handle.write(
+            json.dumps(
+                {
+                    "rank": rank,
+                    "keras": keras.__version__,
+                    "legacy": os.environ.get("TF_USE_LEGACY_KERAS"),
+                    "replicas": strategy.num_replicas_in_sync,
+                    "hosts": hosts,
+                    "sigterm": getattr(signal.getsignal(signal.SIGTERM), "__qualname__", ""),
+                }
+            )
+            + "\n"
+        )
     keras.utils.set_random_seed(7)
     rng = np.random.default_rng(3)
     features = rng.normal(size=(512, 8)).astype("float32")
     labels = (features @ rng.normal(size=(8, 1)) > 0).astype("float32")
     dataset = tf.data.Dataset.from_tensor_slices((features, labels)).repeat().batch(GLOBAL_BATCH)
     with strategy.scope():
-        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(16, activation="relu"),
-                                  keras.layers.Dense(1, activation="sigmoid")])
+        model = keras.Sequential(
+            [
+                keras.Input((8,)),
+                keras.layers.Dense(16, activation="relu"),
+                keras.layers.Dense(1, activation="sigmoid"),
+            ]
+        )
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="binary_crossentropy")
 
     marker = out / "killed"
@@ -104,11 +127,21 @@ def build_and_train(out: pathlib.Path, *, rank: int, kill_rank: int, kill_at_ste
     callbacks = [KillOnce()] if kill_at_step or term_at_step or drain_at_step else []
     if report:
         import tfdist.ray  # pylint: disable=g-import-not-at-top
-        callbacks += [tfdist.ray.PreemptionNotice(every_steps=2),
-                      tfdist.ray.ReportBackups(str(out / "backup"))]
-    tfdist.resumable.fit(model, dataset, backup_dir=str(out / "backup"), epochs=EPOCHS,
-                         steps_per_epoch=STEPS_PER_EPOCH, save_freq=4, callbacks=callbacks,
-                         verbose=0)
+
+        callbacks += [
+            tfdist.ray.PreemptionNotice(every_steps=2),
+            tfdist.ray.ReportBackups(str(out / "backup")),
+        ]
+    tfdist.resumable.fit(
+        model,
+        dataset,
+        backup_dir=str(out / "backup"),
+        epochs=EPOCHS,
+        steps_per_epoch=STEPS_PER_EPOCH,
+        save_freq=4,
+        callbacks=callbacks,
+        verbose=0,
+    )
     if rank == 0:
         np.savez(out / "weights.npz", *[w.numpy() for w in model.weights])
         (out / "iterations.json").write_text(json.dumps(int(model.optimizer.iterations.numpy())))
@@ -140,43 +173,76 @@ def main() -> int:
 
     @tfdist.ray.train_function
     def train_fn(config):
-        build_and_train(pathlib.Path(config["out"]), rank=ray.train.get_context().get_world_rank(),
-                        kill_rank=config["kill_rank"], kill_at_step=config["kill_at_step"],
-                        term_at_step=config["term_at_step"],
-                        drain_at_step=config["drain_at_step"], report=True)
+        build_and_train(
+            pathlib.Path(config["out"]),
+            rank=ray.train.get_context().get_world_rank(),
+            kill_rank=config["kill_rank"],
+            kill_at_step=config["kill_at_step"],
+            term_at_step=config["term_at_step"],
+            drain_at_step=config["drain_at_step"],
+            report=True,
+        )
 
-    runtime_env = {"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", ""),
-                                "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}}
+    runtime_env = {
+        "env_vars": {
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            "TF_CPP_MIN_LOG_LEVEL": "2",
+            "CUDA_VISIBLE_DEVICES": "",
+        }
+    }
     cluster = None
     if args.nodes:
         from ray.cluster_utils import Cluster  # pylint: disable=g-import-not-at-top
 
-        cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": 0, "node_ip_address": "127.0.0.1", "include_dashboard": False})
+        cluster = Cluster(
+            initialize_head=True,
+            head_node_args={
+                "num_cpus": 0,
+                "node_ip_address": "127.0.0.1",
+                "include_dashboard": False,
+            },
+        )
         for _ in range(args.nodes):
             cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
         ray.init(address=cluster.address, log_to_driver=True, runtime_env=runtime_env)
     else:
-        ray.init(num_cpus=args.workers, include_dashboard=False, _node_ip_address="127.0.0.1",
-                 log_to_driver=True, runtime_env=runtime_env)
+        ray.init(
+            num_cpus=args.workers,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            log_to_driver=True,
+            runtime_env=runtime_env,
+        )
     try:
         trainer = TensorflowTrainer(
             train_fn,
-            train_loop_config={"out": str(out), "kill_rank": args.kill_rank,
-                               "kill_at_step": args.kill_at_step,
-                               "term_at_step": args.term_at_step,
-                               "drain_at_step": args.drain_at_step},
+            train_loop_config={
+                "out": str(out),
+                "kill_rank": args.kill_rank,
+                "kill_at_step": args.kill_at_step,
+                "term_at_step": args.term_at_step,
+                "drain_at_step": args.drain_at_step,
+            },
             tensorflow_config=tfdist.ray.TensorflowConfig(),
-            scaling_config=ray.train.ScalingConfig(num_workers=args.workers, use_gpu=False,
-                                                   resources_per_worker={"CPU": 1}),
+            scaling_config=ray.train.ScalingConfig(
+                num_workers=args.workers, use_gpu=False, resources_per_worker={"CPU": 1}
+            ),
             run_config=ray.train.RunConfig(
-                name="tfdist-ray-test", storage_path=str(out / "ray_results"),
-                failure_config=ray.train.FailureConfig(max_failures=args.max_failures)))
+                name="tfdist-ray-test",
+                storage_path=str(out / "ray_results"),
+                failure_config=ray.train.FailureConfig(max_failures=args.max_failures),
+            ),
+        )
         result = trainer.fit()
-        (out / "result.json").write_text(json.dumps({
-            "error": repr(result.error) if result.error else None,
-            "checkpoint": result.checkpoint.path if result.checkpoint else None,
-            "metrics": result.metrics}))
+        (out / "result.json").write_text(
+            json.dumps(
+                {
+                    "error": repr(result.error) if result.error else None,
+                    "checkpoint": result.checkpoint.path if result.checkpoint else None,
+                    "metrics": result.metrics,
+                }
+            )
+        )
     finally:
         ray.shutdown()
         if cluster is not None:

@@ -23,6 +23,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def reduced_precision_module():
     """The module that sets the gradient all-reduce dtype."""
     from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
+
     return keras_compat
 
 
@@ -34,17 +35,25 @@ def main() -> None:
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     with strategy.scope():
-        model = keras.Sequential([keras.Input((1,)),
-                                  keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")])
+        model = keras.Sequential(
+            [keras.Input((1,)), keras.layers.Dense(1, use_bias=False, kernel_initializer="zeros")]
+        )
         model.compile(optimizer=keras.optimizers.SGD(1.0), loss="mean_absolute_error")
     if args.all_reduce_dtype:
-        reduced_precision_module().set_gradient_all_reduce_dtype(model.optimizer,
-                                                                 args.all_reduce_dtype)
+        reduced_precision_module().set_gradient_all_reduce_dtype(
+            model.optimizer, args.all_reduce_dtype
+        )
     x = np.full((4, 1), 1 + 2**-10, np.float32)
     y = np.full((4, 1), 100.0, np.float32)
     model.fit(x, y, batch_size=4, epochs=1, verbose=0, shuffle=False)
-    print(json.dumps({"weight": float(model.get_weights()[0][0, 0]),
-                      "replicas": strategy.num_replicas_in_sync}))
+    print(
+        json.dumps(
+            {
+                "weight": float(model.get_weights()[0][0, 0]),
+                "replicas": strategy.num_replicas_in_sync,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

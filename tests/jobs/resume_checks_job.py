@@ -33,10 +33,12 @@ def _parse_args():
 
 def train(args) -> None:
     from tfdist.distribute import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
+
     strategy = strategy_lib.make_strategy("multiworker", resolve_cluster(os.environ))
 
     import keras  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     from tfdist.callbacks import BackupAndRestore  # pylint: disable=g-import-not-at-top
     from tfdist.data import with_shard_policy  # pylint: disable=g-import-not-at-top
 
@@ -44,21 +46,28 @@ def train(args) -> None:
     batch = args.global_batch_size
     features = np.random.RandomState(0).rand(64 * batch, 8).astype("float32")
     if args.nan_at_step:
-        features[(args.nan_at_step - 1) * batch:args.nan_at_step * batch] = np.nan
+        features[(args.nan_at_step - 1) * batch : args.nan_at_step * batch] = np.nan
     targets = features.sum(axis=1, keepdims=True)
-    stream = with_shard_policy(tf.data.Dataset.from_tensor_slices((features, targets))
-                               .batch(batch, drop_remainder=True).repeat())
+    stream = with_shard_policy(
+        tf.data.Dataset.from_tensor_slices((features, targets))
+        .batch(batch, drop_remainder=True)
+        .repeat()
+    )
     with strategy.scope() if strategy else contextlib.nullcontext():
-        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8),
-                                  keras.layers.Dense(1)])
+        model = keras.Sequential([keras.Input((8,)), keras.layers.Dense(8), keras.layers.Dense(1)])
         model.compile(keras.optimizers.SGD(0.01), "mse")
-    backup = BackupAndRestore(args.backup_dir, save_freq=2, delete_checkpoint=False,
-                              preemption=None, strategy=strategy,
-                              run_settings={"global_batch_size": batch})
-    for segment in backup.resume(model, epochs=args.epochs,
-                                 steps_per_epoch=args.steps_per_epoch):
-        model.fit(stream.skip(segment.first_step), verbose=0, callbacks=[backup],
-                  **segment.fit_kwargs())
+    backup = BackupAndRestore(
+        args.backup_dir,
+        save_freq=2,
+        delete_checkpoint=False,
+        preemption=None,
+        strategy=strategy,
+        run_settings={"global_batch_size": batch},
+    )
+    for segment in backup.resume(model, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch):
+        model.fit(
+            stream.skip(segment.first_step), verbose=0, callbacks=[backup], **segment.fit_kwargs()
+        )
 
 
 def main():

@@ -45,16 +45,27 @@ def main():
     strategy = parameter_server.make_parameter_server_strategy(cluster)
     with strategy.scope():
         embedding = parameter_server.ShardedEmbedding(VOCABULARY, 8, num_shards=NUM_SHARDS)
-        model = keras.Sequential([keras.Input((3,), dtype="int32"), embedding,
-                                  keras.layers.Flatten(), keras.layers.Dense(1)])
+        model = keras.Sequential(
+            [
+                keras.Input((3,), dtype="int32"),
+                embedding,
+                keras.layers.Flatten(),
+                keras.layers.Dense(1),
+            ]
+        )
         model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     history = parameter_server.ParameterServerTrainer(model).fit(
-        lambda _: _dataset(), epochs=2, steps_per_epoch=10, verbose=0)
-    pathlib.Path(args.out, "placement.json").write_text(json.dumps({
-        "devices": [block.value.device for block in embedding.blocks],
-        "iterations": int(model.optimizer.iterations.numpy()),
-        "loss": history.history["loss"],
-    }))
+        lambda _: _dataset(), epochs=2, steps_per_epoch=10, verbose=0
+    )
+    pathlib.Path(args.out, "placement.json").write_text(
+        json.dumps(
+            {
+                "devices": [block.value.device for block in embedding.blocks],
+                "iterations": int(model.optimizer.iterations.numpy()),
+                "loss": history.history["loss"],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -27,14 +27,19 @@ def main() -> None:
     tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
     import keras  # pylint: disable=g-import-not-at-top
+
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
     from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
 
-    corrections = keras_compat.CORRECTIONS if args.corrected else tuple(
-        c for c in keras_compat.CORRECTIONS if c != "string_symbolic_build")
+    corrections = (
+        keras_compat.CORRECTIONS
+        if args.corrected
+        else tuple(c for c in keras_compat.CORRECTIONS if c != "string_symbolic_build")
+    )
     keras_compat.apply(corrections)
     strategy = tf.distribute.MirroredStrategy(
-        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice())
+        ["/cpu:0", "/cpu:1"], cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
     words = np.array(["red", "green", "blue", "pink"] * 16)
     labels = np.array([0, 1, 0, 1] * 16, np.int32)
     with strategy.scope():
@@ -42,8 +47,9 @@ def main() -> None:
         lookup = keras.layers.StringLookup(vocabulary=["red", "green", "blue", "pink"])(inputs)
         outputs = keras.layers.Dense(2)(keras.layers.Embedding(5, 4)(lookup))
         model = keras.Model(inputs, outputs)
-        model.compile(optimizer="sgd",
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
     dataset = tf.data.Dataset.from_tensor_slices((words, labels)).batch(16)
     error = None
     try:

@@ -14,17 +14,27 @@ import json
 import os
 import sys
 
-POOLS = {"chief": "workerpool0", "worker": "workerpool1", "ps": "workerpool2",
-         "evaluator": "workerpool3"}
-TRAINER_POOL = {"machine_spec": {"machine_type": "n2-standard-4"}, "replica_count": 1,
-                "container_spec": {"image_uri": "us-docker.pkg.dev/p/tfdist/trainer:0.1.0"}}
+POOLS = {
+    "chief": "workerpool0",
+    "worker": "workerpool1",
+    "ps": "workerpool2",
+    "evaluator": "workerpool3",
+}
+TRAINER_POOL = {
+    "machine_spec": {"machine_type": "n2-standard-4"},
+    "replica_count": 1,
+    "container_spec": {"image_uri": "us-docker.pkg.dev/p/tfdist/trainer:0.1.0"},
+}
 
 
 def cluster_spec(tf_config: dict, with_job: bool) -> dict:
     cluster = {POOLS[role]: hosts for role, hosts in tf_config["cluster"].items()}
     task = tf_config["task"]
-    spec = {"cluster": cluster, "environment": "cloud",
-            "task": {"type": POOLS[task["type"]], "index": task["index"], "trial": ""}}
+    spec = {
+        "cluster": cluster,
+        "environment": "cloud",
+        "task": {"type": POOLS[task["type"]], "index": task["index"], "trial": ""},
+    }
     if with_job:
         spec["job"] = {"worker_pool_specs": [TRAINER_POOL] * len(cluster)}
     return spec
@@ -32,7 +42,7 @@ def cluster_spec(tf_config: dict, with_job: bool) -> dict:
 
 def main(argv):
     split = argv.index("--")
-    options, command = argv[1:split], argv[split + 1:]
+    options, command = argv[1:split], argv[split + 1 :]
     tf_config = json.loads(os.environ["TF_CONFIG"])
     os.environ["CLUSTER_SPEC"] = json.dumps(cluster_spec(tf_config, "--no-job" not in options))
     os.execvp(command[0], command)

@@ -23,14 +23,26 @@ def test_the_data_scale_benchmark_runs_and_counts_decodes(tmp_path):
     """`bench_data_scale.py --smoke` runs every pipeline and reports decode counts per kind."""
     out = tmp_path / "results.json"
     completed = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_data_scale.py"), "--smoke",
-         "--cache_dir", str(tmp_path / "data"), "--json", str(out)],
-        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)})
+        [
+            sys.executable,
+            str(REPO / "bench" / "bench_data_scale.py"),
+            "--smoke",
+            "--cache_dir",
+            str(tmp_path / "data"),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     results = json.loads(out.read_text())
     counts = results["counts"]
-    assert sorted(counts) == sorted(["dataset", "dataset_files", "files", "grain", "plain",
-                                   "random", "random1"])
+    assert sorted(counts) == sorted(
+        ["dataset", "dataset_files", "files", "grain", "plain", "random", "random1"]
+    )
     # Decoding is counted: every pipeline decoded at least its first batch of 32.
     assert all(row["first_batch"] >= 32 for row in counts.values()), counts
     assert results["rss"]["files"]["main"] > 0

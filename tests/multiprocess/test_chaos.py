@@ -27,13 +27,24 @@ TIMEOUT = 600
 SEED = int(os.environ.get("TFDIST_CHAOS_SEED", "20261130"))
 
 
-def _launch(tmp_path: pathlib.Path, name: str, launcher_flags: list[str],
-            trainer_flags: list[str]):
+def _launch(tmp_path: pathlib.Path, name: str, launcher_flags: list[str], trainer_flags: list[str]):
     out = tmp_path / name
     out.mkdir()
-    command = [sys.executable, "-m", "tfdist.launch", *launcher_flags, f"--log_dir={out}/logs",
-               "--quiet", "--", sys.executable, "-m", "trainer.task", *trainer_flags,
-               f"--model_dir={out}/model", f"--backup_dir={out}/backup"]
+    command = [
+        sys.executable,
+        "-m",
+        "tfdist.launch",
+        *launcher_flags,
+        f"--log_dir={out}/logs",
+        "--quiet",
+        "--",
+        sys.executable,
+        "-m",
+        "trainer.task",
+        *trainer_flags,
+        f"--model_dir={out}/model",
+        f"--backup_dir={out}/backup",
+    ]
     return start_logged(command, out, cwd=REPO)
 
 
@@ -47,8 +58,10 @@ def _task_pids(launcher_pid: int) -> dict[int, str]:
                 environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
             except OSError:
                 continue
-            config = next((item[len(b"TF_CONFIG="):] for item in environ
-                           if item.startswith(b"TF_CONFIG=")), None)
+            config = next(
+                (item[len(b"TF_CONFIG=") :] for item in environ if item.startswith(b"TF_CONFIG=")),
+                None,
+            )
             if config:
                 pids[pid] = json.loads(config)["task"]["type"]
     return pids
@@ -65,8 +78,9 @@ def _summary(out: pathlib.Path) -> dict:
 
 def _describe(process) -> str:
     logs = sorted((process.out / "logs").glob("*.log"))
-    tails = "\n".join(f"--- {path.name}\n{path.read_text(errors='replace')[-2500:]}"
-                      for path in logs)
+    tails = "\n".join(
+        f"--- {path.name}\n{path.read_text(errors='replace')[-2500:]}" for path in logs
+    )
     return f"{log_tail(process, 3000)}\n{tails}"
 
 
@@ -81,15 +95,26 @@ def _kill_after_each_new_backup(process, backup_dir: pathlib.Path, plan: list[tu
     last_seen = 0
     for role, signum in plan:
         step = poll_until(
-            lambda: process.poll() is not None or max(committed_steps(backup_dir) or [0])
-            > last_seen and max(committed_steps(backup_dir)), timeout=TIMEOUT,  # noqa: B023
-            what=f"a backup after step {last_seen}")
+            lambda after=last_seen: (
+                process.poll() is not None
+                or max(committed_steps(backup_dir) or [0]) > after
+                and max(committed_steps(backup_dir))
+            ),
+            timeout=TIMEOUT,
+            what=f"a backup after step {last_seen}",
+        )
         assert process.poll() is None, f"the job ended before kill {len(sent) + 1}"
         last_seen = step
         threading.Event().wait(rng.uniform(0.0, 0.2))  # a random moment after the backup
-        tasks = poll_until(lambda: {pid: kind for pid, kind in _task_pids(process.pid).items()  # noqa: B023
-                                    if role is None or kind == role},  # noqa: B023
-                           timeout=TIMEOUT, what=f"a running {role or 'task'}")
+        tasks = poll_until(
+            lambda wanted=role: {
+                pid: kind
+                for pid, kind in _task_pids(process.pid).items()
+                if wanted is None or kind == wanted
+            },
+            timeout=TIMEOUT,
+            what=f"a running {role or 'task'}",
+        )
         victim = rng.choice(sorted(tasks))
         os.kill(victim, signum)
         sent.append((step, tasks[victim], signal.Signals(signum).name))
@@ -114,9 +139,18 @@ def test_two_workers_killed_five_times_end_equal_to_an_uninterrupted_run(tmp_pat
     # training on by at most about two backups (40 steps; measured: all five kills sent by
     # step 86), so 300 steps leave a wide margin, and a job that ends first fails the
     # test ("the job ended before kill N"), never passes it.
-    flags = ["--strategy=multiworker", "--model=mlp", "--num_examples=2048", "--epochs=2",
-             "--steps_per_epoch=150", "--global_batch_size=32", "--backup_every_steps=20",
-             "--steps_per_execution=1", "--seed=5", "--preemption_grace_seconds=20"]
+    flags = [
+        "--strategy=multiworker",
+        "--model=mlp",
+        "--num_examples=2048",
+        "--epochs=2",
+        "--steps_per_epoch=150",
+        "--global_batch_size=32",
+        "--backup_every_steps=20",
+        "--steps_per_execution=1",
+        "--seed=5",
+        "--preemption_grace_seconds=20",
+    ]
     reference = _launch(tmp_path, "reference", ["--workers=2", "--timeout=300"], flags)
     assert finish(reference, TIMEOUT) == 0, _describe(reference)
 
@@ -128,22 +162,34 @@ def test_two_workers_killed_five_times_end_equal_to_an_uninterrupted_run(tmp_pat
     summary = _summary(tmp_path / "chaos")
     assert summary["steps_completed"] == 2 * 150, sent
     assert summary["resumed_from_step"] > 0
-    for expected, actual in zip(_weights(tmp_path / "reference" / "model"),
-                                _weights(tmp_path / "chaos" / "model"), strict=True):
+    for expected, actual in zip(
+        _weights(tmp_path / "reference" / "model"),
+        _weights(tmp_path / "chaos" / "model"),
+        strict=True,
+    ):
         np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-6, err_msg=str(sent))
 
 
 @pytest.mark.slow
 def test_parameter_servers_with_each_role_preempted_apply_exactly_the_planned_steps(tmp_path):
-    flags = ["--strategy=parameter_server", "--model=mlp", "--num_examples=2048",
-             "--epochs=2", "--steps_per_epoch=60", "--global_batch_size=32",
-             "--backup_every_steps=10", "--steps_per_execution=1", "--seed=5"]
+    flags = [
+        "--strategy=parameter_server",
+        "--model=mlp",
+        "--num_examples=2048",
+        "--epochs=2",
+        "--steps_per_epoch=60",
+        "--global_batch_size=32",
+        "--backup_every_steps=10",
+        "--steps_per_execution=1",
+        "--seed=5",
+    ]
     # A ps task has no SIGTERM handler: SIGTERM ends it at once, as SIGKILL would, so
     # this is also the restart after losing the parameter server (resumed from the
     # backup, no step lost or repeated).
     plan = [("chief", signal.SIGTERM), ("worker", signal.SIGTERM), ("ps", signal.SIGTERM)]
-    sent = _run_chaos(tmp_path, ["--chief", "--workers=2", "--ps=1", "--restart_on_failure=6"],
-                      flags, plan)
+    sent = _run_chaos(
+        tmp_path, ["--chief", "--workers=2", "--ps=1", "--restart_on_failure=6"], flags, plan
+    )
     assert [role for _, role, _ in sent] == ["chief", "worker", "ps"]
     summary = _summary(tmp_path / "chaos")
     assert summary["steps_completed"] == 2 * 60, sent

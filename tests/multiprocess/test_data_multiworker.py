@@ -14,8 +14,8 @@ import keras
 import numpy as np
 import pytest
 
-from tests.support.logged_process import finish, log_tail, start_logged
 from tests.jobs.tasks import record_tasks
+from tests.support.logged_process import finish, log_tail, start_logged
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 WAIT_SECONDS = 480
@@ -29,8 +29,10 @@ READ_AHEAD = 12 * GLOBAL_BATCH // 2
 @pytest.fixture(scope="module")
 def record_files(tmp_path_factory):
     root = tmp_path_factory.mktemp("records")
-    return {"tfrecord": record_tasks.write_tfrecords(str(root / "tf"), 1024, num_files=4),
-            "array_record": record_tasks.write_array_records(str(root / "ar"), 1024)}
+    return {
+        "tfrecord": record_tasks.write_tfrecords(str(root / "tf"), 1024, num_files=4),
+        "array_record": record_tasks.write_array_records(str(root / "ar"), 1024),
+    }
 
 
 def _task_flags(record_files, kind: str, count_dir: pathlib.Path | None = None) -> list[str]:
@@ -39,8 +41,12 @@ def _task_flags(record_files, kind: str, count_dir: pathlib.Path | None = None) 
     if count_dir is not None:
         count_dir.mkdir(parents=True, exist_ok=True)
         config["count_dir"] = str(count_dir)
-    return ["--task=tests.jobs.tasks.record_tasks:RecordImages", f"--task_config={json.dumps(config)}",
-            f"--global_batch_size={GLOBAL_BATCH}", "--steps_per_execution=1"]
+    return [
+        "--task=tests.jobs.tasks.record_tasks:RecordImages",
+        f"--task_config={json.dumps(config)}",
+        f"--global_batch_size={GLOBAL_BATCH}",
+        "--steps_per_execution=1",
+    ]
 
 
 def _trainer(*flags: str) -> list[str]:
@@ -66,18 +72,33 @@ def _max_difference(left: pathlib.Path, right: pathlib.Path) -> float:
 
 @pytest.mark.slow
 def test_file_based_tasks_train_under_multiworker_and_sources_decode_each_workers_share(
-        local_cluster, record_files, tmp_path):
+    local_cluster, record_files, tmp_path
+):
     steps = ["--epochs=1", f"--steps_per_epoch={STEPS}"]
     clusters = {}
     for kind in ("dataset", "files", "array_record"):
-        clusters[kind] = local_cluster(num_workers=2, env=CLUSTER_ENV, command=_trainer(
-            *_task_flags(record_files, kind, tmp_path / kind / "counts"), *steps,
-            "--strategy=multiworker", f"--model_dir={tmp_path / kind / 'model'}"))
+        clusters[kind] = local_cluster(
+            num_workers=2,
+            env=CLUSTER_ENV,
+            command=_trainer(
+                *_task_flags(record_files, kind, tmp_path / kind / "counts"),
+                *steps,
+                "--strategy=multiworker",
+                f"--model_dir={tmp_path / kind / 'model'}",
+            ),
+        )
         clusters[kind].start()
-    mirrored = start_logged(_trainer(
-        *_task_flags(record_files, "array_record"), *steps, "--strategy=mirrored",
-        "--num_cpu_devices=2", f"--model_dir={tmp_path / 'mirrored'}"),
-        _mkdir(tmp_path / "mirrored"), cwd=REPO)
+    mirrored = start_logged(
+        _trainer(
+            *_task_flags(record_files, "array_record"),
+            *steps,
+            "--strategy=mirrored",
+            "--num_cpu_devices=2",
+            f"--model_dir={tmp_path / 'mirrored'}",
+        ),
+        _mkdir(tmp_path / "mirrored"),
+        cwd=REPO,
+    )
     try:
         for kind, cluster in clusters.items():
             codes = cluster.wait(timeout=WAIT_SECONDS)
@@ -97,11 +118,15 @@ def test_file_based_tasks_train_under_multiworker_and_sources_decode_each_worker
         shares = _decodes(tmp_path / kind / "counts")
         print(f"{kind}: decodes per worker for {STEPS} steps of {GLOBAL_BATCH}: {shares}")
         assert len(shares) == 2, shares
-        assert all(STEPS * GLOBAL_BATCH // 2 <= share <= STEPS * GLOBAL_BATCH // 2 + READ_AHEAD
-                   for share in shares), shares
+        assert all(
+            STEPS * GLOBAL_BATCH // 2 <= share <= STEPS * GLOBAL_BATCH // 2 + READ_AHEAD
+            for share in shares
+        ), shares
     difference = _max_difference(tmp_path / "array_record" / "model", tmp_path / "mirrored")
-    print(f"array_record source: 2 workers vs mirrored on 2 CPUs, max |weight difference| = "
-          f"{difference:g}")
+    print(
+        f"array_record source: 2 workers vs mirrored on 2 CPUs, max |weight difference| = "
+        f"{difference:g}"
+    )
     assert difference <= 1e-6
 
 
@@ -112,21 +137,41 @@ def _mkdir(path: pathlib.Path) -> pathlib.Path:
 
 @pytest.mark.slow
 def test_file_based_tasks_train_under_parameter_servers_default_and_mirrored(
-        local_cluster, record_files, tmp_path):
+    local_cluster, record_files, tmp_path
+):
     flags = [*_task_flags(record_files, "files"), "--epochs=1", "--steps_per_epoch=20"]
-    cluster = local_cluster(num_workers=1, num_ps=1, has_chief=True, env=CLUSTER_ENV,
-                            command=_trainer(*flags, "--strategy=parameter_server",
-                                             f"--model_dir={tmp_path / 'ps'}"))
+    cluster = local_cluster(
+        num_workers=1,
+        num_ps=1,
+        has_chief=True,
+        env=CLUSTER_ENV,
+        command=_trainer(*flags, "--strategy=parameter_server", f"--model_dir={tmp_path / 'ps'}"),
+    )
     cluster.start()
-    default = start_logged(_trainer(*_task_flags(record_files, "dataset"), "--epochs=1",
-                                    "--steps_per_epoch=20", f"--model_dir={tmp_path / 'one'}"),
-                           _mkdir(tmp_path / "one"), cwd=REPO)
-    mirrored = start_logged(_trainer(*flags, "--strategy=mirrored", "--num_cpu_devices=2",
-                                     "--task_config=" + json.dumps(
-                                         {"pattern": record_files["tfrecord"], "kind": "files",
-                                          "evaluation": True}),
-                                     f"--model_dir={tmp_path / 'mirrored'}"),
-                            _mkdir(tmp_path / "mirrored"), cwd=REPO)
+    default = start_logged(
+        _trainer(
+            *_task_flags(record_files, "dataset"),
+            "--epochs=1",
+            "--steps_per_epoch=20",
+            f"--model_dir={tmp_path / 'one'}",
+        ),
+        _mkdir(tmp_path / "one"),
+        cwd=REPO,
+    )
+    mirrored = start_logged(
+        _trainer(
+            *flags,
+            "--strategy=mirrored",
+            "--num_cpu_devices=2",
+            "--task_config="
+            + json.dumps(
+                {"pattern": record_files["tfrecord"], "kind": "files", "evaluation": True}
+            ),
+            f"--model_dir={tmp_path / 'mirrored'}",
+        ),
+        _mkdir(tmp_path / "mirrored"),
+        cwd=REPO,
+    )
     try:
         codes = cluster.wait(timeout=WAIT_SECONDS)
         # Workers and parameter servers serve until the launcher stops them.
@@ -142,38 +187,58 @@ def test_file_based_tasks_train_under_parameter_servers_default_and_mirrored(
 
 
 @pytest.mark.slow
-def test_a_kill_mid_epoch_resumes_each_source_kind_to_the_uninterrupted_weights(record_files,
-                                                                                 tmp_path):
+def test_a_kill_mid_epoch_resumes_each_source_kind_to_the_uninterrupted_weights(
+    record_files, tmp_path
+):
     # Backups every 10 steps of 2 epochs of 40 steps of 64. The killed run's task SIGKILLs
     # its own process after 2,400 decodes (step 37 at the latest, in the first epoch; tf.data
     # reads some steps ahead, so earlier), once: the restart resumes mid-epoch from the
     # backup at 10, 20 or 30.
     def flags(kind: str, name: str, **kill) -> list[str]:
-        config = {"pattern": record_files["array_record" if kind == "array_record"
-                                          else "tfrecord"], "kind": kind, **kill}
-        return ["--task=tests.jobs.tasks.record_tasks:RecordImages",
-                f"--task_config={json.dumps(config)}", f"--global_batch_size={GLOBAL_BATCH}",
-                "--steps_per_execution=1", "--epochs=2", "--steps_per_epoch=40",
-                "--backup_every_steps=10", f"--backup_dir={tmp_path / name / 'backup'}",
-                f"--model_dir={tmp_path / name / 'model'}"]
+        config = {
+            "pattern": record_files["array_record" if kind == "array_record" else "tfrecord"],
+            "kind": kind,
+            **kill,
+        }
+        return [
+            "--task=tests.jobs.tasks.record_tasks:RecordImages",
+            f"--task_config={json.dumps(config)}",
+            f"--global_batch_size={GLOBAL_BATCH}",
+            "--steps_per_execution=1",
+            "--epochs=2",
+            "--steps_per_epoch=40",
+            "--backup_every_steps=10",
+            f"--backup_dir={tmp_path / name / 'backup'}",
+            f"--model_dir={tmp_path / name / 'model'}",
+        ]
 
     kinds = ("files", "array_record")
-    kill = {kind: {"kill_after": 2400, "kill_marker": str(tmp_path / f"{kind}-killed.marker")}
-            for kind in kinds}
+    kill = {
+        kind: {"kill_after": 2400, "kill_marker": str(tmp_path / f"{kind}-killed.marker")}
+        for kind in kinds
+    }
     runs = {}
     for kind in kinds:
-        runs[f"{kind}-ref"] = start_logged(_trainer(*flags(kind, f"{kind}-ref")),
-                                           _mkdir(tmp_path / f"{kind}-ref"), cwd=REPO)
+        runs[f"{kind}-ref"] = start_logged(
+            _trainer(*flags(kind, f"{kind}-ref")), _mkdir(tmp_path / f"{kind}-ref"), cwd=REPO
+        )
         runs[f"{kind}-killed"] = start_logged(
             _trainer(*flags(kind, f"{kind}-killed", **kill[kind])),
-            _mkdir(tmp_path / f"{kind}-killed"), cwd=REPO)
+            _mkdir(tmp_path / f"{kind}-killed"),
+            cwd=REPO,
+        )
     try:
         for kind in kinds:
             process = runs[f"{kind}-killed"]
             assert finish(process, timeout=WAIT_SECONDS) == -signal.SIGKILL, log_tail(process)
-        restarts = {kind: start_logged(_trainer(*flags(kind, f"{kind}-killed", **kill[kind])),
-                                       _mkdir(tmp_path / f"{kind}-restart"), cwd=REPO)
-                    for kind in kinds}
+        restarts = {
+            kind: start_logged(
+                _trainer(*flags(kind, f"{kind}-killed", **kill[kind])),
+                _mkdir(tmp_path / f"{kind}-restart"),
+                cwd=REPO,
+            )
+            for kind in kinds
+        }
         for process in restarts.values():
             assert finish(process, timeout=WAIT_SECONDS) == 0, log_tail(process)
         for kind in kinds:
@@ -187,9 +252,12 @@ def test_a_kill_mid_epoch_resumes_each_source_kind_to_the_uninterrupted_weights(
         summary = _summary(tmp_path / f"{kind}-killed" / "model")
         assert summary["steps_completed"] == 80, summary
         assert summary["resumed_from_step"] in (10, 20, 30), summary
-        difference = _max_difference(tmp_path / f"{kind}-ref" / "model",
-                                     tmp_path / f"{kind}-killed" / "model")
-        print(f"{kind}: killed after 2,400 decodes, resumed at step "
-              f"{summary['resumed_from_step']}; max |weight difference| to the uninterrupted "
-              f"run = {difference:g}")
+        difference = _max_difference(
+            tmp_path / f"{kind}-ref" / "model", tmp_path / f"{kind}-killed" / "model"
+        )
+        print(
+            f"{kind}: killed after 2,400 decodes, resumed at step "
+            f"{summary['resumed_from_step']}; max |weight difference| to the uninterrupted "
+            f"run = {difference:g}"
+        )
         assert difference == 0.0

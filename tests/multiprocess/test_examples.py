@@ -14,25 +14,38 @@ TIMEOUT = 300  # A backstop against hangs, never a speed assertion.
 
 
 def run_example(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    environ = {key: value for key, value in os.environ.items()
-               if key not in ("TF_CONFIG", "CLUSTER_SPEC")}
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO),
-                                                          os.environ.get("PYTHONPATH")]))
+    environ = {
+        key: value for key, value in os.environ.items() if key not in ("TF_CONFIG", "CLUSTER_SPEC")
+    }
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     environ.update(env or {})
-    return subprocess.run([sys.executable, str(CUSTOM_SCRIPT), *args], cwd=REPO, env=environ,
-                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    return subprocess.run(
+        [sys.executable, str(CUSTOM_SCRIPT), *args],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
 
 
 def describe(result: subprocess.CompletedProcess) -> str:
-    return (f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}"
-            f"\n--- stderr\n{result.stderr[-5000:]}")
+    return (
+        f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}"
+        f"\n--- stderr\n{result.stderr[-5000:]}"
+    )
 
 
-@pytest.mark.parametrize("strategy, expected_class", [
-    ("default", "_DefaultDistributionStrategy"),
-    ("multiworker", "CollectiveAllReduceStrategy"),
-], ids=["default", "multiworker-without-cluster"])
+@pytest.mark.parametrize(
+    "strategy, expected_class",
+    [
+        ("default", "_DefaultDistributionStrategy"),
+        ("multiworker", "CollectiveAllReduceStrategy"),
+    ],
+    ids=["default", "multiworker-without-cluster"],
+)
 def test_custom_script_trains_under(strategy, expected_class):
     result = run_example(f"--strategy={strategy}", "--epochs=2", "--steps_per_epoch=15")
     assert result.returncode == 0, describe(result)

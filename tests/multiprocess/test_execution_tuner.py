@@ -16,15 +16,24 @@ TIMEOUT = 600
 _CHOSE = re.compile(r"steps_per_execution=auto chose (\d+)")
 
 
-TRAINER_FLAGS = ["--model=mlp", "--dataset=synthetic", "--num_examples=2048",
-                 "--global_batch_size=32", "--epochs=2", "--seed=2"]
+TRAINER_FLAGS = [
+    "--model=mlp",
+    "--dataset=synthetic",
+    "--num_examples=2048",
+    "--global_batch_size=32",
+    "--epochs=2",
+    "--seed=2",
+]
 
 
 def _start_trainer(tmp_path: pathlib.Path, name: str, *extra: str):
     out = tmp_path / name
     out.mkdir()
-    return start_logged([sys.executable, "-m", "trainer.task", *TRAINER_FLAGS,
-                         f"--model_dir={out}", *extra], out, cwd=REPO)
+    return start_logged(
+        [sys.executable, "-m", "trainer.task", *TRAINER_FLAGS, f"--model_dir={out}", *extra],
+        out,
+        cwd=REPO,
+    )
 
 
 def _finish_trainer(process):
@@ -51,8 +60,10 @@ def single_process_runs(tmp_path_factory):
     found = _CHOSE.findall(log_tail(auto, 100_000))
     assert len(found) == 1, log_tail(auto)
     chosen = int(found[0])
-    started = [_start_trainer(tmp_path, "explicit", f"--steps_per_execution={chosen}"),
-               _start_trainer(tmp_path, "one", "--steps_per_execution=1")]
+    started = [
+        _start_trainer(tmp_path, "explicit", f"--steps_per_execution={chosen}"),
+        _start_trainer(tmp_path, "one", "--steps_per_execution=1"),
+    ]
     try:
         explicit, one = [_finish_trainer(process) for process in started]
     finally:
@@ -72,13 +83,21 @@ def test_the_trainer_defaults_to_auto_and_matches_the_explicit_choice(single_pro
 
 
 @pytest.mark.slow
-def test_two_workers_choose_the_same_value_and_train_like_one_process(local_cluster, tmp_path,
-                                                                      single_process_runs):
+def test_two_workers_choose_the_same_value_and_train_like_one_process(
+    local_cluster, tmp_path, single_process_runs
+):
     common = ["-m", "trainer.task", *TRAINER_FLAGS]
-    cluster = local_cluster(num_workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
-                            command=[sys.executable, *common, "--strategy=multiworker",
-                                     f"--model_dir={tmp_path / 'two'}",
-                                     f"--backup_dir={tmp_path / 'backup'}"])
+    cluster = local_cluster(
+        num_workers=2,
+        env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+        command=[
+            sys.executable,
+            *common,
+            "--strategy=multiworker",
+            f"--model_dir={tmp_path / 'two'}",
+            f"--backup_dir={tmp_path / 'backup'}",
+        ],
+    )
     cluster.start()
     codes = cluster.wait(timeout=TIMEOUT)
     assert set(codes.values()) == {0}, cluster.format_logs()

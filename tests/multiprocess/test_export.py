@@ -39,8 +39,13 @@ def _model():
     model = keras.Model(inputs, outputs)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     rng = np.random.default_rng(0)
-    model.fit(rng.normal(size=(64, 6)).astype("float32"), rng.integers(0, 3, size=64),
-              epochs=1, batch_size=16, verbose=0)  # non-trivial weights and BN statistics
+    model.fit(
+        rng.normal(size=(64, 6)).astype("float32"),
+        rng.integers(0, 3, size=64),
+        epochs=1,
+        batch_size=16,
+        verbose=0,
+    )  # non-trivial weights and BN statistics
     return model
 
 
@@ -59,8 +64,13 @@ def test_saved_model_loads_without_keras_and_predicts_like_the_keras_model(tmp_p
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
     result = subprocess.run(
         [sys.executable, "-c", _LOAD_WITHOUT_KERAS, str(model_dir), str(tmp_path / "features.npy")],
-        capture_output=True, text=True, timeout=300, env=env)
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     served = json.loads(result.stdout.strip().splitlines()[-1])
-    np.testing.assert_allclose(served["predictions"], model.predict(features, verbose=0),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        served["predictions"], model.predict(features, verbose=0), rtol=1e-5, atol=1e-6
+    )

@@ -29,12 +29,22 @@ def job(tmp_path_factory):
     if not keras_compat.needs_patch():
         pytest.skip(f"keras {keras_compat.keras_version()} is not patched")
     out = tmp_path_factory.mktemp("keras_compat")
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("TF_CONFIG", "CLUSTER_SPEC")}
-    env.update(PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
-               XLA_FLAGS=f"--xla_dump_to={out / 'xla'}")
-    result = subprocess.run([sys.executable, str(JOB), f"--out={out}"], env=env,
-                            capture_output=True, text=True, timeout=600)
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("TF_CONFIG", "CLUSTER_SPEC")
+    }
+    env.update(
+        PYTHONPATH=str(ROOT),
+        TF_CPP_MIN_LOG_LEVEL="2",
+        CUDA_VISIBLE_DEVICES="",
+        XLA_FLAGS=f"--xla_dump_to={out / 'xla'}",
+    )
+    result = subprocess.run(
+        [sys.executable, str(JOB), f"--out={out}"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return out, json.loads((out / "results.json").read_text())
 
@@ -45,8 +55,10 @@ def _weights(path: pathlib.Path) -> list[np.ndarray]:
 
 
 def _max_difference(out: pathlib.Path, left: str, right: str) -> float:
-    return max(float(np.max(np.abs(a - b)))
-               for a, b in zip(_weights(out / f"{left}.npz"), _weights(out / f"{right}.npz")))
+    return max(
+        float(np.max(np.abs(a - b)))
+        for a, b in zip(_weights(out / f"{left}.npz"), _weights(out / f"{right}.npz"))
+    )
 
 
 def test_upstream_jit_compile_under_mirrored_still_fails(job):
@@ -83,6 +95,9 @@ def test_replica_xla_matches_the_run_without_xla(job, model):
 
 def test_replica_xla_really_compiles_each_replica_step(job):
     out, _ = job
-    compiled = {path.name.split(".")[1] for path in (out / "xla").iterdir()
-                if path.name.startswith("module_")}
+    compiled = {
+        path.name.split(".")[1]
+        for path in (out / "xla").iterdir()
+        if path.name.startswith("module_")
+    }
     assert any("_stateless" in name for name in compiled), sorted(compiled)[:10]

@@ -10,7 +10,8 @@ import sys
 
 import pytest
 
-from trainer.kubernetes import checks, manifest, shape as shape_lib
+from trainer.kubernetes import checks, manifest
+from trainer.kubernetes import shape as shape_lib
 
 pytest.importorskip("kubeflow.training")
 from trainer.kubernetes import api_schema  # noqa: E402  (needs the kubernetes extra)
@@ -21,8 +22,11 @@ yaml = pytest.importorskip("yaml")
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # Not in the repository (files fetched from other repositories are not committed here): the
 # project's shared/ folder beside the checkout holds it, or TFDIST_TFJOB_CRD names it.
-CRD = pathlib.Path(os.environ.get(
-    "TFDIST_TFJOB_CRD", REPO.parent / "shared" / "schemas" / "kubeflow.org_tfjobs.yaml"))
+CRD = pathlib.Path(
+    os.environ.get(
+        "TFDIST_TFJOB_CRD", REPO.parent / "shared" / "schemas" / "kubeflow.org_tfjobs.yaml"
+    )
+)
 CRD_SHA256 = "1fea6d2d9d3fec4697db322d4490be67b0d616478f42566e4c48ae865130a8c8"
 SHAPES = sorted((REPO / "configs" / "kubernetes").glob("*.json"))
 IMAGE = "us-docker.pkg.dev/my-project/tfdist/trainer:0.1.0"
@@ -30,9 +34,11 @@ IMAGE = "us-docker.pkg.dev/my-project/tfdist/trainer:0.1.0"
 
 def _require_crd() -> None:
     if not CRD.is_file():
-        pytest.skip(f"the TFJob CRD (training-operator v1.9.0 manifests/base/crds/"
-                    f"kubeflow.org_tfjobs.yaml, sha256 {CRD_SHA256[:12]}...) is not at {CRD}; "
-                    f"see tests/schemas/README.md")
+        pytest.skip(
+            f"the TFJob CRD (training-operator v1.9.0 manifests/base/crds/"
+            f"kubeflow.org_tfjobs.yaml, sha256 {CRD_SHA256[:12]}...) is not at {CRD}; "
+            f"see tests/schemas/README.md"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +51,14 @@ def crd_validator():
 
 def run_cli(*args, check=True):
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    result = subprocess.run([sys.executable, "-m", "trainer.kubernetes", *args], cwd=REPO,
-                            env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer.kubernetes", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if check:
         assert result.returncode == 0, result.stderr
     return result
@@ -106,7 +118,8 @@ def test_every_shipped_shape_fits_the_api_structure_from_the_sdk_models(config):
 def test_check_refuses_a_hand_written_manifest_of_the_wrong_types(tmp_path):
     job = manifest.build_tfjob(shape())
     job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["ports"] = [
-        {"containerPort": "2222", "name": "tfjob-port"}]
+        {"containerPort": "2222", "name": "tfjob-port"}
+    ]
     path = tmp_path / "tfjob.yaml"
     path.write_text(yaml.safe_dump(job))
     result = run_cli(f"--check={path}", check=False)
@@ -114,7 +127,8 @@ def test_check_refuses_a_hand_written_manifest_of_the_wrong_types(tmp_path):
     assert result.stderr.splitlines() == [
         f"error: --check file {str(path)!r}: spec.tfReplicaSpecs.Worker.template.spec."
         f"containers.0.ports.0.containerPort: '2222' is not of type 'integer'; expected a "
-        f"kubeflow.org/v1 TFJob as the training operator's API defines it"]
+        f"kubeflow.org/v1 TFJob as the training operator's API defines it"
+    ]
 
 
 def _edited(edit) -> dict:
@@ -139,18 +153,26 @@ def test_check_of_a_hand_written_yaml_manifest(tmp_path):
     assert "accepted" in run_cli(f"--check={path}").stderr
 
 
-@pytest.mark.parametrize("args,expected", [
-    (["--name=Tfdist_Job"], "name is 'Tfdist_Job', expected a DNS-1035 label"),
-    (["--evaluators=1", "--clean_pod_policy=Running"], "clean_pod_policy is 'Running' with an "
-                                                       "evaluator"),
-    (["--evaluators=2"], "evaluators is 2, expected a whole number from 0 to 1"),
-    (["--parameter_servers=1"], "parameter_servers is 1 under strategy multiworker"),
-    (["--strategy=parameter_server", "--parameter_servers=0"], "strategy parameter_server needs"),
-    (["--bucket=gs://b"], "expected exactly one"),
-    (["--restart_policy=Sometimes"], "restart_policy is 'Sometimes', expected one of"),
-    (["--memory=16 GB"], "memory is '16 GB', expected a Kubernetes quantity"),
-    (["--", "--backup_dir=/elsewhere"], "which the job shape sets"),
-])
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["--name=Tfdist_Job"], "name is 'Tfdist_Job', expected a DNS-1035 label"),
+        (
+            ["--evaluators=1", "--clean_pod_policy=Running"],
+            "clean_pod_policy is 'Running' with an evaluator",
+        ),
+        (["--evaluators=2"], "evaluators is 2, expected a whole number from 0 to 1"),
+        (["--parameter_servers=1"], "parameter_servers is 1 under strategy multiworker"),
+        (
+            ["--strategy=parameter_server", "--parameter_servers=0"],
+            "strategy parameter_server needs",
+        ),
+        (["--bucket=gs://b"], "expected exactly one"),
+        (["--restart_policy=Sometimes"], "restart_policy is 'Sometimes', expected one of"),
+        (["--memory=16 GB"], "memory is '16 GB', expected a Kubernetes quantity"),
+        (["--", "--backup_dir=/elsewhere"], "which the job shape sets"),
+    ],
+)
 def test_a_bad_shape_is_one_line_and_exit_2(args, expected):
     config = REPO / "configs" / "kubernetes" / "multiworker_cpu.json"
     result = run_cli(f"--job_config={config}", "--evaluators=0", *args, check=False)

@@ -42,8 +42,14 @@ def pid_alive(pid):
 
 
 def test_each_task_sees_its_own_tf_config(local_cluster, tmp_path):
-    cluster = local_cluster(num_workers=2, num_ps=1, has_chief=True, has_evaluator=True,
-                            command=task_command("exit0", tmp_path), grace_period=GRACE_SECONDS)
+    cluster = local_cluster(
+        num_workers=2,
+        num_ps=1,
+        has_chief=True,
+        has_evaluator=True,
+        command=task_command("exit0", tmp_path),
+        grace_period=GRACE_SECONDS,
+    )
     cluster.start()
     codes = cluster.wait(WAIT_SECONDS)
     assert codes["chief:0"] == 0, cluster.format_logs()
@@ -52,29 +58,42 @@ def test_each_task_sees_its_own_tf_config(local_cluster, tmp_path):
     assert cluster.tasks == ("chief:0", "worker:0", "worker:1", "ps:0", "evaluator:0")
     assert all(address.startswith("127.0.0.1:") for address in addresses.values())
     assert len(set(addresses.values())) == 5
-    training_cluster = {"chief": [addresses["chief:0"]],
-                        "worker": [addresses["worker:0"], addresses["worker:1"]],
-                        "ps": [addresses["ps:0"]]}
+    training_cluster = {
+        "chief": [addresses["chief:0"]],
+        "worker": [addresses["worker:0"], addresses["worker:1"]],
+        "ps": [addresses["ps:0"]],
+    }
     for name in ("chief:0", "worker:0", "worker:1", "ps:0"):
         role, index = name.split(":")
         assert read_tf_config(tmp_path, name) == {
-            "cluster": training_cluster, "task": {"type": role, "index": int(index)}}
+            "cluster": training_cluster,
+            "task": {"type": role, "index": int(index)},
+        }
     # Training tasks keep TensorFlow's convention (no evaluator in their cluster);
     # the evaluator also sees the training tasks, to tell when the chief is gone.
     assert read_tf_config(tmp_path, "evaluator:0") == {
         "cluster": {**training_cluster, "evaluator": [addresses["evaluator:0"]]},
-        "task": {"type": "evaluator", "index": 0}}
+        "task": {"type": "evaluator", "index": 0},
+    }
     # And tfdist's own resolver reads every one of them.
     worker1 = cluster_lib.resolve_cluster(
-        {"TF_CONFIG": (tmp_path / "worker-1.tf_config").read_text()})
+        {"TF_CONFIG": (tmp_path / "worker-1.tf_config").read_text()}
+    )
     assert (worker1.task_type, worker1.task_index, worker1.num_workers, worker1.num_ps) == (
-        "worker", 1, 3, 1)
+        "worker",
+        1,
+        3,
+        1,
+    )
 
 
 def test_a_failing_task_stops_the_others(local_cluster, tmp_path):
-    cluster = local_cluster(num_workers=2, has_chief=True,
-                            command=task_command("worker1_exits_3", tmp_path),
-                            grace_period=GRACE_SECONDS)
+    cluster = local_cluster(
+        num_workers=2,
+        has_chief=True,
+        command=task_command("worker1_exits_3", tmp_path),
+        grace_period=GRACE_SECONDS,
+    )
     cluster.start()
     codes = cluster.wait(WAIT_SECONDS)
     assert cluster.first_failure == ("worker:1", 3), cluster.format_logs()
@@ -92,8 +111,13 @@ def test_without_stop_on_failure_each_task_runs_to_its_end(local_cluster, tmp_pa
 
 
 def test_parameter_server_job_ends_with_the_chief(local_cluster, tmp_path):
-    cluster = local_cluster(num_workers=2, num_ps=1, has_chief=True,
-                            command=task_command("ps_job", tmp_path), grace_period=GRACE_SECONDS)
+    cluster = local_cluster(
+        num_workers=2,
+        num_ps=1,
+        has_chief=True,
+        command=task_command("ps_job", tmp_path),
+        grace_period=GRACE_SECONDS,
+    )
     cluster.start()
     codes = cluster.wait(WAIT_SECONDS)
     assert codes["chief:0"] == 0 and cluster.first_failure is None, cluster.format_logs()
@@ -115,8 +139,12 @@ def test_port_conflict_restarts_the_cluster_on_new_ports(local_cluster, tmp_path
             picks.append(ports)
             return ports
 
-        cluster = local_cluster(num_workers=2, command=task_command("bind", tmp_path),
-                                port_picker=picker, grace_period=GRACE_SECONDS)
+        cluster = local_cluster(
+            num_workers=2,
+            command=task_command("bind", tmp_path),
+            port_picker=picker,
+            grace_period=GRACE_SECONDS,
+        )
         cluster.start()
         codes = cluster.wait(WAIT_SECONDS)
 
@@ -137,9 +165,13 @@ def test_port_conflict_retries_are_bounded(local_cluster, tmp_path):
         def picker(host, count):
             return [taken_port] + pick_free_ports(host, count - 1)
 
-        cluster = local_cluster(num_workers=2, command=task_command("bind", tmp_path),
-                                port_picker=picker, max_port_retries=2,
-                                grace_period=GRACE_SECONDS)
+        cluster = local_cluster(
+            num_workers=2,
+            command=task_command("bind", tmp_path),
+            port_picker=picker,
+            max_port_retries=2,
+            grace_period=GRACE_SECONDS,
+        )
         cluster.start()
         cluster.wait(WAIT_SECONDS)
 
@@ -148,8 +180,9 @@ def test_port_conflict_retries_are_bounded(local_cluster, tmp_path):
 
 
 def test_timeout_names_the_running_tasks_and_stops_them(local_cluster, tmp_path):
-    cluster = local_cluster(num_workers=2, command=task_command("block", tmp_path),
-                            grace_period=GRACE_SECONDS)
+    cluster = local_cluster(
+        num_workers=2, command=task_command("block", tmp_path), grace_period=GRACE_SECONDS
+    )
     cluster.start()
     with pytest.raises(TimeoutError, match=r"after 0\.5 s: worker:0, worker:1"):
         cluster.wait(0.5)
@@ -157,24 +190,34 @@ def test_timeout_names_the_running_tasks_and_stops_them(local_cluster, tmp_path)
 
 
 def test_kill_and_restart_one_task(local_cluster, tmp_path):
-    cluster = local_cluster(num_workers=2, command=task_command("block", tmp_path),
-                            grace_period=GRACE_SECONDS)
+    cluster = local_cluster(
+        num_workers=2, command=task_command("block", tmp_path), grace_period=GRACE_SECONDS
+    )
     cluster.start()
     pid_file = tmp_path / "worker-1.pid"
     # The task writes its pid file after its greeting; the log is copied by a
     # thread, so either can come first here.
-    poll_until(lambda: pid_file.exists() and "hello from worker-1" in cluster.log("worker:1"),
-               timeout=WAIT_SECONDS, what="worker:1's pid file and greeting")
+    poll_until(
+        lambda: pid_file.exists() and "hello from worker-1" in cluster.log("worker:1"),
+        timeout=WAIT_SECONDS,
+        what="worker:1's pid file and greeting",
+    )
     first_pid = int(pid_file.read_text())
     first_config = read_tf_config(tmp_path, "worker:1")
 
     cluster.restart("worker:1")
-    poll_until(lambda: pid_file.exists() and int(pid_file.read_text()) != first_pid,
-               timeout=WAIT_SECONDS, what="the restarted worker:1 to record its pid")
+    poll_until(
+        lambda: pid_file.exists() and int(pid_file.read_text()) != first_pid,
+        timeout=WAIT_SECONDS,
+        what="the restarted worker:1 to record its pid",
+    )
     assert not pid_alive(first_pid)
     assert read_tf_config(tmp_path, "worker:1") == first_config
-    poll_until(lambda: cluster.log("worker:1").count("hello from worker-1") == 2,
-               timeout=WAIT_SECONDS, what="the second greeting in worker:1's log")
+    poll_until(
+        lambda: cluster.log("worker:1").count("hello from worker-1") == 2,
+        timeout=WAIT_SECONDS,
+        what="the second greeting in worker:1's log",
+    )
     assert "restarted by LocalCluster.restart()" in cluster.log("worker:1")
 
     assert cluster.kill("worker:0", signal.SIGKILL)
@@ -184,8 +227,9 @@ def test_kill_and_restart_one_task(local_cluster, tmp_path):
 
 
 def test_grandchildren_are_killed_with_their_task(local_cluster, tmp_path):
-    cluster = local_cluster(num_workers=2, command=task_command("grandchild", tmp_path),
-                            grace_period=GRACE_SECONDS)
+    cluster = local_cluster(
+        num_workers=2, command=task_command("grandchild", tmp_path), grace_period=GRACE_SECONDS
+    )
     cluster.start()
     cluster.wait(WAIT_SECONDS)
     assert cluster.first_failure == ("worker:1", 3), cluster.format_logs()
@@ -214,14 +258,17 @@ def test_loopback_hosts_are_accepted(host):
     assert LocalCluster(num_workers=1, command=["true"], host=host).tasks == ("worker:0",)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    (dict(num_workers=0), "at least one training task"),
-    (dict(num_workers=1, num_ps=1), "no chief"),
-    (dict(num_workers=-1), "num_workers is -1"),
-    (dict(num_workers=1, command=[]), "non-empty list"),
-    (dict(num_workers=1, env={"TF_CONFIG": "{}"}), "env sets TF_CONFIG"),
-    (dict(num_workers=1, restart_on_failure=-1), "restart_on_failure is -1"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(num_workers=0), "at least one training task"),
+        (dict(num_workers=1, num_ps=1), "no chief"),
+        (dict(num_workers=-1), "num_workers is -1"),
+        (dict(num_workers=1, command=[]), "non-empty list"),
+        (dict(num_workers=1, env={"TF_CONFIG": "{}"}), "env sets TF_CONFIG"),
+        (dict(num_workers=1, restart_on_failure=-1), "restart_on_failure is -1"),
+    ],
+)
 def test_bad_arguments_are_usage_errors(kwargs, message):
     kwargs.setdefault("command", ["true"])
     with pytest.raises(UsageError, match=message):
@@ -230,7 +277,8 @@ def test_bad_arguments_are_usage_errors(kwargs, message):
 
 def test_fixture_prints_task_logs_when_a_test_fails(tmp_path):
     test_file = tmp_path / "test_uses_fixture.py"
-    test_file.write_text(textwrap.dedent(f"""
+    test_file.write_text(
+        textwrap.dedent(f"""
         import sys
         from tfdist.launch.testing import local_cluster
 
@@ -240,12 +288,25 @@ def test_fixture_prints_task_logs_when_a_test_fails(tmp_path):
             cluster.start()
             cluster.wait({WAIT_SECONDS})
             assert False, "failing on purpose"
-    """))
+    """)
+    )
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", str(test_file), "-q", "-p", "no:cacheprovider",
-         f"--rootdir={tmp_path}"],
-        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            str(test_file),
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--rootdir={tmp_path}",
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )
     output = result.stdout + result.stderr
     assert result.returncode == 1, output
     assert "local cluster 0 of" in output and "unique-marker-4711" in output, output

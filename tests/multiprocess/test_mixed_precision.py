@@ -32,18 +32,28 @@ PREEMPTED_STEPS_PER_EPOCH = 120
 
 def _flags(policy: str, optimizer: str, steps_per_epoch: int = STEPS_PER_EPOCH) -> list[str]:
     learning_rate = {"lars": "1.0", "lamb": "0.002", "sgd": "0.05"}[optimizer]
-    return ["--model=mlp", "--dataset=synthetic", "--num_examples=1024", f"--epochs={EPOCHS}",
-            f"--steps_per_epoch={steps_per_epoch}", "--global_batch_size=32",
-            "--backup_every_steps=10", "--deterministic", "--seed=4",
-            f"--mixed_precision={policy}", f"--optimizer={optimizer}",
-            f"--learning_rate={learning_rate}"]
+    return [
+        "--model=mlp",
+        "--dataset=synthetic",
+        "--num_examples=1024",
+        f"--epochs={EPOCHS}",
+        f"--steps_per_epoch={steps_per_epoch}",
+        "--global_batch_size=32",
+        "--backup_every_steps=10",
+        "--deterministic",
+        "--seed=4",
+        f"--mixed_precision={policy}",
+        f"--optimizer={optimizer}",
+        f"--learning_rate={learning_rate}",
+    ]
 
 
 def _start(tmp_path, name, *flags):
     out = tmp_path / name
     out.mkdir()
-    return start_logged([sys.executable, "-m", "trainer.task", *flags, f"--model_dir={out}"],
-                        out, cwd=REPO)
+    return start_logged(
+        [sys.executable, "-m", "trainer.task", *flags, f"--model_dir={out}"], out, cwd=REPO
+    )
 
 
 def _run(tmp_path, name, *flags):
@@ -69,25 +79,31 @@ def _saved(out: pathlib.Path, policy: str, steps: int = EPOCHS * STEPS_PER_EPOCH
     finally:
         keras.mixed_precision.set_global_policy(previous)
     assert int(model.optimizer.iterations.numpy()) == steps
-    return model, [np.asarray(w) for w in model.get_weights()], {
-        v.path: np.asarray(v) for v in model.optimizer.variables}
+    return (
+        model,
+        [np.asarray(w) for w in model.get_weights()],
+        {v.path: np.asarray(v) for v in model.optimizer.variables},
+    )
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("policy,optimizer", [("mixed_float16", "lars"),
-                                              ("mixed_bfloat16", "lamb")])
+@pytest.mark.parametrize(
+    "policy,optimizer", [("mixed_float16", "lars"), ("mixed_bfloat16", "lamb")]
+)
 def test_a_preempted_mixed_precision_run_resumes_exactly(tmp_path, policy, optimizer):
     flags = _flags(policy, optimizer, PREEMPTED_STEPS_PER_EPOCH)
     total = EPOCHS * PREEMPTED_STEPS_PER_EPOCH
     # The uninterrupted reference runs beside the run to preempt (one process each):
     # they share nothing but the flags.
-    reference = _start(tmp_path, "reference", *flags,
-                       f"--backup_dir={tmp_path / 'ref-backup'}")
+    reference = _start(tmp_path, "reference", *flags, f"--backup_dir={tmp_path / 'ref-backup'}")
     backup_dir = tmp_path / "backup"
     victim = _start(tmp_path, "preempted", *flags, f"--backup_dir={backup_dir}")
     try:
-        poll_until(lambda: committed_steps(backup_dir) or victim.poll() is not None,
-                   timeout=TIMEOUT, what="the first backup")
+        poll_until(
+            lambda: committed_steps(backup_dir) or victim.poll() is not None,
+            timeout=TIMEOUT,
+            what="the first backup",
+        )
         assert victim.poll() is None, log_tail(victim)
         victim.send_signal(signal.SIGTERM)
         code = finish(victim, 120)
@@ -123,9 +139,16 @@ def test_two_workers_train_mixed_float16_with_lamb_like_one_process(local_cluste
     # The one-process run goes beside the cluster: they share nothing but the flags.
     one = _start(tmp_path, "one", *common[2:], "--strategy=mirrored", "--num_cpu_devices=2")
     try:
-        cluster = local_cluster(num_workers=2, env={"TF_CPP_MIN_LOG_LEVEL": "2"},
-                                command=[sys.executable, *common, "--strategy=multiworker",
-                                         f"--model_dir={tmp_path / 'two'}"])
+        cluster = local_cluster(
+            num_workers=2,
+            env={"TF_CPP_MIN_LOG_LEVEL": "2"},
+            command=[
+                sys.executable,
+                *common,
+                "--strategy=multiworker",
+                f"--model_dir={tmp_path / 'two'}",
+            ],
+        )
         cluster.start()
         codes = cluster.wait(timeout=TIMEOUT)
         assert set(codes.values()) == {0}, cluster.format_logs()

@@ -28,11 +28,18 @@ WAIT_SECONDS = 240
 def _run_single(args: list[str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
     import os  # pylint: disable=g-import-not-at-top
 
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("TF_CONFIG", "CLUSTER_SPEC")}
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("TF_CONFIG", "CLUSTER_SPEC")
+    }
     env.update(ENV)
-    result = subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True,
-                            text=True, timeout=WAIT_SECONDS)
+    result = subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_SECONDS,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return result
 
@@ -45,20 +52,23 @@ def _run_cluster(local_cluster, args: list[str], num_workers: int = 2) -> dict:
     return codes
 
 
-def _run_single_beside_cluster(local_cluster, single_args: list[str], cluster_args: list[str],
-                               log_path: pathlib.Path) -> None:
+def _run_single_beside_cluster(
+    local_cluster, single_args: list[str], cluster_args: list[str], log_path: pathlib.Path
+) -> None:
     """Runs one process and a 2-worker cluster side by side: they share nothing but flags.
 
     The single process's output goes to `log_path`, shown if it fails.
     """
     import os  # pylint: disable=g-import-not-at-top
 
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("TF_CONFIG", "CLUSTER_SPEC")}
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("TF_CONFIG", "CLUSTER_SPEC")
+    }
     env.update(ENV)
     with open(log_path, "wb") as log:
-        single = subprocess.Popen([sys.executable, *single_args], cwd=ROOT, env=env,
-                                  stdout=log, stderr=subprocess.STDOUT)
+        single = subprocess.Popen(
+            [sys.executable, *single_args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
+        )
     try:
         _run_cluster(local_cluster, cluster_args)
         code = single.wait(timeout=WAIT_SECONDS)
@@ -76,6 +86,7 @@ def _weights(npz_path: pathlib.Path) -> list[np.ndarray]:
 
 def _model_weights(model_dir: pathlib.Path) -> list[np.ndarray]:
     import keras  # pylint: disable=g-import-not-at-top
+
     import tfdist.optimizers  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers LARS/LAMB)
 
     model = keras.saving.load_model(model_dir / "model.keras", safe_mode=True)
@@ -87,45 +98,77 @@ def _max_difference(left: list[np.ndarray], right: list[np.ndarray]) -> float:
     return max(float(np.max(np.abs(a - b))) for a, b in zip(left, right))
 
 
-@pytest.mark.parametrize("model,optimizer,learning_rate,steps_per_execution", [
-    ("mlp", "sgd", "0.05", "5"),
-    ("cnn", "adam", "0.001", "1"),
-    ("mlp", "lars", "1.0", "1"),
-])
-def test_two_workers_end_with_the_weights_of_one_process(local_cluster, tmp_path, model,
-                                                         optimizer, learning_rate,
-                                                         steps_per_execution):
-    common = ["-m", "trainer.task", f"--model={model}", f"--optimizer={optimizer}",
-              f"--learning_rate={learning_rate}", "--global_batch_size=64", "--epochs=2",
-              f"--steps_per_execution={steps_per_execution}",
-              "--steps_per_epoch=10", "--num_examples=2048", "--seed=3"]
+@pytest.mark.parametrize(
+    "model,optimizer,learning_rate,steps_per_execution",
+    [
+        ("mlp", "sgd", "0.05", "5"),
+        ("cnn", "adam", "0.001", "1"),
+        ("mlp", "lars", "1.0", "1"),
+    ],
+)
+def test_two_workers_end_with_the_weights_of_one_process(
+    local_cluster, tmp_path, model, optimizer, learning_rate, steps_per_execution
+):
+    common = [
+        "-m",
+        "trainer.task",
+        f"--model={model}",
+        f"--optimizer={optimizer}",
+        f"--learning_rate={learning_rate}",
+        "--global_batch_size=64",
+        "--epochs=2",
+        f"--steps_per_execution={steps_per_execution}",
+        "--steps_per_epoch=10",
+        "--num_examples=2048",
+        "--seed=3",
+    ]
     _run_single_beside_cluster(
-        local_cluster, [*common, "--strategy=default", f"--model_dir={tmp_path / 'one'}"],
+        local_cluster,
+        [*common, "--strategy=default", f"--model_dir={tmp_path / 'one'}"],
         [*common, "--strategy=multiworker", f"--model_dir={tmp_path / 'two'}"],
-        tmp_path / "one.log")
+        tmp_path / "one.log",
+    )
 
     one = json.loads((tmp_path / "one" / "summary.json").read_text())
     two = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert (two["num_workers"], two["num_replicas"], two["steps_completed"]) == (2, 2, 20)
     assert one["steps_completed"] == 20
     assert two["final_loss"] == pytest.approx(one["final_loss"], rel=1e-5)
-    assert _max_difference(_model_weights(tmp_path / "one"),
-                           _model_weights(tmp_path / "two")) < 1e-5
+    assert (
+        _max_difference(_model_weights(tmp_path / "one"), _model_weights(tmp_path / "two")) < 1e-5
+    )
 
 
 def test_only_the_chief_writes_and_an_evaluator_reads_its_checkpoints(local_cluster, tmp_path):
-    cluster = local_cluster(num_workers=2, has_evaluator=True, env=ENV, command=[
-        sys.executable, "-m", "trainer.task", "--strategy=multiworker", "--epochs=2",
-        "--steps_per_epoch=3", "--num_examples=512", f"--model_dir={tmp_path / 'out'}"])
+    cluster = local_cluster(
+        num_workers=2,
+        has_evaluator=True,
+        env=ENV,
+        command=[
+            sys.executable,
+            "-m",
+            "trainer.task",
+            "--strategy=multiworker",
+            "--epochs=2",
+            "--steps_per_epoch=3",
+            "--num_examples=512",
+            f"--model_dir={tmp_path / 'out'}",
+        ],
+    )
     cluster.start()
     codes = cluster.wait(timeout=WAIT_SECONDS)
     assert set(codes.values()) == {0}, cluster.format_logs()
 
-    written = {path.relative_to(tmp_path / "out").parts[0]
-               for path in (tmp_path / "out").rglob("*") if path.is_file()}
+    written = {
+        path.relative_to(tmp_path / "out").parts[0]
+        for path in (tmp_path / "out").rglob("*")
+        if path.is_file()
+    }
     assert written == {"checkpoints", "eval", "logs", "model.keras", "summary.json"}, written
-    evaluated = [json.loads(line) for line in
-                 (tmp_path / "out" / "eval" / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [
+        json.loads(line)
+        for line in (tmp_path / "out" / "eval" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert evaluated[-1]["step"] == 6, evaluated
     assert set(evaluated[-1]["metrics"]) == {"loss", "accuracy"}
 
@@ -133,13 +176,24 @@ def test_only_the_chief_writes_and_an_evaluator_reads_its_checkpoints(local_clus
 def test_evaluate_and_predict_under_two_workers_equal_one_process(local_cluster, tmp_path):
     (tmp_path / "two").mkdir()
     _run_single_beside_cluster(
-        local_cluster, [TASK, "--strategy=default", f"--out={tmp_path}", "--steps=8",
-                        "--steps_per_execution=2"],
-        [TASK, "--strategy=multiworker", f"--out={tmp_path / 'two'}", "--steps=8",
-         "--steps_per_execution=2"], tmp_path / "one.log")
+        local_cluster,
+        [TASK, "--strategy=default", f"--out={tmp_path}", "--steps=8", "--steps_per_execution=2"],
+        [
+            TASK,
+            "--strategy=multiworker",
+            f"--out={tmp_path / 'two'}",
+            "--steps=8",
+            "--steps_per_execution=2",
+        ],
+        tmp_path / "one.log",
+    )
 
-    assert _max_difference(_weights(tmp_path / "weights.npz"),
-                           _weights(tmp_path / "two" / "weights.npz")) < 1e-5
+    assert (
+        _max_difference(
+            _weights(tmp_path / "weights.npz"), _weights(tmp_path / "two" / "weights.npz")
+        )
+        < 1e-5
+    )
     one_eval = json.loads((tmp_path / "evaluate.json").read_text())
     two_eval = json.loads((tmp_path / "two" / "evaluate.json").read_text())
     assert two_eval == pytest.approx(one_eval, rel=1e-5)
@@ -159,9 +213,11 @@ def _run_mirrored_and_two_workers(local_cluster, tmp_path, *flags) -> tuple[path
     one.mkdir()
     two.mkdir()
     _run_single_beside_cluster(
-        local_cluster, [TASK, "--strategy=mirrored", "--num_cpu_devices=2", f"--out={one}",
-                        *flags],
-        [TASK, "--strategy=multiworker", f"--out={two}", *flags], tmp_path / "mirrored.log")
+        local_cluster,
+        [TASK, "--strategy=mirrored", "--num_cpu_devices=2", f"--out={one}", *flags],
+        [TASK, "--strategy=multiworker", f"--out={two}", *flags],
+        tmp_path / "mirrored.log",
+    )
     return one, two
 
 
@@ -173,8 +229,9 @@ def test_fused_executions_under_two_workers_equal_two_local_cpus(local_cluster, 
     epoch log, which Keras reads from the metric variables, so a reduction of
     step outputs that summed replicas instead of averaging them fails here.
     """
-    one, two = _run_mirrored_and_two_workers(local_cluster, tmp_path, "--steps=8",
-                                             "--steps_per_execution=4", "--record")
+    one, two = _run_mirrored_and_two_workers(
+        local_cluster, tmp_path, "--steps=8", "--steps_per_execution=4", "--record"
+    )
 
     assert _json(two / "train_graph.json") == {"fused": True, "while_reaches_all_reduce": True}
     assert _max_difference(_weights(one / "weights.npz"), _weights(two / "weights.npz")) < 1e-6
@@ -195,8 +252,9 @@ def test_fused_executions_under_two_workers_equal_two_local_cpus(local_cluster, 
 
 def test_replica_xla_under_two_workers_equals_two_local_cpus(local_cluster, tmp_path):
     """`jit_compile=True`: each replica's step compiled by XLA, the all-reduce outside."""
-    one, two = _run_mirrored_and_two_workers(local_cluster, tmp_path, "--steps=8",
-                                             "--steps_per_execution=4", "--jit_compile")
+    one, two = _run_mirrored_and_two_workers(
+        local_cluster, tmp_path, "--steps=8", "--steps_per_execution=4", "--jit_compile"
+    )
     assert _max_difference(_weights(one / "weights.npz"), _weights(two / "weights.npz")) < 1e-6
     assert _json(two / "evaluate.json") == pytest.approx(_json(one / "evaluate.json"), rel=1e-6)
 
@@ -204,29 +262,59 @@ def test_replica_xla_under_two_workers_equals_two_local_cpus(local_cluster, tmp_
 def test_mirrored_on_two_logical_cpus_equals_one_device(tmp_path):
     (tmp_path / "two").mkdir()
     _run_single([TASK, "--strategy=default", f"--out={tmp_path}", "--steps=8"], ROOT)
-    _run_single([TASK, "--strategy=mirrored", "--num_cpu_devices=2",
-                 f"--out={tmp_path / 'two'}", "--steps=8"], ROOT)
-    assert _max_difference(_weights(tmp_path / "weights.npz"),
-                           _weights(tmp_path / "two" / "weights.npz")) < 1e-5
-    np.testing.assert_allclose(np.load(tmp_path / "two" / "predict.npy"),
-                               np.load(tmp_path / "predict.npy"), rtol=1e-5, atol=1e-5)
+    _run_single(
+        [
+            TASK,
+            "--strategy=mirrored",
+            "--num_cpu_devices=2",
+            f"--out={tmp_path / 'two'}",
+            "--steps=8",
+        ],
+        ROOT,
+    )
+    assert (
+        _max_difference(
+            _weights(tmp_path / "weights.npz"), _weights(tmp_path / "two" / "weights.npz")
+        )
+        < 1e-5
+    )
+    np.testing.assert_allclose(
+        np.load(tmp_path / "two" / "predict.npy"),
+        np.load(tmp_path / "predict.npy"),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
-@pytest.mark.parametrize("compat,upstream_error", [
-    ("none", "Attempt to convert a value (PerReplica"),
-    ("build_only", "Invalid reduction dimension 0"),
-    ("no_steps_per_execution", "You must feed a value for placeholder tensor"),
-])
-def test_upstream_keras_still_fails_without_the_compat_layer(local_cluster, tmp_path, compat,
-                                                             upstream_error):
+@pytest.mark.parametrize(
+    "compat,upstream_error",
+    [
+        ("none", "Attempt to convert a value (PerReplica"),
+        ("build_only", "Invalid reduction dimension 0"),
+        ("no_steps_per_execution", "You must feed a value for placeholder tensor"),
+    ],
+)
+def test_upstream_keras_still_fails_without_the_compat_layer(
+    local_cluster, tmp_path, compat, upstream_error
+):
     """When this fails, upstream fixed the bug: raise `FIRST_FIXED_KERAS` and retire the patch."""
     from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
 
     if not keras_compat.needs_patch():
         pytest.skip(f"keras {keras_compat.keras_version()} is not patched")
-    cluster = local_cluster(num_workers=2, command=[
-        sys.executable, TASK, "--strategy=multiworker", f"--compat={compat}",
-        f"--out={tmp_path}", "--steps=4", "--steps_per_execution=2"], env=ENV)
+    cluster = local_cluster(
+        num_workers=2,
+        command=[
+            sys.executable,
+            TASK,
+            "--strategy=multiworker",
+            f"--compat={compat}",
+            f"--out={tmp_path}",
+            "--steps=4",
+            "--steps_per_execution=2",
+        ],
+        env=ENV,
+    )
     cluster.start()
     codes = cluster.wait(timeout=WAIT_SECONDS, stop_on_failure=False)
     assert codes["worker:0"] != 0, cluster.format_logs()
@@ -236,16 +324,34 @@ def test_upstream_keras_still_fails_without_the_compat_layer(local_cluster, tmp_
 @pytest.mark.parametrize("program", ["trainer.task", "resumable script"])
 def test_survivor_fails_within_a_bound_when_a_peer_dies(local_cluster, tmp_path, program):
     if program == "trainer.task":
-        command, started = [sys.executable, "-m", "trainer.task", "--strategy=multiworker",
-                            "--epochs=2", "--steps_per_epoch=100000",
-                            "--num_examples=512"], "Epoch 1/2"
+        command, started = (
+            [
+                sys.executable,
+                "-m",
+                "trainer.task",
+                "--strategy=multiworker",
+                "--epochs=2",
+                "--steps_per_epoch=100000",
+                "--num_examples=512",
+            ],
+            "Epoch 1/2",
+        )
     else:  # a user's own script: tfdist.resumable.fit exits 200 too (tfdist.resumable.PeerLost)
-        command, started = [sys.executable, str(ROOT / "tests" / "jobs" / "lost_peer_script.py"),
-                            str(tmp_path / "backup")], "training"
+        command, started = (
+            [
+                sys.executable,
+                str(ROOT / "tests" / "jobs" / "lost_peer_script.py"),
+                str(tmp_path / "backup"),
+            ],
+            "training",
+        )
     cluster = local_cluster(num_workers=2, command=command, env=ENV)
     cluster.start()
-    poll_until(lambda: started in cluster.log("worker:0"), timeout=WAIT_SECONDS,
-               what="the chief to start training")
+    poll_until(
+        lambda: started in cluster.log("worker:0"),
+        timeout=WAIT_SECONDS,
+        what="the chief to start training",
+    )
     killed_at = time.monotonic()
     assert cluster.kill("worker:1", signal.SIGKILL)
     codes = cluster.wait(timeout=120, stop_on_failure=False)

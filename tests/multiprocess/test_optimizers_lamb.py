@@ -1,6 +1,5 @@
 """LAMB against the issue's update rule, written here in float64 NumPy."""
 
-
 from tests.multiprocess.test_optimizers_lars import run_mirrored
 
 

@@ -9,7 +9,6 @@ import textwrap
 
 import pytest
 
-
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -26,13 +25,20 @@ USER_SCRIPT = textwrap.dedent("""
 
 @pytest.mark.slow  # starts a TensorFlow process
 def test_a_users_script_reports_a_bad_argument_in_one_line_and_exits_2():
-    result = subprocess.run([sys.executable, "-c", USER_SCRIPT], cwd=REPO,
-                            env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"},
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", USER_SCRIPT],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": REPO, "TF_CPP_MIN_LOG_LEVEL": "3"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
-        "error: LARS momentum is 1.0, expected a number in [0, 1), e.g. momentum=0.9")
+        "error: LARS momentum is 1.0, expected a number in [0, 1), e.g. momentum=0.9"
+    )
 
 
 MIRRORED_SCRIPT = textwrap.dedent("""
@@ -90,8 +96,14 @@ def run_mirrored(*names):
     Cached: the LARS and LAMB tests share one process start.
     """
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
-    completed = subprocess.run([sys.executable, "-c", MIRRORED_SCRIPT, *names], cwd=REPO,
-                               env=env, capture_output=True, text=True, timeout=240)
+    completed = subprocess.run(
+        [sys.executable, "-c", MIRRORED_SCRIPT, *names],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert completed.returncode == 0, completed.stderr[-3000:]
     return json.loads(completed.stdout.strip().splitlines()[-1])
 

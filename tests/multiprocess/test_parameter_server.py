@@ -24,9 +24,15 @@ JOB_TIMEOUT = 150
 
 
 def _cluster(local_cluster, out, *args, evaluator=False):
-    return local_cluster(num_workers=2, num_ps=1, has_chief=True, has_evaluator=evaluator,
-                         command=[sys.executable, JOB, f"--out={out}", *args], env=ENV,
-                         grace_period=5.0)
+    return local_cluster(
+        num_workers=2,
+        num_ps=1,
+        has_chief=True,
+        has_evaluator=evaluator,
+        command=[sys.executable, JOB, f"--out={out}", *args],
+        env=ENV,
+        grace_period=5.0,
+    )
 
 
 def _summary(out: pathlib.Path, cluster) -> dict:
@@ -37,12 +43,20 @@ def _summary(out: pathlib.Path, cluster) -> dict:
 
 # ------------------------------------------------------------ multi-process jobs
 
+
 @pytest.mark.slow
 def test_every_step_is_counted_exactly_and_the_evaluator_sees_the_last_checkpoint(
-        local_cluster, tmp_path):
+    local_cluster, tmp_path
+):
     out = tmp_path / "out"
-    cluster = _cluster(local_cluster, out, "--epochs=2", "--steps_per_epoch=20",
-                       "--steps_per_sync=5", evaluator=True)
+    cluster = _cluster(
+        local_cluster,
+        out,
+        "--epochs=2",
+        "--steps_per_epoch=20",
+        "--steps_per_sync=5",
+        evaluator=True,
+    )
     cluster.start()
     codes = cluster.wait(timeout=JOB_TIMEOUT)
     assert codes["chief:0"] == 0 and codes["evaluator:0"] == 0, cluster.format_logs()
@@ -62,39 +76,51 @@ def test_every_step_is_counted_exactly_and_the_evaluator_sees_the_last_checkpoin
 
 
 @pytest.mark.slow
-def test_every_metric_update_path_counts_every_example_exactly(
-        local_cluster, tmp_path):
+def test_every_metric_update_path_counts_every_example_exactly(local_cluster, tmp_path):
     """Precision, Recall, AUC, F1Score, IoU and a docstring-style metric (`v.assign(v + x)`).
 
     Two workers update the same metric variables on the ps at the same time;
     each metric must have counted steps x batch examples, no update lost.
     """
     out = tmp_path / "out"
-    cluster = _cluster(local_cluster, out, "--count_metrics", "--epochs=1",
-                       "--steps_per_epoch=60")
+    cluster = _cluster(local_cluster, out, "--count_metrics", "--epochs=1", "--steps_per_epoch=60")
     cluster.start()
     codes = cluster.wait(timeout=JOB_TIMEOUT)
     assert codes["chief:0"] == 0, cluster.format_logs()
     summary = _summary(out, cluster)
     assert summary["steps_completed"] == 60, summary
     assert summary["examples_counted_at_last_sync"] == 60 * 16, summary
-    assert summary["metric_counts"] == {name: 60 * 16 for name in (
-        "precision", "recall", "auc", "f1", "iou", "example_count")}, summary
+    assert summary["metric_counts"] == {
+        name: 60 * 16 for name in ("precision", "recall", "auc", "f1", "iou", "example_count")
+    }, summary
 
 
 @pytest.mark.slow
 def test_a_worker_killed_mid_run_loses_no_step(local_cluster, tmp_path):
     out = tmp_path / "out"
-    cluster = _cluster(local_cluster, out, "--epochs=2", "--steps_per_epoch=40",
-                       "--steps_per_sync=20", "--hold_after_first_sync", "--mark_batches")
+    cluster = _cluster(
+        local_cluster,
+        out,
+        "--epochs=2",
+        "--steps_per_epoch=40",
+        "--steps_per_sync=20",
+        "--hold_after_first_sync",
+        "--mark_batches",
+    )
     cluster.start()
-    poll_until(lambda: (out / "underway").exists(), timeout=JOB_TIMEOUT,
-               what="the chief's first sync point")
+    poll_until(
+        lambda: (out / "underway").exists(),
+        timeout=JOB_TIMEOUT,
+        what="the chief's first sync point",
+    )
     read_before = len(os.listdir(out / "batches"))
     (out / "release").write_text("go")
     # Workers are reading batches for the next 20 steps: kill one in the middle.
-    poll_until(lambda: len(os.listdir(out / "batches")) >= read_before + 4,
-               timeout=JOB_TIMEOUT, what="steps running after the release")
+    poll_until(
+        lambda: len(os.listdir(out / "batches")) >= read_before + 4,
+        timeout=JOB_TIMEOUT,
+        what="steps running after the release",
+    )
     assert cluster.kill("worker:1", signal.SIGKILL)
     codes = cluster.wait(timeout=JOB_TIMEOUT, stop_on_failure=False)
     assert codes["chief:0"] == 0, cluster.format_logs()
@@ -106,14 +132,22 @@ def test_a_worker_killed_mid_run_loses_no_step(local_cluster, tmp_path):
 
 
 @pytest.mark.slow
-def test_losing_the_parameter_server_fails_the_chief_clearly_and_soon(
-        local_cluster, tmp_path):
+def test_losing_the_parameter_server_fails_the_chief_clearly_and_soon(local_cluster, tmp_path):
     out = tmp_path / "out"
-    cluster = _cluster(local_cluster, out, "--epochs=2", "--steps_per_epoch=200",
-                       "--steps_per_sync=5", "--hold_after_first_sync")
+    cluster = _cluster(
+        local_cluster,
+        out,
+        "--epochs=2",
+        "--steps_per_epoch=200",
+        "--steps_per_sync=5",
+        "--hold_after_first_sync",
+    )
     cluster.start()
-    poll_until(lambda: (out / "underway").exists(), timeout=JOB_TIMEOUT,
-               what="the chief's first sync point")
+    poll_until(
+        lambda: (out / "underway").exists(),
+        timeout=JOB_TIMEOUT,
+        what="the chief's first sync point",
+    )
     assert cluster.kill("ps:0", signal.SIGKILL)
     killed_at = time.monotonic()
     (out / "release").write_text("go")
@@ -121,8 +155,11 @@ def test_losing_the_parameter_server_fails_the_chief_clearly_and_soon(
     failed_after = time.monotonic() - killed_at
     log = cluster.log("chief:0")
     assert codes["chief:0"] == 3, cluster.format_logs()
-    assert re.search(r"parameter-server training stopped: (parameter server ps:0|a parameter "
-                     r"server or the connection to it) ", log), log[-3000:]
+    assert re.search(
+        r"parameter-server training stopped: (parameter server ps:0|a parameter "
+        r"server or the connection to it) ",
+        log,
+    ), log[-3000:]
     assert "restart the job to resume from the last backup" in log, log[-3000:]
     assert failed_after < 60, f"the chief took {failed_after:.0f} s to fail"
     assert not (out / "summary.json").exists()
@@ -132,10 +169,23 @@ def test_losing_the_parameter_server_fails_the_chief_clearly_and_soon(
 def test_trainer_task_runs_every_role_from_one_command(local_cluster, tmp_path):
     model_dir = tmp_path / "model"
     cluster = local_cluster(
-        num_workers=2, num_ps=1, has_chief=True, env=ENV, grace_period=5.0,
-        command=[sys.executable, "-m", "trainer.task", "--strategy=parameter_server",
-                 f"--model_dir={model_dir}", "--epochs=2", "--steps_per_epoch=15",
-                 "--num_examples=1024", "--evaluation_checkpoints"])
+        num_workers=2,
+        num_ps=1,
+        has_chief=True,
+        env=ENV,
+        grace_period=5.0,
+        command=[
+            sys.executable,
+            "-m",
+            "trainer.task",
+            "--strategy=parameter_server",
+            f"--model_dir={model_dir}",
+            "--epochs=2",
+            "--steps_per_epoch=15",
+            "--num_examples=1024",
+            "--evaluation_checkpoints",
+        ],
+    )
     cluster.start()
     codes = cluster.wait(timeout=JOB_TIMEOUT)
     assert codes["chief:0"] == 0, cluster.format_logs()
@@ -149,23 +199,43 @@ def test_trainer_task_runs_every_role_from_one_command(local_cluster, tmp_path):
 
     # The evaluator role, as Vertex runs it (CLUSTER_SPEC lists every pool), on
     # the finished run: it evaluates both epoch checkpoints and exits at the marker.
-    spec = {"cluster": {"workerpool0": ["127.0.0.1:1"], "workerpool1": ["127.0.0.1:2"],
-                        "workerpool2": ["127.0.0.1:3"], "workerpool3": ["127.0.0.1:4"]},
-            "task": {"type": "workerpool3", "index": 0}}
+    spec = {
+        "cluster": {
+            "workerpool0": ["127.0.0.1:1"],
+            "workerpool1": ["127.0.0.1:2"],
+            "workerpool2": ["127.0.0.1:3"],
+            "workerpool3": ["127.0.0.1:4"],
+        },
+        "task": {"type": "workerpool3", "index": 0},
+    }
     env = {key: value for key, value in os.environ.items() if key != "TF_CONFIG"}
     evaluator = subprocess.run(
-        [sys.executable, "-m", "trainer.task", "--strategy=parameter_server",
-         f"--model_dir={model_dir}", "--epochs=2", "--steps_per_epoch=15",
-         "--num_examples=1024"],
-        env={**env, **ENV, "CLUSTER_SPEC": json.dumps(spec)}, cwd=REPO,
-        capture_output=True, text=True, timeout=JOB_TIMEOUT, check=False)
+        [
+            sys.executable,
+            "-m",
+            "trainer.task",
+            "--strategy=parameter_server",
+            f"--model_dir={model_dir}",
+            "--epochs=2",
+            "--steps_per_epoch=15",
+            "--num_examples=1024",
+        ],
+        env={**env, **ENV, "CLUSTER_SPEC": json.dumps(spec)},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=JOB_TIMEOUT,
+        check=False,
+    )
     assert evaluator.returncode == 0, evaluator.stderr[-3000:]
-    lines = [json.loads(line)
-             for line in (model_dir / "eval" / "metrics.jsonl").read_text().splitlines()]
+    lines = [
+        json.loads(line) for line in (model_dir / "eval" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert [line["step"] for line in lines] == [15, 30], lines
     # The last checkpoint holds the final weights: same test metrics as the chief's.
     assert lines[-1]["metrics"]["loss"] == pytest.approx(
-        summary["metrics"]["test"]["loss"], rel=1e-4), (lines, summary)
+        summary["metrics"]["test"]["loss"], rel=1e-4
+    ), (lines, summary)
 
 
 @pytest.mark.slow
@@ -191,16 +261,28 @@ def test_a_server_task_exits_0_once_the_chief_has_come_and_gone(tmp_path):
 
     thread = threading.Thread(target=accept, daemon=True)
     thread.start()
-    tf_config = {"cluster": {"chief": [f"127.0.0.1:{chief_port}"],
-                             "worker": [f"127.0.0.1:{worker_port}"],
-                             "ps": [f"127.0.0.1:{ps_port}"]},
-                 "task": {"type": "worker", "index": 0}}
+    tf_config = {
+        "cluster": {
+            "chief": [f"127.0.0.1:{chief_port}"],
+            "worker": [f"127.0.0.1:{worker_port}"],
+            "ps": [f"127.0.0.1:{ps_port}"],
+        },
+        "task": {"type": "worker", "index": 0},
+    }
     env = {**os.environ, **ENV, "TF_CONFIG": json.dumps(tf_config)}
-    worker = subprocess.Popen([sys.executable, JOB, f"--out={tmp_path}"], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    worker = subprocess.Popen(
+        [sys.executable, JOB, f"--out={tmp_path}"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
-        poll_until(lambda: probes or worker.poll() is not None, timeout=JOB_TIMEOUT,
-                   what="the worker's first probe of the chief")
+        poll_until(
+            lambda: probes or worker.poll() is not None,
+            timeout=JOB_TIMEOUT,
+            what="the worker's first probe of the chief",
+        )
         assert worker.poll() is None, worker.communicate()[0][-3000:]
         stop.set()
         thread.join(timeout=5)

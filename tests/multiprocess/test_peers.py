@@ -31,7 +31,6 @@ import sys
 import numpy as np
 import pytest
 
-
 pytestmark = pytest.mark.peers
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -40,8 +39,10 @@ TUTORIAL = ROOT / "examples" / "multiworker_tutorial" / "main.py"
 ENV = {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
 WAIT_SECONDS = 300  # A backstop against hangs, never a speed assertion.
 STEPS = 30
-INSTALL_HINT = ("python -m pip install -e '.[peers]' && "
-                "python -m pip install --no-deps tf-models-official==2.20.0")
+INSTALL_HINT = (
+    "python -m pip install -e '.[peers]' && "
+    "python -m pip install --no-deps tf-models-official==2.20.0"
+)
 
 
 def _require_peer(distribution: str) -> importlib.metadata.Distribution:
@@ -49,8 +50,10 @@ def _require_peer(distribution: str) -> importlib.metadata.Distribution:
     try:
         return importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
-        message = (f"peer package {distribution!r} is not installed; install the peers "
-                   f"with: {INSTALL_HINT}")
+        message = (
+            f"peer package {distribution!r} is not installed; install the peers "
+            f"with: {INSTALL_HINT}"
+        )
     if os.environ.get("CI") == "true":
         pytest.fail(f"{message} (.ci/run installs them)")
     pytest.skip(message)
@@ -58,19 +61,23 @@ def _require_peer(distribution: str) -> importlib.metadata.Distribution:
 
 def _max_difference(left, right) -> float:
     assert [np.shape(a) for a in left] == [np.shape(b) for b in right]
-    return max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
-               for a, b in zip(left, right))
+    return max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(left, right))
 
 
 def _assert_bitwise_equal(ours, theirs, what: str) -> None:
-    unequal = [index for index, (a, b) in enumerate(zip(ours, theirs))
-               if not np.array_equal(np.asarray(a), np.asarray(b))]
-    assert not unequal, (f"{what}: variables {unequal} differ, max difference "
-                         f"{_max_difference(ours, theirs):.3g}")
+    unequal = [
+        index
+        for index, (a, b) in enumerate(zip(ours, theirs))
+        if not np.array_equal(np.asarray(a), np.asarray(b))
+    ]
+    assert not unequal, (
+        f"{what}: variables {unequal} differ, max difference {_max_difference(ours, theirs):.3g}"
+    )
 
 
 # ---------------------------------------------------------------------------------------
 # Multi-worker: Keras 3 + tfdist against tf_keras, each on a 2-worker local cluster.
+
 
 def _weights(path: pathlib.Path) -> list[np.ndarray]:
     with np.load(path, allow_pickle=False) as archive:
@@ -83,8 +90,14 @@ def _job_reports(text: str) -> list[dict]:
 
 def _mlp_job(framework: str, initial: pathlib.Path, out: pathlib.Path) -> list[str]:
     out.mkdir()
-    return [sys.executable, str(MLP_JOB), f"--framework={framework}", f"--initial={initial}",
-            f"--out={out}", f"--steps={STEPS}"]
+    return [
+        sys.executable,
+        str(MLP_JOB),
+        f"--framework={framework}",
+        f"--initial={initial}",
+        f"--out={out}",
+        f"--steps={STEPS}",
+    ]
 
 
 def _cluster_reports(cluster, codes) -> list[dict]:
@@ -94,8 +107,9 @@ def _cluster_reports(cluster, codes) -> list[dict]:
 
 def _start_one_process(command: list[str], out: pathlib.Path) -> subprocess.Popen:
     """Starts `command` without a cluster; stdout to <out>/stdout.txt, stderr to log.txt."""
-    environ = {key: value for key, value in os.environ.items()
-               if key not in ("TF_CONFIG", "CLUSTER_SPEC")}
+    environ = {
+        key: value for key, value in os.environ.items() if key not in ("TF_CONFIG", "CLUSTER_SPEC")
+    }
     with open(out / "stdout.txt", "wb") as stdout, open(out / "log.txt", "wb") as stderr:
         return subprocess.Popen(command, env={**environ, **ENV}, stdout=stdout, stderr=stderr)
 
@@ -111,33 +125,44 @@ def _finish_one_process(process: subprocess.Popen, timeout: float) -> int:
 
 
 @pytest.mark.slow
-def test_keras3_with_tfdist_on_two_workers_equals_tf_keras_on_two_workers(local_cluster,
-                                                                          tmp_path):
+def test_keras3_with_tfdist_on_two_workers_equals_tf_keras_on_two_workers(local_cluster, tmp_path):
     _require_peer("tf-keras")
     rng = np.random.default_rng(3)
     initial = tmp_path / "initial.npz"
-    np.savez(initial, (0.3 * rng.normal(size=(8, 16))).astype(np.float32),
-             np.zeros(16, np.float32), (0.3 * rng.normal(size=(16, 3))).astype(np.float32),
-             np.zeros(3, np.float32))
+    np.savez(
+        initial,
+        (0.3 * rng.normal(size=(8, 16))).astype(np.float32),
+        np.zeros(16, np.float32),
+        (0.3 * rng.normal(size=(16, 3))).astype(np.float32),
+        np.zeros(3, np.float32),
+    )
 
     # The three runs share nothing but their inputs: they run side by side.
-    clusters = {framework: local_cluster(num_workers=2, env=ENV, command=_mlp_job(
-        framework, initial, tmp_path / framework)) for framework in ("keras3", "tf_keras")}
+    clusters = {
+        framework: local_cluster(
+            num_workers=2, env=ENV, command=_mlp_job(framework, initial, tmp_path / framework)
+        )
+        for framework in ("keras3", "tf_keras")
+    }
     for cluster in clusters.values():
         cluster.start()
-    single = _start_one_process(_mlp_job("tf_keras", initial, tmp_path / "one_process"),
-                                tmp_path / "one_process")
+    single = _start_one_process(
+        _mlp_job("tf_keras", initial, tmp_path / "one_process"), tmp_path / "one_process"
+    )
     try:
-        codes = {framework: cluster.wait(timeout=WAIT_SECONDS)
-                 for framework, cluster in clusters.items()}
+        codes = {
+            framework: cluster.wait(timeout=WAIT_SECONDS) for framework, cluster in clusters.items()
+        }
         single_code = _finish_one_process(single, WAIT_SECONDS)
     finally:
         if single.poll() is None:  # a cluster failed or timed out first
             single.kill()
             single.wait()
     assert single_code == 0, (tmp_path / "one_process" / "log.txt").read_text()[-4000:]
-    reports = {framework: _cluster_reports(cluster, codes[framework])
-               for framework, cluster in clusters.items()}
+    reports = {
+        framework: _cluster_reports(cluster, codes[framework])
+        for framework, cluster in clusters.items()
+    }
     reports["one_process"] = _job_reports((tmp_path / "one_process" / "stdout.txt").read_text())
     # One report per optimizer (SGD, Adam) per process.
     for run, processes in (("keras3", 2), ("tf_keras", 2), ("one_process", 1)):
@@ -145,14 +170,17 @@ def test_keras3_with_tfdist_on_two_workers_equals_tf_keras_on_two_workers(local_
         assert {(r["steps"], r["replicas"]) for r in reports[run]} == {(STEPS, processes)}
 
     for optimizer in ("sgd", "adam"):
-        runs = {f"{framework} worker {i}":
-                _weights(tmp_path / framework / f"{optimizer}-worker{i}.npz")
-                for framework in ("keras3", "tf_keras") for i in (0, 1)}
+        runs = {
+            f"{framework} worker {i}": _weights(tmp_path / framework / f"{optimizer}-worker{i}.npz")
+            for framework in ("keras3", "tf_keras")
+            for i in (0, 1)
+        }
         one_process = _weights(tmp_path / "one_process" / f"{optimizer}-single.npz")
         assert _max_difference(_weights(initial), one_process) > 0.1  # It trained.
         for name, weights in runs.items():
-            _assert_bitwise_equal(weights, runs["tf_keras worker 0"],
-                                  f"{optimizer}: {name} against tf_keras worker 0")
+            _assert_bitwise_equal(
+                weights, runs["tf_keras worker 0"], f"{optimizer}: {name} against tf_keras worker 0"
+            )
         # One process sums the global batch's 64 gradients at once, two workers
         # sum 32 each and then add: float32 round-off, measured 6e-8 (SGD) and
         # 1.8e-7 (Adam) after 30 steps.
@@ -161,6 +189,7 @@ def test_keras3_with_tfdist_on_two_workers_equals_tf_keras_on_two_workers(local_
 
 # ---------------------------------------------------------------------------------------
 # TensorFlow's "Multi-worker training with Keras" tutorial, as a Keras 3 user runs it.
+
 
 @pytest.fixture(scope="module")
 def tutorial_runs(tmp_path_factory):
@@ -184,12 +213,25 @@ def tutorial_runs(tmp_path_factory):
         clusters = {}
         for name, (model_path, extra) in runs.items():
             model_path.parent.mkdir(parents=True)
-            clusters[name] = stack.enter_context(LocalCluster(
-                num_workers=2, env=ENV, log_dir=tmp_path / name / "logs", command=[
-                    sys.executable, str(TUTORIAL), "--epochs=2", "--steps_per_epoch=10",
-                    f"--model_path={model_path}", *extra]))
-        results = {name: (cluster, cluster.wait(timeout=WAIT_SECONDS), runs[name][0])
-                   for name, cluster in clusters.items()}
+            clusters[name] = stack.enter_context(
+                LocalCluster(
+                    num_workers=2,
+                    env=ENV,
+                    log_dir=tmp_path / name / "logs",
+                    command=[
+                        sys.executable,
+                        str(TUTORIAL),
+                        "--epochs=2",
+                        "--steps_per_epoch=10",
+                        f"--model_path={model_path}",
+                        *extra,
+                    ],
+                )
+            )
+        results = {
+            name: (cluster, cluster.wait(timeout=WAIT_SECONDS), runs[name][0])
+            for name, cluster in clusters.items()
+        }
     return results
 
 

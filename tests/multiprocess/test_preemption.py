@@ -15,8 +15,8 @@ import sys
 import numpy as np
 import pytest
 
-from tfdist.cli import EXIT_PREEMPTED
 from tests.support.logged_process import finish, log_tail, start_logged
+from tfdist.cli import EXIT_PREEMPTED
 from tfdist.launch.testing import poll_until
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -30,8 +30,18 @@ PROCESS_TIMEOUT = 240
 def _start_job(tmp_path: pathlib.Path, name: str, backup_dir: pathlib.Path, *extra: str):
     out = tmp_path / name
     out.mkdir()
-    return start_logged([sys.executable, "-m", "tests.jobs.fault_tolerance_job",
-                         f"--backup_dir={backup_dir}", f"--out={out}", *extra], out, cwd=REPO)
+    return start_logged(
+        [
+            sys.executable,
+            "-m",
+            "tests.jobs.fault_tolerance_job",
+            f"--backup_dir={backup_dir}",
+            f"--out={out}",
+            *extra,
+        ],
+        out,
+        cwd=REPO,
+    )
 
 
 def _finish(process, timeout: float = PROCESS_TIMEOUT) -> int:
@@ -73,14 +83,17 @@ def _assert_resumed_equal(out, reference, resumed_from_step):
 
 
 @pytest.mark.slow
-def test_sigkill_after_a_backup_then_restart_equals_uninterrupted_run(tmp_path,
-                                                                      reference_weights):
+def test_sigkill_after_a_backup_then_restart_equals_uninterrupted_run(tmp_path, reference_weights):
     backup_dir = tmp_path / "backup"
-    victim = _start_job(tmp_path, "killed", backup_dir, "--pause_after_step=7",
-                        "--pause_until=kill")
+    victim = _start_job(
+        tmp_path, "killed", backup_dir, "--pause_after_step=7", "--pause_until=kill"
+    )
     try:
-        poll_until(lambda: (victim.out / "paused-single-0-7").exists() or victim.poll(),
-                   timeout=PROCESS_TIMEOUT, what="the job to reach step 7")
+        poll_until(
+            lambda: (victim.out / "paused-single-0-7").exists() or victim.poll(),
+            timeout=PROCESS_TIMEOUT,
+            what="the job to reach step 7",
+        )
         assert victim.poll() is None, log_tail(victim)
         victim.send_signal(signal.SIGKILL)
     finally:
@@ -95,15 +108,23 @@ def test_sigkill_after_a_backup_then_restart_equals_uninterrupted_run(tmp_path,
 
 
 @pytest.mark.slow
-def test_sigterm_saves_at_the_notice_step_exits_143_and_resumes_there(tmp_path,
-                                                                      reference_weights):
+def test_sigterm_saves_at_the_notice_step_exits_143_and_resumes_there(tmp_path, reference_weights):
     backup_dir = tmp_path / "backup"
     grace = 20.0
-    victim = _start_job(tmp_path, "preempted", backup_dir, "--pause_after_step=6",
-                        "--pause_until=notice", f"--grace_period={grace}")
+    victim = _start_job(
+        tmp_path,
+        "preempted",
+        backup_dir,
+        "--pause_after_step=6",
+        "--pause_until=notice",
+        f"--grace_period={grace}",
+    )
     try:
-        poll_until(lambda: (victim.out / "paused-single-0-6").exists() or victim.poll(),
-                   timeout=PROCESS_TIMEOUT, what="the job to reach step 6")
+        poll_until(
+            lambda: (victim.out / "paused-single-0-6").exists() or victim.poll(),
+            timeout=PROCESS_TIMEOUT,
+            what="the job to reach step 6",
+        )
         assert victim.poll() is None, log_tail(victim)
         victim.send_signal(signal.SIGTERM)
         code = _finish(victim, timeout=grace + 10)
@@ -136,9 +157,11 @@ def _cluster_env(tmp_path: pathlib.Path) -> dict:
 
 def _run_cluster(local_cluster, tmp_path, name, backup_dir, *extra, timeout=PROCESS_TIMEOUT):
     out = tmp_path / name
-    cluster = local_cluster(num_workers=2, env=_cluster_env(tmp_path),
-                            command=[*JOB, f"--backup_dir={backup_dir}", f"--out={out}",
-                                     *extra])
+    cluster = local_cluster(
+        num_workers=2,
+        env=_cluster_env(tmp_path),
+        command=[*JOB, f"--backup_dir={backup_dir}", f"--out={out}", *extra],
+    )
     cluster.start()
     codes = cluster.wait(timeout=timeout)
     assert codes == {task: 0 for task in WORKERS}, cluster.format_logs()
@@ -152,9 +175,12 @@ def two_worker_reference(tmp_path_factory):
 
     tmp_path = tmp_path_factory.mktemp("mw-reference")
     out = tmp_path / "out"
-    with LocalCluster(num_workers=2, env=_cluster_env(tmp_path), log_dir=tmp_path / "logs",
-                      command=[*JOB, f"--backup_dir={tmp_path / 'backup'}",
-                               f"--out={out}"]) as cluster:
+    with LocalCluster(
+        num_workers=2,
+        env=_cluster_env(tmp_path),
+        log_dir=tmp_path / "logs",
+        command=[*JOB, f"--backup_dir={tmp_path / 'backup'}", f"--out={out}"],
+    ) as cluster:
         codes = cluster.wait(timeout=PROCESS_TIMEOUT)
         assert codes == {task: 0 for task in WORKERS}, cluster.format_logs()
     assert _summary(out)["iterations"] == TOTAL_STEPS
@@ -164,14 +190,16 @@ def two_worker_reference(tmp_path_factory):
 def _only_chief_files(backup_dir: pathlib.Path, tmp_path: pathlib.Path) -> None:
     names = sorted(os.listdir(backup_dir))
     assert all(name.startswith("backup-") or name == "COMPLETED.json" for name in names), names
-    leftovers = [name for name in os.listdir(tmp_path / "tmpdir")
-                 if name.startswith("tfdist-scratch-")]
+    leftovers = [
+        name for name in os.listdir(tmp_path / "tmpdir") if name.startswith("tfdist-scratch-")
+    ]
     assert leftovers == [], "a worker's scratch directory was left behind"
 
 
 @pytest.mark.slow
 def test_two_workers_kill_9_one_then_restart_equals_uninterrupted_run(
-        local_cluster, tmp_path, two_worker_reference):
+    local_cluster, tmp_path, two_worker_reference
+):
     # One draw: the two trials this test had drew the same step and the same worker
     # (step 17, worker:0), so the second repeated the first; test_chaos.py kills random
     # tasks of a 2-worker job five times.
@@ -183,12 +211,24 @@ def test_two_workers_kill_9_one_then_restart_equals_uninterrupted_run(
     out = tmp_path / "out"
     task = victim.replace(":", "-")
     cluster = local_cluster(
-        num_workers=2, env=_cluster_env(tmp_path), restart_on_failure=1,
-        command=[*JOB, f"--backup_dir={backup_dir}", f"--out={out}", "--keep_backup",
-                 f"--pause_after_step={kill_step}", f"--pause_tasks={task}"])
+        num_workers=2,
+        env=_cluster_env(tmp_path),
+        restart_on_failure=1,
+        command=[
+            *JOB,
+            f"--backup_dir={backup_dir}",
+            f"--out={out}",
+            "--keep_backup",
+            f"--pause_after_step={kill_step}",
+            f"--pause_tasks={task}",
+        ],
+    )
     cluster.start()
-    poll_until(lambda: (out / f"paused-{task}-{kill_step}").exists(),
-               timeout=PROCESS_TIMEOUT, what=f"{victim} to reach step {kill_step}")
+    poll_until(
+        lambda: (out / f"paused-{task}-{kill_step}").exists(),
+        timeout=PROCESS_TIMEOUT,
+        what=f"{victim} to reach step {kill_step}",
+    )
     assert cluster.kill(victim, signal.SIGKILL), cluster.format_logs()
 
     codes = cluster.wait(timeout=PROCESS_TIMEOUT)  # restarts both, as Vertex would
@@ -206,18 +246,30 @@ def test_two_workers_kill_9_one_then_restart_equals_uninterrupted_run(
 
 @pytest.mark.slow
 def test_two_workers_sigterm_to_one_all_exit_143_and_resume_at_the_notice(
-        local_cluster, tmp_path, two_worker_reference):
+    local_cluster, tmp_path, two_worker_reference
+):
     notice_step, grace = 14, 20.0
     backup_dir = tmp_path / "backup"
     out = tmp_path / "out"
     cluster = local_cluster(
-        num_workers=2, env=_cluster_env(tmp_path),
-        command=[*JOB, f"--backup_dir={backup_dir}", f"--out={out}",
-                 f"--pause_after_step={notice_step}", "--pause_until=notice",
-                 "--pause_tasks=worker-1", f"--grace_period={grace}"])
+        num_workers=2,
+        env=_cluster_env(tmp_path),
+        command=[
+            *JOB,
+            f"--backup_dir={backup_dir}",
+            f"--out={out}",
+            f"--pause_after_step={notice_step}",
+            "--pause_until=notice",
+            "--pause_tasks=worker-1",
+            f"--grace_period={grace}",
+        ],
+    )
     cluster.start()
-    poll_until(lambda: (out / f"paused-worker-1-{notice_step}").exists(),
-               timeout=PROCESS_TIMEOUT, what=f"worker:1 to reach step {notice_step}")
+    poll_until(
+        lambda: (out / f"paused-worker-1-{notice_step}").exists(),
+        timeout=PROCESS_TIMEOUT,
+        what=f"worker:1 to reach step {notice_step}",
+    )
     assert cluster.kill("worker:1", signal.SIGTERM), cluster.format_logs()
 
     codes = cluster.wait(timeout=grace + 15, stop_on_failure=False)
@@ -228,8 +280,9 @@ def test_two_workers_sigterm_to_one_all_exit_143_and_resume_at_the_notice(
     stop_step = notice_step + 1
     assert sorted(os.listdir(backup_dir)) == ["backup-000000000012", "backup-000000000015"]
     for task in WORKERS:
-        assert (f"Preemption notice agreed: stopping after step {stop_step}"
-                in cluster.log(task)), cluster.format_logs()
+        assert f"Preemption notice agreed: stopping after step {stop_step}" in cluster.log(task), (
+            cluster.format_logs()
+        )
     _only_chief_files(backup_dir, tmp_path)
 
     resumed = _run_cluster(local_cluster, tmp_path, "resumed", backup_dir)
@@ -239,10 +292,13 @@ def test_two_workers_sigterm_to_one_all_exit_143_and_resume_at_the_notice(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("has_chief, notice_tasks", [
-    (False, "worker-1"), (False, "worker-0,worker-1"), (True, "worker-0")])
+@pytest.mark.parametrize(
+    "has_chief, notice_tasks",
+    [(False, "worker-1"), (False, "worker-0,worker-1"), (True, "worker-0")],
+)
 def test_two_workers_agree_on_one_stop_step_without_a_collective_per_check(
-        local_cluster, tmp_path, has_chief, notice_tasks):
+    local_cluster, tmp_path, has_chief, notice_tasks
+):
     """Checks are local reads; one notice, or two at once, stop both after the next step.
 
     The watcher once gathered every worker's flag at every check: one collective
@@ -251,17 +307,28 @@ def test_two_workers_agree_on_one_stop_step_without_a_collective_per_check(
     """
     notice_step = 20
     cluster = local_cluster(
-        num_workers=1 if has_chief else 2, has_chief=has_chief, env=_cluster_env(tmp_path),
-        command=[sys.executable, "-m", "tests.jobs.preemption_agreement_job", str(tmp_path),
-                 str(notice_step), notice_tasks])
+        num_workers=1 if has_chief else 2,
+        has_chief=has_chief,
+        env=_cluster_env(tmp_path),
+        command=[
+            sys.executable,
+            "-m",
+            "tests.jobs.preemption_agreement_job",
+            str(tmp_path),
+            str(notice_step),
+            notice_tasks,
+        ],
+    )
     cluster.start()
 
     codes = cluster.wait(timeout=PROCESS_TIMEOUT)
 
     tasks = ("chief:0", "worker:0") if has_chief else WORKERS
     assert codes == {task: 0 for task in tasks}, cluster.format_logs()
-    results = {task: json.loads((tmp_path / f"{task.replace(':', '-')}.json").read_text())
-               for task in tasks}
+    results = {
+        task: json.loads((tmp_path / f"{task.replace(':', '-')}.json").read_text())
+        for task in tasks
+    }
     for task, result in results.items():
         # One gather agrees on the key namespace; the 20 checks before it ran none.
         assert result == {"stopped_after": notice_step + 1, "gathers": 1}, (task, results)

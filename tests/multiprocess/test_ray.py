@@ -9,11 +9,10 @@ the module starts its three jobs at once (`_jobs`) and each test waits for its o
 - `python -m trainer.ray` running `trainer.task` as a parameter-server job (chief,
   worker, ps, evaluator), which must finish and leave no process behind."""
 
-import re
-
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -37,13 +36,24 @@ def _start(out: pathlib.Path, *args, command=(str(JOB),)) -> subprocess.Popen:
     env = clean_environment()
     # Ray swaps 127.0.0.1 for the machine's address unless clusters are off: keep it on
     # loopback. Ray Train's preemption watcher polls drains every 0.5 s instead of 5 s.
-    env.update(RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0", CUDA_VISIBLE_DEVICES="",
-               RAY_USAGE_STATS_ENABLED="0", RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S="0.5",
-               TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO), RAY_DEDUP_LOGS="0")
+    env.update(
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+        CUDA_VISIBLE_DEVICES="",
+        RAY_USAGE_STATS_ENABLED="0",
+        RAY_TRAIN_PREEMPTION_POLL_INTERVAL_S="0.5",
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONPATH=str(REPO),
+        RAY_DEDUP_LOGS="0",
+    )
     with open(out / "log.txt", "wb") as log:
-        process = subprocess.Popen([sys.executable, *command, *args], cwd=REPO,
-                                   env=env, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        process = subprocess.Popen(
+            [sys.executable, *command, *args],
+            cwd=REPO,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     process.out = out
     return process
 
@@ -79,16 +89,34 @@ def _jobs(tmp_path_factory):
     root = tmp_path_factory.mktemp("ray")
     jobs = {
         "reference": _start(root / "reference", f"--out={root / 'reference'}", "--reference"),
-        "resumable": _start(root / "ray", f"--out={root / 'ray'}", "--workers=2", "--nodes=3",
-                            "--drain_at_step=4", "--kill_rank=1", "--kill_at_step=10",
-                            "--term_at_step=18", "--max_failures=2"),
-        "trainer": _start(root / "trainer", "--chief", "--num_workers=1", "--num_ps=1",
-                          "--evaluator", "--max_failures=0",
-                          f"--storage_path={root / 'trainer' / 'ray'}",
-                          "--", "--strategy=parameter_server",
-                          f"--model_dir={root / 'trainer' / 'model'}", "--epochs=2",
-                          "--steps_per_epoch=10", "--num_examples=512",
-                          "--evaluation_checkpoints", command=("-m", "trainer.ray")),
+        "resumable": _start(
+            root / "ray",
+            f"--out={root / 'ray'}",
+            "--workers=2",
+            "--nodes=3",
+            "--drain_at_step=4",
+            "--kill_rank=1",
+            "--kill_at_step=10",
+            "--term_at_step=18",
+            "--max_failures=2",
+        ),
+        "trainer": _start(
+            root / "trainer",
+            "--chief",
+            "--num_workers=1",
+            "--num_ps=1",
+            "--evaluator",
+            "--max_failures=0",
+            f"--storage_path={root / 'trainer' / 'ray'}",
+            "--",
+            "--strategy=parameter_server",
+            f"--model_dir={root / 'trainer' / 'model'}",
+            "--epochs=2",
+            "--steps_per_epoch=10",
+            "--num_examples=512",
+            "--evaluation_checkpoints",
+            command=("-m", "trainer.ray"),
+        ),
     }
     yield jobs
     for process in jobs.values():
@@ -124,8 +152,10 @@ def test_a_drained_killed_then_preempted_worker_under_ray_resumes_at_the_exact_s
     for start in starts:
         assert start["keras"].startswith("3.") and start["legacy"] == "0", start
         assert start["replicas"] == 2 and start["hosts"] == ["127.0.0.1"], start
-    agreed = [int(step) for step in
-              re.findall(r"Preemption notice agreed: stopping after step (\d+)", log)]
+    agreed = [
+        int(step)
+        for step in re.findall(r"Preemption notice agreed: stopping after step (\d+)", log)
+    ]
     # Ray's own notice (the drain at step 4, polled every 2 steps) reached every worker;
     # they agreed on one step, backed it up, and Ray's restart resumed exactly there.
     notices = re.findall(r"Ray's preemption notice at step (\d+) \(ranks \[0\]", log)
@@ -137,7 +167,10 @@ def test_a_drained_killed_then_preempted_worker_under_ray_resumes_at_the_exact_s
     # max_failures (one more worker failure would have ended the run).
     assert log.count("waiting for Ray to end the worker group") == 2, log[-6000:]
     assert re.findall(r"Source: (preemption|worker group)", log) == [
-        "preemption", "worker group", "worker group"], log[-6000:]
+        "preemption",
+        "worker group",
+        "worker group",
+    ], log[-6000:]
     # After the SIGKILL: the backup before it (save_freq 4).
     assert "Resuming from the backup at step 8 " in log, log[-6000:]
     # The SIGTERM reached tfdist on Ray's training thread; the same agreement.
@@ -149,10 +182,10 @@ def test_a_drained_killed_then_preempted_worker_under_ray_resumes_at_the_exact_s
     assert json.loads((out / "iterations.json").read_text()) == 24
     ray_weights = np.load(out / "weights.npz")
     reference = np.load(reference_out / "weights.npz")
-    difference = max(float(np.abs(ray_weights[name] - reference[name]).max())
-                     for name in reference.files)
-    print(f"max |ray, drained, killed, preempted and resumed - one process| = "
-          f"{difference:.2e}")
+    difference = max(
+        float(np.abs(ray_weights[name] - reference[name]).max()) for name in reference.files
+    )
+    print(f"max |ray, drained, killed, preempted and resumed - one process| = {difference:.2e}")
     assert difference < 1e-6
 
     # tfdist's committed backups are Ray's checkpoints, the last one at the last step.
@@ -168,7 +201,7 @@ def test_a_drained_killed_then_preempted_worker_under_ray_resumes_at_the_exact_s
 @pytest.mark.slow
 def test_trainer_task_with_every_role_under_ray_finishes_and_leaves_nothing(_jobs):
     process = _jobs["trainer"]
-    log, = _finish(process)
+    (log,) = _finish(process)
     out = process.out
 
     summary = json.loads((out / "model" / "summary.json").read_text())
@@ -176,8 +209,10 @@ def test_trainer_task_with_every_role_under_ray_finishes_and_leaves_nothing(_job
     assert (out / "model" / "model.keras").exists()
     assert re.search(r"task chief:0 of cluster \[chief=1, worker=1, ps=1\]", log), log[-6000:]
     # The evaluator rank evaluated each epoch's checkpoint and returned at the chief's marker.
-    evaluated = [json.loads(line)["step"] for line in
-                 (out / "model" / "eval" / "metrics.jsonl").read_text().splitlines()]
+    evaluated = [
+        json.loads(line)["step"]
+        for line in (out / "model" / "eval" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert evaluated == [10, PS_STEPS], evaluated
     # The worker and ps ranks served until the chief's training function returned.
     for role in ("worker:0", "ps:0"):

@@ -18,11 +18,19 @@ JOB = ROOT / "tests" / "jobs" / "reduced_precision_step.py"
 
 
 def _step(*flags: str) -> dict:
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("TF_CONFIG", "CLUSTER_SPEC")}
+    env = {
+        key: value for key, value in os.environ.items() if key not in ("TF_CONFIG", "CLUSTER_SPEC")
+    }
     env.update(PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
-    result = subprocess.run([sys.executable, str(JOB), *flags], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, str(JOB), *flags],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

@@ -34,8 +34,12 @@ def test_a_preempted_script_resumes_to_the_weights_of_an_uninterrupted_run(tmp_p
     code, log = _run([sys.executable, str(SCRIPTS / "after.py"), str(reference)], reference)
     assert code == 0, log
 
-    job = [sys.executable, str(REPO / "tests" / "jobs" / "preempted_script.py"), str(resumed),
-           str(tmp_path / "preempted.marker")]
+    job = [
+        sys.executable,
+        str(REPO / "tests" / "jobs" / "preempted_script.py"),
+        str(resumed),
+        str(tmp_path / "preempted.marker"),
+    ]
     code, log = _run(job, resumed)
     assert code == EXIT_PREEMPTED, log
     assert not (resumed / "model.keras").exists()

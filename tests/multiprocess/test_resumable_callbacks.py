@@ -57,8 +57,9 @@ def _assert_like_reference(out: pathlib.Path, result: dict, reference) -> None:
 @pytest.mark.slow
 def test_sigkill_twice_then_reruns_end_like_the_uninterrupted_script(tmp_path, reference):
     def run(*flags: str) -> tuple[int, str]:
-        process = start_logged([sys.executable, str(SCRIPT), str(tmp_path), *flags],
-                               tmp_path, cwd=REPO)
+        process = start_logged(
+            [sys.executable, str(SCRIPT), str(tmp_path), *flags], tmp_path, cwd=REPO
+        )
         return finish(process, timeout=TIMEOUT), log_tail(process)
 
     for kill_after in (20, 23):  # steps 20 and 41 (an epoch's first step)
@@ -71,19 +72,20 @@ def test_sigkill_twice_then_reruns_end_like_the_uninterrupted_script(tmp_path, r
         _assert_like_reference(tmp_path, result, reference)
 
 
-MULTIWORKER_ENV = {"PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2",
-                   "CUDA_VISIBLE_DEVICES": ""}
+MULTIWORKER_ENV = {"PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
 
 
 @pytest.mark.slow
 def test_two_workers_killed_mid_epoch_resume_and_only_the_chief_writes_files(
-        local_cluster, tmp_path, reference):
+    local_cluster, tmp_path, reference
+):
     """Both workers are SIGKILLed at step 20, the job restarts; the CSV log is appended to
     (CSVLogger(append=True)), so a second writer would show as a second header and rows."""
     out = tmp_path / "out"
     command = [sys.executable, str(SCRIPT), str(out), "--multiworker"]
-    killed = local_cluster(num_workers=2, command=[*command, "--kill_after_batches=20"],
-                           env=MULTIWORKER_ENV)
+    killed = local_cluster(
+        num_workers=2, command=[*command, "--kill_after_batches=20"], env=MULTIWORKER_ENV
+    )
     killed.start()
     codes = killed.wait(timeout=TIMEOUT, stop_on_failure=False)
     assert set(codes.values()) == {-signal.SIGKILL}, killed.format_logs()
@@ -93,18 +95,24 @@ def test_two_workers_killed_mid_epoch_resume_and_only_the_chief_writes_files(
     assert set(codes.values()) == {0}, resumed.format_logs()
 
     assert sorted(path.name for path in out.iterdir()) == [
-        "backup", "best.keras", "log.csv", "model.keras", "result.json"]
+        "backup",
+        "best.keras",
+        "log.csv",
+        "model.keras",
+        "result.json",
+    ]
     rows = (out / "log.csv").read_text().splitlines()
     expected_rows = (reference[0] / "log.csv").read_text().splitlines()
     assert rows[0] == expected_rows[0] and rows.count(rows[0]) == 1
-    assert [row.split(",")[0] for row in rows[1:]] == [row.split(",")[0]
-                                                       for row in expected_rows[1:]]
+    assert [row.split(",")[0] for row in rows[1:]] == [
+        row.split(",")[0] for row in expected_rows[1:]
+    ]
     result, expected = json.loads((out / "result.json").read_text()), reference[1]
     assert result["learning_rate"] == expected["learning_rate"]
-    assert result["early_stopping"]["stopped_epoch"] == expected["early_stopping"][
-        "stopped_epoch"]
+    assert result["early_stopping"]["stopped_epoch"] == expected["early_stopping"]["stopped_epoch"]
     assert result["iterations"] == expected["iterations"]
     # 2 workers average the same global batch as one process: equal up to round-off.
-    for got, want in zip(_weights(out / "model.keras"), _weights(reference[0] / "model.keras"),
-                         strict=True):
+    for got, want in zip(
+        _weights(out / "model.keras"), _weights(reference[0] / "model.keras"), strict=True
+    ):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-4)

@@ -38,31 +38,34 @@ def _error_lines(cluster, task: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_two_workers_refuse_a_changed_global_batch_and_touch_no_backup(local_cluster,
-                                                                      tmp_path):
+def test_two_workers_refuse_a_changed_global_batch_and_touch_no_backup(local_cluster, tmp_path):
     backup_dir = tmp_path / "backup"
     codes, cluster = _run(local_cluster, tmp_path, f"--backup_dir={backup_dir}")
     assert codes == {task: 0 for task in WORKERS}, cluster.format_logs()
     (backup_dir / "COMPLETED.json").unlink()  # as if the job had been killed at its end
     before = snapshot(backup_dir)
 
-    codes, cluster = _run(local_cluster, tmp_path, f"--backup_dir={backup_dir}",
-                          "--global_batch_size=32", "--epochs=2")
+    codes, cluster = _run(
+        local_cluster,
+        tmp_path,
+        f"--backup_dir={backup_dir}",
+        "--global_batch_size=32",
+        "--epochs=2",
+    )
 
     assert codes == {task: cli.EXIT_USAGE for task in WORKERS}, cluster.format_logs()
     for task in WORKERS:
         assert _error_lines(cluster, task) == [
             f"error: the backup in {backup_dir} was made with global_batch_size=16, this run "
-            f"has 32; restart with the same value or use a new backup directory"], \
-            cluster.format_logs()
+            f"has 32; restart with the same value or use a new backup directory"
+        ], cluster.format_logs()
     assert snapshot(backup_dir) == before
 
 
 @pytest.mark.slow
 def test_two_workers_stop_on_nan_before_backing_it_up(local_cluster, tmp_path):
     backup_dir = tmp_path / "backup"
-    codes, cluster = _run(local_cluster, tmp_path, f"--backup_dir={backup_dir}",
-                          "--nan_at_step=5")
+    codes, cluster = _run(local_cluster, tmp_path, f"--backup_dir={backup_dir}", "--nan_at_step=5")
     assert codes == {task: cli.EXIT_NON_FINITE for task in WORKERS}, cluster.format_logs()
     for task in WORKERS:
         lines = _error_lines(cluster, task)

@@ -13,7 +13,6 @@ import subprocess
 import sys
 import textwrap
 
-
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SUBPROCESS_TIMEOUT = 300
 
@@ -25,15 +24,21 @@ def script(*parts: str) -> str:
 
 def run_script(code: str, env: dict | None = None) -> dict:
     """Runs `code` in a fresh interpreter; returns the JSON on its last stdout line."""
-    environ = {key: value for key, value in os.environ.items()
-               if key not in ("TF_CONFIG", "CLUSTER_SPEC")}
+    environ = {
+        key: value for key, value in os.environ.items() if key not in ("TF_CONFIG", "CLUSTER_SPEC")
+    }
     environ.update(env or {})
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO),
-                                                          environ.get("PYTHONPATH")]))
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), environ.get("PYTHONPATH")]))
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO,
-                            env=environ, capture_output=True, text=True,
-                            timeout=SUBPROCESS_TIMEOUT, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=SUBPROCESS_TIMEOUT,
+        check=False,
+    )
     assert result.returncode == 0, f"exit {result.returncode}\n{result.stderr[-4000:]}"
     lines = result.stdout.strip().splitlines()
     assert lines, f"no output\n{result.stderr[-4000:]}"
@@ -73,12 +78,17 @@ _FIT_AND_REPORT = """
 
 
 def test_mirrored_on_two_logical_cpus():
-    report = run_script(script("""
+    report = run_script(
+        script(
+            """
         from tfdist.distribute.cluster import Cluster
         from tfdist.distribute.strategy import StrategyOptions, make_strategy
         strategy = make_strategy("mirrored", Cluster(), StrategyOptions(num_cpu_devices=2))
         extra = {}
-    """, _FIT_AND_REPORT))
+    """,
+            _FIT_AND_REPORT,
+        )
+    )
     assert report["class"] == "MirroredStrategy"
     assert report["replicas"] == 2
     assert len(report["devices"]) == 2
@@ -96,7 +106,8 @@ def free_port() -> int:
 
 
 def test_multiworker_with_a_one_task_cluster():
-    code = script("""
+    code = script(
+        """
         import os
         from tfdist import keras_compat
         from tfdist.distribute.cluster import resolve_cluster
@@ -104,11 +115,19 @@ def test_multiworker_with_a_one_task_cluster():
         strategy = make_strategy("multiworker", resolve_cluster(os.environ),
                                  StrategyOptions(all_reduce="ring"))
         extra = {"compat_applied": keras_compat.is_applied()}
-    """, _FIT_AND_REPORT)
+    """,
+        _FIT_AND_REPORT,
+    )
     last_error = None
     for _ in range(3):  # The port was free when picked; retry if another process took it.
-        env = {"TF_CONFIG": json.dumps({"cluster": {"worker": [f"127.0.0.1:{free_port()}"]},
-                                        "task": {"type": "worker", "index": 0}})}
+        env = {
+            "TF_CONFIG": json.dumps(
+                {
+                    "cluster": {"worker": [f"127.0.0.1:{free_port()}"]},
+                    "task": {"type": "worker", "index": 0},
+                }
+            )
+        }
         try:
             report = run_script(code, env)
             break

@@ -24,13 +24,20 @@ SERVICE_ACCOUNT = "trainer@test-project.iam.gserviceaccount.com"
 PREBUILT = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
 FAKE_TOKEN = "ya29.FAKE-token-must-never-be-printed-0123456789"
 FAKE_KEY = "sk-FAKE-key-must-never-be-printed-9876543210"
-COMMON = [f"--project={PROJECT}", f"--region={REGION}", f"--staging_bucket=gs://{BUCKET}",
-          f"--service_account={SERVICE_ACCOUNT}"]
+COMMON = [
+    f"--project={PROJECT}",
+    f"--region={REGION}",
+    f"--staging_bucket=gs://{BUCKET}",
+    f"--service_account={SERVICE_ACCOUNT}",
+]
 
 
 def base_env(**extra):
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("TF_CONFIG", "CLUSTER_SPEC", "STORAGE_EMULATOR_HOST")}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("TF_CONFIG", "CLUSTER_SPEC", "STORAGE_EMULATOR_HOST")
+    }
     env["PYTHONPATH"] = REPO + os.pathsep + env.get("PYTHONPATH", "")
     env["TFDIST_TEST_FAKE_TOKEN"] = FAKE_TOKEN
     # Any attempt to use Application Default Credentials fails loudly.
@@ -40,14 +47,25 @@ def base_env(**extra):
 
 
 def submit(*args, env=None, timeout=120):
-    return subprocess.run([sys.executable, "-m", "trainer.submit", *args], cwd=REPO,
-                          env=env or base_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer.submit", *args],
+        cwd=REPO,
+        env=env or base_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def dry_run(config, *extra_flags, trainer_args=("--epochs=2", "--seed=7")):
-    result = submit(f"--job_config={os.path.join(JOBS, config)}", *COMMON, *extra_flags,
-                    "--dry_run", "--", *trainer_args)
+    result = submit(
+        f"--job_config={os.path.join(JOBS, config)}",
+        *COMMON,
+        *extra_flags,
+        "--dry_run",
+        "--",
+        *trainer_args,
+    )
     assert result.returncode == 0, result.stderr
     assert FAKE_TOKEN not in result.stdout + result.stderr
     return json.loads(result.stdout), result.stderr
@@ -66,13 +84,23 @@ def test_dry_run_mirrored_one_machine_eight_gpus():
     pools = job["jobSpec"]["workerPoolSpecs"]
     assert len(pools) == 1
     assert pools[0]["replicaCount"] == 1
-    assert pools[0]["machineSpec"] == {"machineType": "a2-highgpu-8g",
-                                       "acceleratorType": "NVIDIA_TESLA_A100",
-                                       "acceleratorCount": 8}
+    assert pools[0]["machineSpec"] == {
+        "machineType": "a2-highgpu-8g",
+        "acceleratorType": "NVIDIA_TESLA_A100",
+        "acceleratorCount": 8,
+    }
     assert pools[0]["containerSpec"] == {
-        "imageUri": our_image(), "command": ["python", "-m", "trainer.task"],
-        "args": ["--strategy=mirrored", "--model=cnn", "--global_batch_size=1024",
-                 "--mixed_precision=mixed_float16", "--epochs=2", "--seed=7"]}
+        "imageUri": our_image(),
+        "command": ["python", "-m", "trainer.task"],
+        "args": [
+            "--strategy=mirrored",
+            "--model=cnn",
+            "--global_batch_size=1024",
+            "--mixed_precision=mixed_float16",
+            "--epochs=2",
+            "--seed=7",
+        ],
+    }
     assert job["jobSpec"]["scheduling"] == {"strategy": "STANDARD"}
     assert job["jobSpec"]["serviceAccount"] == SERVICE_ACCOUNT
     assert SERVICE_ACCOUNT in stderr
@@ -91,9 +119,12 @@ def test_dry_run_two_machines_with_reduction_server():
         assert pool["containerSpec"]["args"][-2:] == ["--epochs=2", "--seed=7"]
     assert reducers["machineSpec"] == {"machineType": "n1-highcpu-16"}
     assert reducers["containerSpec"] == {
-        "imageUri": "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"}
-    assert job["jobSpec"]["scheduling"] == {"strategy": "STANDARD",
-                                            "restartJobOnWorkerRestart": True}
+        "imageUri": "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
+    }
+    assert job["jobSpec"]["scheduling"] == {
+        "strategy": "STANDARD",
+        "restartJobOnWorkerRestart": True,
+    }
 
 
 def test_dry_run_cpu_parameter_servers_with_evaluator_on_spot():
@@ -101,14 +132,21 @@ def test_dry_run_cpu_parameter_servers_with_evaluator_on_spot():
     pools = job["jobSpec"]["workerPoolSpecs"]
     assert [pool["replicaCount"] for pool in pools] == [1, 4, 2, 1]
     assert [pool["machineSpec"] for pool in pools] == [
-        {"machineType": "n2-standard-8"}, {"machineType": "n2-standard-8"},
-        {"machineType": "n2-highmem-8"}, {"machineType": "n2-standard-8"}]
+        {"machineType": "n2-standard-8"},
+        {"machineType": "n2-standard-8"},
+        {"machineType": "n2-highmem-8"},
+        {"machineType": "n2-standard-8"},
+    ]
     for pool in pools:  # every pool runs our trainer, ps and evaluator included
         assert pool["containerSpec"]["imageUri"] == our_image()
         assert pool["containerSpec"]["command"] == ["python", "-m", "trainer.task"]
-        assert pool["containerSpec"]["args"] == ["--strategy=parameter_server", "--model=mlp",
-                                                 "--global_batch_size=512", "--epochs=2",
-                                                 "--seed=7"]
+        assert pool["containerSpec"]["args"] == [
+            "--strategy=parameter_server",
+            "--model=mlp",
+            "--global_batch_size=512",
+            "--epochs=2",
+            "--seed=7",
+        ]
     assert job["jobSpec"]["scheduling"] == {"strategy": "SPOT"}
 
 
@@ -116,16 +154,25 @@ def test_dry_run_tpu_v5e():
     job, _ = dry_run("tpu_v5e_2x2.json")
     (pool,) = job["jobSpec"]["workerPoolSpecs"]
     assert pool["replicaCount"] == 1
-    assert pool["machineSpec"] == {"machineType": "ct5lp-hightpu-4t",
-                                   "acceleratorType": "TPU_V5_LITEPOD",
-                                   "acceleratorCount": 4, "tpuTopology": "2x2"}
+    assert pool["machineSpec"] == {
+        "machineType": "ct5lp-hightpu-4t",
+        "acceleratorType": "TPU_V5_LITEPOD",
+        "acceleratorCount": 4,
+        "tpuTopology": "2x2",
+    }
     assert pool["containerSpec"]["imageUri"] == our_image("trainer-tpu")
     assert pool["containerSpec"]["args"][:2] == ["--strategy=tpu", "--tpu=local"]
 
 
 def test_flags_override_the_job_config():
-    job, _ = dry_run("parameter_server_cpu_evaluator.json", "--workers=2", "--scheduling=standard",
-                     "--timeout=12h", "--labels=team=vision", "--display_name=override")
+    job, _ = dry_run(
+        "parameter_server_cpu_evaluator.json",
+        "--workers=2",
+        "--scheduling=standard",
+        "--timeout=12h",
+        "--labels=team=vision",
+        "--display_name=override",
+    )
     assert [pool["replicaCount"] for pool in job["jobSpec"]["workerPoolSpecs"]] == [1, 2, 2, 1]
     assert job["jobSpec"]["scheduling"] == {"strategy": "STANDARD", "timeout": "43200s"}
     assert job["labels"] == {"team": "vision"}
@@ -133,14 +180,18 @@ def test_flags_override_the_job_config():
 
 
 def test_dry_run_with_prebuilt_image_names_the_package_it_would_stage():
-    job, stderr = dry_run("parameter_server_cpu_evaluator.json", f"--container_uri={PREBUILT}",
-                          "--allow_ended_image")
-    uris = {tuple(pool["pythonPackageSpec"]["packageUris"])
-            for pool in job["jobSpec"]["workerPoolSpecs"]}
+    job, stderr = dry_run(
+        "parameter_server_cpu_evaluator.json", f"--container_uri={PREBUILT}", "--allow_ended_image"
+    )
+    uris = {
+        tuple(pool["pythonPackageSpec"]["packageUris"])
+        for pool in job["jobSpec"]["workerPoolSpecs"]
+    }
     assert len(uris) == 1, "every pool runs the same package"
     (uri,) = uris.pop()
-    assert re.fullmatch(rf"gs://{BUCKET}/tfdist/packages/tfdist-0\.1\.0-[0-9a-f]{{16}}\.tar\.gz",
-                        uri)
+    assert re.fullmatch(
+        rf"gs://{BUCKET}/tfdist/packages/tfdist-0\.1\.0-[0-9a-f]{{16}}\.tar\.gz", uri
+    )
     assert f"would upload {uri.rsplit('/', 1)[1]}" in stderr and uri in stderr
     for pool in job["jobSpec"]["workerPoolSpecs"]:
         assert pool["pythonPackageSpec"]["pythonModule"] == "trainer.task"
@@ -150,10 +201,14 @@ def test_dry_run_with_prebuilt_image_names_the_package_it_would_stage():
 IMPORT_CHECKS = {
     "our image": [],
     "prebuilt image, task package, tuning, serving lines": [
-        f"--container_uri={PREBUILT}", "--allow_ended_image", "--task_package={user_project}",
+        f"--container_uri={PREBUILT}",
+        "--allow_ended_image",
+        "--task_package={user_project}",
         f"--hparam_tuning={os.path.join(REPO, 'configs', 'tuning', 'warmup_grid.json')}",
-        "--serving_commands", "--network=projects/1/global/networks/vpc",
-        "--kms_key_name=projects/p/locations/us-central1/keyRings/r/cryptoKeys/k"],
+        "--serving_commands",
+        "--network=projects/1/global/networks/vpc",
+        "--kms_key_name=projects/p/locations/us-central1/keyRings/r/cryptoKeys/k",
+    ],
 }
 
 
@@ -172,11 +227,17 @@ def test_dry_run_imports_neither_tensorflow_nor_google_cloud(tmp_path, extra):
         "    code = done.code or 0\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'keras')\n"
         "               or m.startswith(('google.cloud.', 'google.auth', 'grpc')))\n"
-        f"open({str(report)!r}, 'w').write(json.dumps({{'code': code, 'heavy': heavy}}))\n")
+        f"open({str(report)!r}, 'w').write(json.dumps({{'code': code, 'heavy': heavy}}))\n"
+    )
     config = os.path.join(JOBS, "mirrored_1x8_gpu.json")
     result = subprocess.run(
         [sys.executable, "-c", wrapper, f"--job_config={config}", *COMMON, *extra, "--dry_run"],
-        cwd=REPO, env=base_env(), capture_output=True, text=True, timeout=120)
+        cwd=REPO,
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     outcome = json.loads(report.read_text())
     assert outcome == {"code": 0, "heavy": []}, result.stderr
     assert json.loads(result.stdout)["displayName"] == "tfdist-mirrored-1x8-a100"
@@ -184,11 +245,19 @@ def test_dry_run_imports_neither_tensorflow_nor_google_cloud(tmp_path, extra):
 
 IMPOSSIBLE_FLAGS = {
     "reduction server with parameter servers": [
-        "--strategy=parameter_server", "--workers=2", "--parameter_servers=1",
-        "--reduction_servers=2", "--accelerator_type=NVIDIA_L4", "--accelerator_count=1",
-        "--machine_type=g2-standard-8"],
+        "--strategy=parameter_server",
+        "--workers=2",
+        "--parameter_servers=1",
+        "--reduction_servers=2",
+        "--accelerator_type=NVIDIA_L4",
+        "--accelerator_count=1",
+        "--machine_type=g2-standard-8",
+    ],
     "reduction server without GPU workers": [
-        "--strategy=multiworker", "--workers=2", "--reduction_servers=2"],
+        "--strategy=multiworker",
+        "--workers=2",
+        "--reduction_servers=2",
+    ],
     "parameter_server without parameter servers": ["--strategy=parameter_server", "--workers=2"],
     "parameter_server without workers": ["--strategy=parameter_server", "--parameter_servers=1"],
     "negative count": ["--strategy=multiworker", "--workers=-3"],
@@ -212,6 +281,7 @@ def test_impossible_shapes_exit_2_with_one_line(flags):
 
 # --- A real submission: Vertex-shaped REST stand-in + Cloud Storage emulator. ---
 
+
 class VertexStandIn(http.server.ThreadingHTTPServer):
     """Answers `POST /v1/projects/P/locations/R/customJobs` like Vertex AI does."""
 
@@ -226,49 +296,86 @@ class VertexStandIn(http.server.ThreadingHTTPServer):
 
 class _VertexHandler(http.server.BaseHTTPRequestHandler):
     _path = re.compile(
-        r"^/v1/projects/([^/]+)/locations/([^/]+)/(customJobs|hyperparameterTuningJobs)$")
+        r"^/v1/projects/([^/]+)/locations/([^/]+)/(customJobs|hyperparameterTuningJobs)$"
+    )
     _upload = re.compile(r"^/v1/projects/([^/]+)/locations/([^/]+)/models:upload$")
 
     def do_POST(self):  # noqa: N802 (http.server's naming)
         path = self.path.split("?", 1)[0]
         body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.server.requests.append({"path": path, "headers": dict(self.headers),
-                                     "body": json.loads(body or b"{}")})
+        self.server.requests.append(
+            {"path": path, "headers": dict(self.headers), "body": json.loads(body or b"{}")}
+        )
         upload = self._upload.match(path)
         if upload:  # Model.upload: a finished long-running operation naming the new model
             model = f"projects/{upload[1]}/locations/{upload[2]}/models/77"
-            self._reply(200, {"name": f"{model}/operations/1", "done": True, "response": {
-                "@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
-                "model": model}})
+            self._reply(
+                200,
+                {
+                    "name": f"{model}/operations/1",
+                    "done": True,
+                    "response": {
+                        "@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
+                        "model": model,
+                    },
+                },
+            )
             return
         match = self._path.match(path)
         if not match:
-            self._reply(404, {"error": {"code": 404, "message": f"no route {path}",
-                                        "status": "NOT_FOUND"}})
+            self._reply(
+                404, {"error": {"code": 404, "message": f"no route {path}", "status": "NOT_FOUND"}}
+            )
             return
         job = dict(self.server.requests[-1]["body"])
         if job.get("displayName") == "refuse-me":
-            self._reply(400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
-                                        "message": "Machine type a9-huge is not supported."}})
+            self._reply(
+                400,
+                {
+                    "error": {
+                        "code": 400,
+                        "status": "INVALID_ARGUMENT",
+                        "message": "Machine type a9-huge is not supported.",
+                    }
+                },
+            )
             return
         if job.get("displayName") == "fail-me":
-            self._reply(503, {"error": {"code": 503, "status": "UNAVAILABLE",
-                                        "message": "The service is currently unavailable."}})
+            self._reply(
+                503,
+                {
+                    "error": {
+                        "code": 503,
+                        "status": "UNAVAILABLE",
+                        "message": "The service is currently unavailable.",
+                    }
+                },
+            )
             return
-        job.update(name=f"projects/{match[1]}/locations/{match[2]}/{match[3]}/4242",
-                   state="JOB_STATE_QUEUED", createTime="2026-11-30T00:00:00Z")
+        job.update(
+            name=f"projects/{match[1]}/locations/{match[2]}/{match[3]}/4242",
+            state="JOB_STATE_QUEUED",
+            createTime="2026-11-30T00:00:00Z",
+        )
         self._reply(200, job)
 
     def do_GET(self):  # noqa: N802 (http.server's naming)
         path = self.path.split("?", 1)[0]
         self.server.requests.append({"path": path, "headers": dict(self.headers), "body": None})
-        upload = next((request["body"] for request in self.server.requests
-                       if request["path"].endswith("/models:upload")), None)
+        upload = next(
+            (
+                request["body"]
+                for request in self.server.requests
+                if request["path"].endswith("/models:upload")
+            ),
+            None,
+        )
         if not re.match(r"^/v1/projects/[^/]+/locations/[^/]+/models/77$", path) or not upload:
-            self._reply(404, {"error": {"code": 404, "message": f"no route {path}",
-                                        "status": "NOT_FOUND"}})
+            self._reply(
+                404, {"error": {"code": 404, "message": f"no route {path}", "status": "NOT_FOUND"}}
+            )
             return
-        self._reply(200, {**upload["model"], "name": path[len("/v1/"):]})
+        self._reply(200, {**upload["model"], "name": path[len("/v1/") :]})
 
     def _reply(self, status, payload):
         data = json.dumps(payload).encode()
@@ -307,9 +414,19 @@ def storage_emulator(tmp_path):
         port = _free_port()
         with open(log_path, "w") as log:
             process = subprocess.Popen(
-                [sys.executable, "-m", "gcp_storage_emulator", "start", "--host=127.0.0.1",
-                 f"--port={port}", "--in-memory", f"--default-bucket={BUCKET}"],
-                stdout=log, stderr=subprocess.STDOUT)
+                [
+                    sys.executable,
+                    "-m",
+                    "gcp_storage_emulator",
+                    "start",
+                    "--host=127.0.0.1",
+                    f"--port={port}",
+                    "--in-memory",
+                    f"--default-bucket={BUCKET}",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and process.poll() is None:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
@@ -336,50 +453,75 @@ def _download(emulator_url, uri):
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    bucket, _, name = uri[len("gs://"):].partition("/")
-    client = storage.Client(project=PROJECT, credentials=AnonymousCredentials(),
-                            client_options={"api_endpoint": emulator_url})
+    bucket, _, name = uri[len("gs://") :].partition("/")
+    client = storage.Client(
+        project=PROJECT,
+        credentials=AnonymousCredentials(),
+        client_options={"api_endpoint": emulator_url},
+    )
     return client.bucket(bucket).blob(name).download_as_bytes()
 
 
 def _normalized(job_json):
     from google.cloud.aiplatform_v1.types import custom_job
+
     return custom_job.CustomJob.from_json(json.dumps(job_json))
 
 
 def test_real_submission_reaches_vertex_stand_in_and_stages_package(
-        vertex_stand_in, storage_emulator, tmp_path):
+    vertex_stand_in, storage_emulator, tmp_path
+):
     config = tmp_path / "job.json"
-    config.write_text(json.dumps({
-        "strategy": "parameter_server", "machine_type": "n2-standard-4", "workers": 2,
-        "parameter_servers": 1, "evaluators": 1, "container_uri": PREBUILT, "allow_ended_image": True,
-        "scheduling": "spot", "labels": "app=tfdist", "env": {"API_KEY": FAKE_KEY}}))
-    flags = [f"--job_config={config}", *COMMON, f"--base_output_dir=gs://{BUCKET}/runs/r1",
-             "--timeout=1h", "--restart_job_on_worker_restart"]
+    config.write_text(
+        json.dumps(
+            {
+                "strategy": "parameter_server",
+                "machine_type": "n2-standard-4",
+                "workers": 2,
+                "parameter_servers": 1,
+                "evaluators": 1,
+                "container_uri": PREBUILT,
+                "allow_ended_image": True,
+                "scheduling": "spot",
+                "labels": "app=tfdist",
+                "env": {"API_KEY": FAKE_KEY},
+            }
+        )
+    )
+    flags = [
+        f"--job_config={config}",
+        *COMMON,
+        f"--base_output_dir=gs://{BUCKET}/runs/r1",
+        "--timeout=1h",
+        "--restart_job_on_worker_restart",
+    ]
     env = base_env(STORAGE_EMULATOR_HOST=storage_emulator)
     preview = submit(*flags, "--dry_run", "--", "--epochs=3", env=env)
     assert preview.returncode == 0, preview.stderr
 
-    result = submit(*flags, f"--api_endpoint={vertex_stand_in.url}", "--", "--epochs=3",
-                    env=env, timeout=180)
+    result = submit(
+        *flags, f"--api_endpoint={vertex_stand_in.url}", "--", "--epochs=3", env=env, timeout=180
+    )
     logs = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     assert result.returncode == 0, logs
     assert result.stdout == f"projects/{PROJECT}/locations/{REGION}/customJobs/4242\n", logs
 
     (request,) = vertex_stand_in.requests
     assert request["path"] == f"/v1/projects/{PROJECT}/locations/{REGION}/customJobs"
-    assert "authorization" not in {key.lower() for key in request["headers"]}, \
+    assert "authorization" not in {key.lower() for key in request["headers"]}, (
         "a loopback emulator must get no credentials"
+    )
     sent = request["body"]
     pools = sent["jobSpec"]["workerPoolSpecs"]
     package_uris = {uri for pool in pools for uri in pool["pythonPackageSpec"]["packageUris"]}
     (package_uri,) = package_uris
     assert package_uri.startswith(f"gs://{BUCKET}/tfdist/packages/tfdist-0.1.0-")
     assert package_uri in result.stderr, "what is uploaded, and where, is printed"
-    assert {(var["name"], var["value"]) for pool in pools
-            for var in pool["pythonPackageSpec"]["env"]} == \
-        {("API_KEY", FAKE_KEY), ("TFDIST_POOL2_ROLE", "parameter_server")}, \
+    assert {
+        (var["name"], var["value"]) for pool in pools for var in pool["pythonPackageSpec"]["env"]
+    } == {("API_KEY", FAKE_KEY), ("TFDIST_POOL2_ROLE", "parameter_server")}, (
         "the job's env is sent, only its printing is redacted; every replica is told pool 2's role"
+    )
 
     # What was sent is exactly what the dry run showed (env values aside).
     shown = json.loads(preview.stdout)
@@ -400,12 +542,18 @@ def test_real_submission_reaches_vertex_stand_in_and_stages_package(
 
 
 def test_real_submission_with_our_image_sends_a_container_spec(vertex_stand_in):
-    flags = [f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}", *COMMON,
-             f"--base_output_dir=gs://{BUCKET}/runs/r2", "--env", f"API_KEY={FAKE_KEY}"]
+    flags = [
+        f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}",
+        *COMMON,
+        f"--base_output_dir=gs://{BUCKET}/runs/r2",
+        "--env",
+        f"API_KEY={FAKE_KEY}",
+    ]
     preview = submit(*flags, "--dry_run", "--", "--epochs=1")
     assert preview.returncode == 0, preview.stderr
-    result = submit(*flags, f"--api_endpoint={vertex_stand_in.url}", "--", "--epochs=1",
-                    timeout=180)
+    result = submit(
+        *flags, f"--api_endpoint={vertex_stand_in.url}", "--", "--epochs=1", timeout=180
+    )
     logs = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     assert result.returncode == 0, logs
     (request,) = vertex_stand_in.requests
@@ -418,17 +566,22 @@ def test_real_submission_with_our_image_sends_a_container_spec(vertex_stand_in):
     pool["containerSpec"]["env"][0]["value"] = "<redacted>"
     assert _normalized(sent) == _normalized(json.loads(preview.stdout))
     assert "Uploading" not in result.stderr, "our own image needs no package"
-    assert "  pool 0 chief      1 x a2-highgpu-8g, 8 x NVIDIA_TESLA_A100 each" in result.stderr, \
+    assert "  pool 0 chief      1 x a2-highgpu-8g, 8 x NVIDIA_TESLA_A100 each" in result.stderr, (
         "the bill is printed before a real submission too"
+    )
     for output in (preview.stdout, preview.stderr, result.stdout, result.stderr):
         assert FAKE_KEY not in output
         assert FAKE_TOKEN not in output
 
 
 def test_job_refused_by_vertex_exits_2_with_one_line(vertex_stand_in):
-    result = submit(f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}", *COMMON,
-                    "--display_name=refuse-me", f"--api_endpoint={vertex_stand_in.url}",
-                    timeout=180)
+    result = submit(
+        f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}",
+        *COMMON,
+        "--display_name=refuse-me",
+        f"--api_endpoint={vertex_stand_in.url}",
+        timeout=180,
+    )
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
@@ -438,9 +591,13 @@ def test_job_refused_by_vertex_exits_2_with_one_line(vertex_stand_in):
 
 
 def test_vertex_failing_exits_1_with_one_line(vertex_stand_in):
-    result = submit(f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}", *COMMON,
-                    "--display_name=fail-me", f"--api_endpoint={vertex_stand_in.url}",
-                    timeout=180)
+    result = submit(
+        f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}",
+        *COMMON,
+        "--display_name=fail-me",
+        f"--api_endpoint={vertex_stand_in.url}",
+        timeout=180,
+    )
     assert result.returncode == 1, result.stderr
     assert result.stdout == ""
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
@@ -449,8 +606,12 @@ def test_vertex_failing_exits_1_with_one_line(vertex_stand_in):
 
 
 def test_unreachable_vertex_exits_1_with_one_line():
-    result = submit(f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}", *COMMON,
-                    f"--api_endpoint=http://127.0.0.1:{_free_port()}", timeout=180)
+    result = submit(
+        f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}",
+        *COMMON,
+        f"--api_endpoint=http://127.0.0.1:{_free_port()}",
+        timeout=180,
+    )
     assert result.returncode == 1, result.stderr
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
     assert len(error_lines) == 1 and "could not be reached" in error_lines[0], result.stderr
@@ -460,17 +621,22 @@ def test_unreachable_vertex_exits_1_with_one_line():
 def test_real_tuning_submission_sends_what_the_dry_run_shows(vertex_stand_in):
     from google.cloud.aiplatform_v1 import HyperparameterTuningJob
 
-    flags = [f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}", *COMMON,
-             "--hparam_tuning=" + os.path.join(REPO, "configs", "tuning",
-                                               "learning_rate_optimizer.json"),
-             f"--base_output_dir=gs://{BUCKET}/runs/hp1", "--env", f"API_KEY={FAKE_KEY}"]
+    flags = [
+        f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}",
+        *COMMON,
+        "--hparam_tuning="
+        + os.path.join(REPO, "configs", "tuning", "learning_rate_optimizer.json"),
+        f"--base_output_dir=gs://{BUCKET}/runs/hp1",
+        "--env",
+        f"API_KEY={FAKE_KEY}",
+    ]
     preview = submit(*flags, "--dry_run", "--", "--validation_steps=4")
     assert preview.returncode == 0, preview.stderr
-    result = submit(*flags, f"--api_endpoint={vertex_stand_in.url}", "--",
-                    "--validation_steps=4", timeout=180)
+    result = submit(
+        *flags, f"--api_endpoint={vertex_stand_in.url}", "--", "--validation_steps=4", timeout=180
+    )
     assert result.returncode == 0, result.stderr
-    assert result.stdout == \
-        f"projects/{PROJECT}/locations/{REGION}/hyperparameterTuningJobs/4242\n"
+    assert result.stdout == f"projects/{PROJECT}/locations/{REGION}/hyperparameterTuningJobs/4242\n"
     (request,) = vertex_stand_in.requests
     assert request["path"] == f"/v1/projects/{PROJECT}/locations/{REGION}/hyperparameterTuningJobs"
     sent = request["body"]
@@ -486,16 +652,23 @@ def test_real_tuning_submission_sends_what_the_dry_run_shows(vertex_stand_in):
         assert FAKE_KEY not in output
 
 
-def test_real_submission_stages_the_task_package_too(vertex_stand_in, storage_emulator,
-                                                     tmp_path):
+def test_real_submission_stages_the_task_package_too(vertex_stand_in, storage_emulator, tmp_path):
     from tests.unit.test_vertex_staging import make_user_project
 
     project = make_user_project(tmp_path / "user")
     env = base_env(STORAGE_EMULATOR_HOST=storage_emulator)
-    result = submit(*COMMON, f"--container_uri={PREBUILT}", "--allow_ended_image", f"--task_package={project}",
-                    f"--base_output_dir=gs://{BUCKET}/runs/r3",
-                    f"--api_endpoint={vertex_stand_in.url}", "--",
-                    "--task=my_pkg.mod:MyTask", env=env, timeout=300)
+    result = submit(
+        *COMMON,
+        f"--container_uri={PREBUILT}",
+        "--allow_ended_image",
+        f"--task_package={project}",
+        f"--base_output_dir=gs://{BUCKET}/runs/r3",
+        f"--api_endpoint={vertex_stand_in.url}",
+        "--",
+        "--task=my_pkg.mod:MyTask",
+        env=env,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     (request,) = vertex_stand_in.requests
     (pool,) = request["body"]["jobSpec"]["workerPoolSpecs"]
@@ -508,11 +681,18 @@ def test_real_submission_stages_the_task_package_too(vertex_stand_in, storage_em
 
 def test_without_an_emulator_credentials_come_from_adc():
     # A non-emulator endpoint that leads nowhere: the missing ADC stops it first.
-    result = submit(f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}", *COMMON,
-                    "--api_endpoint=https://127.0.0.1:9", timeout=180)
+    result = submit(
+        f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}",
+        *COMMON,
+        "--api_endpoint=https://127.0.0.1:9",
+        timeout=180,
+    )
     assert result.returncode == 2, result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith(
-        "error: no Application Default Credentials found"), result.stderr
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: no Application Default Credentials found")
+    ), result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -523,18 +703,27 @@ def test_help_exits_0_and_lists_the_job_flags():
 
 
 def test_every_dry_run_prints_the_bill_on_stderr():
-    _, stderr = dry_run("multiworker_2x8_gpu_reduction_server.json", "--hparam_tuning="
-                        + os.path.join(REPO, "configs", "tuning", "learning_rate_optimizer.json"))
+    _, stderr = dry_run(
+        "multiworker_2x8_gpu_reduction_server.json",
+        "--hparam_tuning="
+        + os.path.join(REPO, "configs", "tuning", "learning_rate_optimizer.json"),
+    )
     assert "Will run (per trial):" in stderr
     assert "  pool 2 reducers   7 x n1-highcpu-16, pd-ssd 100 GB, Reduction Server" in stderr
     assert "  in all: 9 machines, 16 x NVIDIA_TESLA_A100, 7 reducers" in stderr
-    assert ("  tuning: 20 trials, 4 at once: peak 36 machines, 64 x NVIDIA_TESLA_A100, "
-            "28 reducers") in stderr
+    assert (
+        "  tuning: 20 trials, 4 at once: peak 36 machines, 64 x NVIDIA_TESLA_A100, 28 reducers"
+    ) in stderr
 
 
 def test_upload_sends_the_saved_model_through_the_sdk(vertex_stand_in):
-    flags = [f"--project={PROJECT}", f"--region={REGION}", "--upload",
-             f"--artifact_uri=gs://{BUCKET}/runs/r1/model", "--display_name=my-model"]
+    flags = [
+        f"--project={PROJECT}",
+        f"--region={REGION}",
+        "--upload",
+        f"--artifact_uri=gs://{BUCKET}/runs/r1/model",
+        "--display_name=my-model",
+    ]
     preview = submit(*flags, "--dry_run")
     assert preview.returncode == 0, preview.stderr
     assert "Dry run, nothing sent: would upload" in preview.stderr
@@ -544,8 +733,10 @@ def test_upload_sends_the_saved_model_through_the_sdk(vertex_stand_in):
     upload, fetch = vertex_stand_in.requests
     assert upload["path"] == f"/v1/projects/{PROJECT}/locations/{REGION}/models:upload"
     assert upload["body"]["model"]["artifactUri"] == f"gs://{BUCKET}/runs/r1/model/"
-    assert upload["body"]["model"]["containerSpec"]["imageUri"] == \
-        "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
+    assert (
+        upload["body"]["model"]["containerSpec"]["imageUri"]
+        == "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
+    )
     assert upload["body"]["model"]["displayName"] == "my-model"
     assert fetch["path"] == f"/v1/projects/{PROJECT}/locations/{REGION}/models/77"
     assert "authorization" not in {key.lower() for key in upload["headers"]}
@@ -553,9 +744,13 @@ def test_upload_sends_the_saved_model_through_the_sdk(vertex_stand_in):
 
 
 def test_upload_refuses_a_serving_image_vertex_does_not_list():
-    result = submit(f"--project={PROJECT}", f"--region={REGION}", "--upload",
-                    f"--artifact_uri=gs://{BUCKET}/m", "--dry_run",
-                    "--serving_container_uri=us-docker.pkg.dev/vertex-ai/prediction/"
-                    "tf2-cpu.2-17:latest")
+    result = submit(
+        f"--project={PROJECT}",
+        f"--region={REGION}",
+        "--upload",
+        f"--artifact_uri=gs://{BUCKET}/m",
+        "--dry_run",
+        "--serving_container_uri=us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-17:latest",
+    )
     assert result.returncode == 2, result.stderr
     assert "is not a TensorFlow image Vertex AI lists" in result.stderr

@@ -10,15 +10,21 @@ import keras
 import numpy as np
 import pytest
 
-
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TOY = "tests.jobs.tasks.toy_tasks"
 
 
 def run_trainer(*flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "trainer.task", *flags], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer.task", *flags],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def describe(result) -> str:
@@ -26,39 +32,54 @@ def describe(result) -> str:
 
 
 def test_a_subclassed_task_with_batch_norm_trains_and_saves(tmp_path):
-    result = run_trainer(f"--task={TOY}:SubclassedTask",
-                         '--task_config={"num_examples": 256, "sample_weights": true}',
-                         "--global_batch_size=32", "--epochs=2", "--optimizer=adam",
-                         "--learning_rate=0.01", f"--model_dir={tmp_path}")
+    result = run_trainer(
+        f"--task={TOY}:SubclassedTask",
+        '--task_config={"num_examples": 256, "sample_weights": true}',
+        "--global_batch_size=32",
+        "--epochs=2",
+        "--optimizer=adam",
+        "--learning_rate=0.01",
+        f"--model_dir={tmp_path}",
+    )
     assert result.returncode == 0, describe(result)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["steps_per_epoch"] == 8, "default: the examples over the global batch"
     assert summary["steps_completed"] == 16
     assert summary["metrics"]["test"]["accuracy"] > 0.7
-    model = keras.saving.load_model(tmp_path / "model.keras", safe_mode=True,
-                                    custom_objects={"TwoHeads": _two_heads()})
+    model = keras.saving.load_model(
+        tmp_path / "model.keras", safe_mode=True, custom_objects={"TwoHeads": _two_heads()}
+    )
     moving_mean = [v for v in model.weights if "moving_mean" in v.path][0]
     assert not np.allclose(moving_mean.numpy(), 0.0), "batch-norm statistics were trained"
 
 
 def _two_heads():
     from tests.jobs.tasks.toy_tasks import TwoHeads  # pylint: disable=g-import-not-at-top
+
     return TwoHeads
 
 
 def test_a_zero_argument_factory_and_a_config_file(tmp_path):
     config = tmp_path / "task.json"
     config.write_text("{}")
-    result = run_trainer(f"--task={TOY}:make_task", f"--task_config={config}",
-                         "--global_batch_size=32", "--epochs=1", f"--model_dir={tmp_path}")
+    result = run_trainer(
+        f"--task={TOY}:make_task",
+        f"--task_config={config}",
+        "--global_batch_size=32",
+        "--epochs=1",
+        f"--model_dir={tmp_path}",
+    )
     assert result.returncode == 0, describe(result)
     assert json.loads((tmp_path / "summary.json").read_text())["steps_completed"] == 4
 
 
-@pytest.mark.parametrize("flags, expected", [
-    ([f"--task={TOY}:ReturnsALayer"], "build_model() returned Dense"),
-    (["--task=tests.jobs.tasks.broken_import:Task"], "cannot be imported"),
-])
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        ([f"--task={TOY}:ReturnsALayer"], "build_model() returned Dense"),
+        (["--task=tests.jobs.tasks.broken_import:Task"], "cannot be imported"),
+    ],
+)
 def test_a_broken_task_is_one_line_and_exit_2(tmp_path, flags, expected):
     result = run_trainer(*flags, f"--model_dir={tmp_path}")
     assert result.returncode == 2, describe(result)
@@ -74,10 +95,27 @@ def test_a_broken_task_fails_before_any_peer_is_contacted(tmp_path):
     # before the strategy is created (which would wait for the other worker).
     env = dict(os.environ, PYTHONPATH=str(REPO))
     result = subprocess.run(
-        [sys.executable, "-m", "tfdist.launch", "--workers=2", "--timeout=120", "--",
-         sys.executable, "-m", "trainer.task", "--strategy=multiworker",
-         f"--task={TOY}:ReturnsALayer", f"--model_dir={tmp_path}"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=180, check=False)
+        [
+            sys.executable,
+            "-m",
+            "tfdist.launch",
+            "--workers=2",
+            "--timeout=120",
+            "--",
+            sys.executable,
+            "-m",
+            "trainer.task",
+            "--strategy=multiworker",
+            f"--task={TOY}:ReturnsALayer",
+            f"--model_dir={tmp_path}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
     assert result.returncode == 2, describe(result)
     assert "build_model() returned Dense" in result.stdout + result.stderr
     assert "coordination" not in (result.stdout + result.stderr).lower()

@@ -26,10 +26,12 @@ SHORT = ("--epochs=1", "--steps_per_epoch=5", "--num_examples=512")
 
 def clean_environ(extra: dict | None = None) -> dict:
     """This process's environment without cluster or Vertex variables, plus `extra`."""
-    environ = {key: value for key, value in os.environ.items()
-               if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")}
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO),
-                                                          os.environ.get("PYTHONPATH")]))
+    environ = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")
+    }
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
     environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     for key, value in (extra or {}).items():
         if value is None:
@@ -44,23 +46,34 @@ def trainer_command(*args: str) -> list[str]:
 
 
 def run_task(*args: str, env: dict | None = None, cwd=REPO) -> subprocess.CompletedProcess:
-    return subprocess.run(trainer_command(*args), cwd=cwd, env=clean_environ(env),
-                          capture_output=True, text=True, timeout=TIMEOUT, check=False)
+    return subprocess.run(
+        trainer_command(*args),
+        cwd=cwd,
+        env=clean_environ(env),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
 
 
 def run_tasks_side_by_side(*arg_lists: list[str]) -> list[subprocess.CompletedProcess]:
     """`run_task` for independent runs (separate output dirs), all started at once."""
-    return run_side_by_side([(trainer_command(*args), clean_environ()) for args in arg_lists],
-                            cwd=REPO, timeout=TIMEOUT)
+    return run_side_by_side(
+        [(trainer_command(*args), clean_environ()) for args in arg_lists], cwd=REPO, timeout=TIMEOUT
+    )
 
 
 def describe(result: subprocess.CompletedProcess) -> str:
-    return (f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}"
-            f"\n--- stderr\n{result.stderr[-5000:]}")
+    return (
+        f"exit {result.returncode}\n--- stdout\n{result.stdout[-3000:]}"
+        f"\n--- stderr\n{result.stderr[-5000:]}"
+    )
 
 
-def assert_usage_error(result: subprocess.CompletedProcess, *fragments: str,
-                       only_line: bool = True) -> str:
+def assert_usage_error(
+    result: subprocess.CompletedProcess, *fragments: str, only_line: bool = True
+) -> str:
     """Exit 2, one `error:` line (the last one) holding `fragments`, no traceback.
 
     Args:
@@ -103,11 +116,15 @@ def test_short_run_summary_and_model(tmp_path):
     model_dir = tmp_path / "aip" / "model"
     logs_dir = tmp_path / "aip" / "logs"
     epochs, steps_per_epoch, batch, num_examples, seed = 2, 5, 32, 512, 3
-    result = run_task("--strategy=default", f"--epochs={epochs}",
-                      f"--steps_per_epoch={steps_per_epoch}", f"--global_batch_size={batch}",
-                      f"--num_examples={num_examples}", f"--seed={seed}",
-                      env={"AIP_MODEL_DIR": str(model_dir),
-                           "AIP_TENSORBOARD_LOG_DIR": str(logs_dir)})
+    result = run_task(
+        "--strategy=default",
+        f"--epochs={epochs}",
+        f"--steps_per_epoch={steps_per_epoch}",
+        f"--global_batch_size={batch}",
+        f"--num_examples={num_examples}",
+        f"--seed={seed}",
+        env={"AIP_MODEL_DIR": str(model_dir), "AIP_TENSORBOARD_LOG_DIR": str(logs_dir)},
+    )
     assert result.returncode == 0, describe(result)
 
     summary = json.loads((model_dir / "summary.json").read_text())
@@ -138,14 +155,23 @@ def test_short_run_summary_and_model(tmp_path):
     assert float(loss) == pytest.approx(summary["metrics"]["test"]["loss"], rel=1e-4)
 
 
-STARTUP_BANNERS = ("absl::InitializeLog()", "oneDNN custom operations are on",
-                   "Could not find cuda drivers", "failed call to cuInit")
+STARTUP_BANNERS = (
+    "absl::InitializeLog()",
+    "oneDNN custom operations are on",
+    "Could not find cuda drivers",
+    "failed call to cuInit",
+)
 
 
 def test_the_default_output_shows_tfdist_lines_and_no_tensorflow_chatter(tmp_path):
     # As a user runs it: TF_CPP_MIN_LOG_LEVEL unset, backups on (as on Vertex AI).
-    result = run_task(*SHORT, "--epochs=2", f"--model_dir={tmp_path / 'model'}",
-                      f"--backup_dir={tmp_path / 'backup'}", env={"TF_CPP_MIN_LOG_LEVEL": None})
+    result = run_task(
+        *SHORT,
+        "--epochs=2",
+        f"--model_dir={tmp_path / 'model'}",
+        f"--backup_dir={tmp_path / 'backup'}",
+        env={"TF_CPP_MIN_LOG_LEVEL": None},
+    )
     assert result.returncode == 0, describe(result)
     output = result.stdout + result.stderr
     assert "Backed up step 5 to" in output and "Training --model=mlp" in output, describe(result)
@@ -177,16 +203,19 @@ BEFORE_TENSORFLOW = {
     "zero learning rate": (["--learning_rate=0"], ["--learning_rate is 0.0"]),
     "negative learning rate": (["--learning_rate=-0.5"], ["--learning_rate is -0.5"]),
     "backup every 0 steps": (["--backup_every_steps=0"], ["backup_every_steps is 0"]),
-    "missing config file": (["--config=/nonexistent/exp.json"],
-                            ["--config file '/nonexistent/exp.json' does not exist"]),
+    "missing config file": (
+        ["--config=/nonexistent/exp.json"],
+        ["--config file '/nonexistent/exp.json' does not exist"],
+    ),
     "stray positional argument": (["--epochs=1", "train"], ["unexpected argument 'train'"]),
     "unknown flag": (["--epoch=3"], ["epoch", "--helpfull"]),
     "non-numeric flag value": (["--epochs=three"], ["three"]),
 }
 
 
-@pytest.mark.parametrize("args, fragments", BEFORE_TENSORFLOW.values(),
-                         ids=BEFORE_TENSORFLOW.keys())
+@pytest.mark.parametrize(
+    "args, fragments", BEFORE_TENSORFLOW.values(), ids=BEFORE_TENSORFLOW.keys()
+)
 def test_bad_flags_exit_2_with_one_line(tmp_path, args, fragments):
     result = run_task(*args, f"--model_dir={tmp_path / 'out'}")
     assert_usage_error(result, *fragments)
@@ -194,16 +223,26 @@ def test_bad_flags_exit_2_with_one_line(tmp_path, args, fragments):
 
 
 # Each command's own flag, which its --help lists.
-COMMANDS = {"trainer.task": "--global_batch_size", "trainer.submit": "--job_config",
-            "trainer.kubernetes": "--restart_policy", "tfdist.launch": "--workers"}
+COMMANDS = {
+    "trainer.task": "--global_batch_size",
+    "trainer.submit": "--job_config",
+    "trainer.kubernetes": "--restart_policy",
+    "tfdist.launch": "--workers",
+}
 
 
 @pytest.mark.parametrize("module, own_flag", COMMANDS.items(), ids=COMMANDS.keys())
 def test_help_of_every_command_exits_0_and_lists_its_flags(module, own_flag):
     # absl exits 1 after --help; all four share tfdist.cli.run, which exits 0.
-    result = subprocess.run([sys.executable, "-m", module, "--help"], cwd=REPO,
-                            env=clean_environ(), capture_output=True, text=True,
-                            timeout=TIMEOUT, check=False)
+    result = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        cwd=REPO,
+        env=clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert own_flag in result.stdout, result.stdout[-2000:]
 
@@ -227,16 +266,29 @@ cli.run(main, ["prog", *sys.argv[1:]], takes_command=True,
 """
 
 
-@pytest.mark.parametrize("after_dashes, code, error_line", [
-    (["ok", "--x=1"], 0, None),
-    (["lose"], 200, "error: lost contact with another task of the job (Lost: peer gone); "
-                    "exiting so that the job can restart from its last backup"),
-    (["crash"], 1, None),
-])
+@pytest.mark.parametrize(
+    "after_dashes, code, error_line",
+    [
+        (["ok", "--x=1"], 0, None),
+        (
+            ["lose"],
+            200,
+            "error: lost contact with another task of the job (Lost: peer gone); "
+            "exiting so that the job can restart from its last backup",
+        ),
+        (["crash"], 1, None),
+    ],
+)
 def test_cli_run_splits_at_dashes_and_reports_each_error_once(after_dashes, code, error_line):
-    result = subprocess.run([sys.executable, "-c", _CLI_SCRIPT, "--", *after_dashes], cwd=REPO,
-                            env=clean_environ(), capture_output=True, text=True,
-                            timeout=TIMEOUT, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", _CLI_SCRIPT, "--", *after_dashes],
+        cwd=REPO,
+        env=clean_environ(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
     assert result.returncode == code, result.stderr[-2000:]
     assert result.stdout.splitlines()[0] == f"[] {tuple(after_dashes)!r}"
     errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
@@ -251,28 +303,57 @@ def test_cli_run_splits_at_dashes_and_reports_each_error_once(after_dashes, code
 SECRET = "s3cr3t-in-the-job-spec"
 
 
-@pytest.mark.parametrize("variable, value, fragment", [
-    ("TF_CONFIG", '{"cluster": {"worker": ["localhost:1"]}, "job": "' + SECRET + '"',
-     "TF_CONFIG is not valid JSON"),
-    ("TF_CONFIG", json.dumps({"cluster": {"worker": ["localhost"]},
-                              "task": {"type": "worker", "index": 0}, "job": SECRET}),
-     "TF_CONFIG['cluster']['worker'][0] is 'localhost'"),
-    ("CLUSTER_SPEC", json.dumps({"cluster": {"workerpool0": ["h:1", "h:2"]},
-                                 "task": {"type": "workerpool0", "index": 0}, "job": SECRET}),
-     "workerpool0'] lists 2 replicas"),
-], ids=["TF_CONFIG not JSON", "address without port", "two primary replicas"])
+@pytest.mark.parametrize(
+    "variable, value, fragment",
+    [
+        (
+            "TF_CONFIG",
+            '{"cluster": {"worker": ["localhost:1"]}, "job": "' + SECRET + '"',
+            "TF_CONFIG is not valid JSON",
+        ),
+        (
+            "TF_CONFIG",
+            json.dumps(
+                {
+                    "cluster": {"worker": ["localhost"]},
+                    "task": {"type": "worker", "index": 0},
+                    "job": SECRET,
+                }
+            ),
+            "TF_CONFIG['cluster']['worker'][0] is 'localhost'",
+        ),
+        (
+            "CLUSTER_SPEC",
+            json.dumps(
+                {
+                    "cluster": {"workerpool0": ["h:1", "h:2"]},
+                    "task": {"type": "workerpool0", "index": 0},
+                    "job": SECRET,
+                }
+            ),
+            "workerpool0'] lists 2 replicas",
+        ),
+    ],
+    ids=["TF_CONFIG not JSON", "address without port", "two primary replicas"],
+)
 def test_malformed_cluster_variable_exits_2(variable, value, fragment):
     result = run_task(*SHORT, env={variable: value})
     assert_usage_error(result, fragment)
     assert SECRET not in result.stderr
 
 
-@pytest.mark.parametrize("args, fragments", [
-    (["--model=resnet"], ["--model is 'resnet'", "mlp, cnn"]),
-    (["--dataset=no_such_dataset_xyz"], ["--dataset is 'no_such_dataset_xyz'", "synthetic"]),
-    (["--strategy=mirrored", "--num_cpu_devices=3", "--global_batch_size=64"],
-     ["--global_batch_size=64 does not divide among 3 replicas", "63 or 66"]),
-], ids=["unknown model", "unknown dataset", "batch not divisible by replicas"])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--model=resnet"], ["--model is 'resnet'", "mlp, cnn"]),
+        (["--dataset=no_such_dataset_xyz"], ["--dataset is 'no_such_dataset_xyz'", "synthetic"]),
+        (
+            ["--strategy=mirrored", "--num_cpu_devices=3", "--global_batch_size=64"],
+            ["--global_batch_size=64 does not divide among 3 replicas", "63 or 66"],
+        ),
+    ],
+    ids=["unknown model", "unknown dataset", "batch not divisible by replicas"],
+)
 def test_bad_input_found_after_importing_tensorflow_exits_2(tmp_path, args, fragments):
     result = run_task(*args, *SHORT, f"--model_dir={tmp_path / 'out'}")
     assert_usage_error(result, *fragments, only_line=False)
@@ -296,21 +377,36 @@ def _free_port() -> int:
 
 
 TYPOS_IN_A_TWO_WORKER_JOB = [
-    pytest.param(["--strategy=multiwroker"], ["--strategy is 'multiwroker'"], True,
-                 id="typo'd strategy"),
-    pytest.param(["--strategy=multiworker", "--global_batch_size=63"],
-                 ["does not divide among 2 replicas"], False,
-                 id="batch not divisible by 2 workers"),
-    pytest.param(["--strategy=multiworker", "--model=mpl"], ["--model is 'mpl'"], False,
-                 id="typo'd model"),
-    pytest.param(["--strategy=multiworker", "--dataset=mnits"], ["--dataset is 'mnits'"], False,
-                 id="typo'd dataset"),
-    pytest.param(["--strategy=multiworker", "--optimizer=lars", "--momentum=1.0"],
-                 ["--optimizer=lars: --momentum is 1.0, expected a number in [0, 1)"], True,
-                 id="lars momentum 1"),
-    pytest.param(["--strategy=multiworker", "--optimizer=sgd", "--momentum=1.5"],
-                 ["--optimizer=sgd: --momentum is 1.5, expected a number in [0, 1]"], True,
-                 id="sgd momentum above 1"),
+    pytest.param(
+        ["--strategy=multiwroker"], ["--strategy is 'multiwroker'"], True, id="typo'd strategy"
+    ),
+    pytest.param(
+        ["--strategy=multiworker", "--global_batch_size=63"],
+        ["does not divide among 2 replicas"],
+        False,
+        id="batch not divisible by 2 workers",
+    ),
+    pytest.param(
+        ["--strategy=multiworker", "--model=mpl"], ["--model is 'mpl'"], False, id="typo'd model"
+    ),
+    pytest.param(
+        ["--strategy=multiworker", "--dataset=mnits"],
+        ["--dataset is 'mnits'"],
+        False,
+        id="typo'd dataset",
+    ),
+    pytest.param(
+        ["--strategy=multiworker", "--optimizer=lars", "--momentum=1.0"],
+        ["--optimizer=lars: --momentum is 1.0, expected a number in [0, 1)"],
+        True,
+        id="lars momentum 1",
+    ),
+    pytest.param(
+        ["--strategy=multiworker", "--optimizer=sgd", "--momentum=1.5"],
+        ["--optimizer=sgd: --momentum is 1.5, expected a number in [0, 1]"],
+        True,
+        id="sgd momentum above 1",
+    ),
 ]
 
 
@@ -325,12 +421,18 @@ def test_bad_input_fails_before_contacting_any_peer(args, fragments, only_line):
     """
     listener = _listen_on_free_port()
     peer_port = listener.getsockname()[1]
-    tf_config = {"cluster": {"worker": [f"127.0.0.1:{peer_port}",
-                                        f"127.0.0.1:{_free_port()}"]},
-                 "task": {"type": "worker", "index": 1}}
-    process = subprocess.Popen(trainer_command(*args, *SHORT), cwd=REPO,
-                               env=clean_environ({"TF_CONFIG": json.dumps(tf_config)}),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tf_config = {
+        "cluster": {"worker": [f"127.0.0.1:{peer_port}", f"127.0.0.1:{_free_port()}"]},
+        "task": {"type": "worker", "index": 1},
+    }
+    process = subprocess.Popen(
+        trainer_command(*args, *SHORT),
+        cwd=REPO,
+        env=clean_environ({"TF_CONFIG": json.dumps(tf_config)}),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     contacted = False
     try:
         deadline = time.monotonic() + TIMEOUT
@@ -356,14 +458,16 @@ def test_evaluation_checkpoints_only_for_an_evaluator_and_only_the_newest_few(tm
     common = ["--strategy=default", "--epochs=5", "--steps_per_epoch=2", "--num_examples=256"]
     without, with_checkpoints = run_tasks_side_by_side(
         [*common, f"--model_dir={plain}"],
-        [*common, "--evaluation_checkpoints", f"--model_dir={exported}"])
+        [*common, "--evaluation_checkpoints", f"--model_dir={exported}"],
+    )
     assert without.returncode == 0, describe(without)
     assert not (plain / "checkpoints").exists()
     assert (plain / "summary.json").exists()
 
     assert with_checkpoints.returncode == 0, describe(with_checkpoints)
-    indexes = sorted({path.name.split(".")[0] for path in
-                      (exported / "checkpoints").glob("ckpt-*.index")})
+    indexes = sorted(
+        {path.name.split(".")[0] for path in (exported / "checkpoints").glob("ckpt-*.index")}
+    )
     assert indexes == ["ckpt-10", "ckpt-6", "ckpt-8"]
     done = json.loads((exported / "checkpoints" / "training_done.json").read_text())
     assert done == {"last_checkpoint": "ckpt-10", "step": 10}
@@ -371,36 +475,63 @@ def test_evaluation_checkpoints_only_for_an_evaluator_and_only_the_newest_few(tm
 
 def test_deterministic_parameter_server_training_is_refused_before_any_peer():
     # Ports nobody listens on: the check must come before any task is contacted.
-    tf_config = {"cluster": {"chief": ["127.0.0.1:7"], "worker": ["127.0.0.1:8"],
-                             "ps": ["127.0.0.1:9"]}, "task": {"type": "chief", "index": 0}}
-    result = run_task("--strategy=parameter_server", "--deterministic", *SHORT,
-                      env={"TF_CONFIG": json.dumps(tf_config)})
-    assert_usage_error(result, "--deterministic was given with parameter-server training",
-                       only_line=False)
+    tf_config = {
+        "cluster": {"chief": ["127.0.0.1:7"], "worker": ["127.0.0.1:8"], "ps": ["127.0.0.1:9"]},
+        "task": {"type": "chief", "index": 0},
+    }
+    result = run_task(
+        "--strategy=parameter_server",
+        "--deterministic",
+        *SHORT,
+        env={"TF_CONFIG": json.dumps(tf_config)},
+    )
+    assert_usage_error(
+        result, "--deterministic was given with parameter-server training", only_line=False
+    )
 
 
 def test_xla_under_mirrored_matches_the_run_without_it(tmp_path):
     weights = {}
     settings = ("true", "false")
-    results = run_tasks_side_by_side(*(
-        ["--strategy=mirrored", "--num_cpu_devices=2", "--epochs=1", "--steps_per_epoch=10",
-         "--num_examples=512", "--deterministic", f"--jit_compile={setting}",
-         f"--model_dir={tmp_path / setting}"] for setting in settings))
+    results = run_tasks_side_by_side(
+        *(
+            [
+                "--strategy=mirrored",
+                "--num_cpu_devices=2",
+                "--epochs=1",
+                "--steps_per_epoch=10",
+                "--num_examples=512",
+                "--deterministic",
+                f"--jit_compile={setting}",
+                f"--model_dir={tmp_path / setting}",
+            ]
+            for setting in settings
+        )
+    )
     for setting, result in zip(settings, results, strict=True):
         out = tmp_path / setting
         assert result.returncode == 0, describe(result)
         assert f"XLA {'on' if setting == 'true' else 'off'}: --jit_compile={setting}" in (
-            result.stderr)
-        weights[setting] = keras.saving.load_model(out / "model.keras", safe_mode=True,
-                                                   compile=False).get_weights()
+            result.stderr
+        )
+        weights[setting] = keras.saving.load_model(
+            out / "model.keras", safe_mode=True, compile=False
+        ).get_weights()
     for with_xla, without in zip(weights["true"], weights["false"], strict=True):
         np.testing.assert_allclose(with_xla, without, rtol=0, atol=1e-5)
 
 
 def test_xla_under_parameter_servers_is_refused_before_any_peer():
-    tf_config = {"cluster": {"chief": ["127.0.0.1:7"], "worker": ["127.0.0.1:8"],
-                             "ps": ["127.0.0.1:9"]}, "task": {"type": "chief", "index": 0}}
-    result = run_task("--strategy=parameter_server", "--jit_compile=true", *SHORT,
-                      env={"TF_CONFIG": json.dumps(tf_config)})
-    assert_usage_error(result, "--jit_compile=true was given with parameter-server training",
-                       only_line=False)
+    tf_config = {
+        "cluster": {"chief": ["127.0.0.1:7"], "worker": ["127.0.0.1:8"], "ps": ["127.0.0.1:9"]},
+        "task": {"type": "chief", "index": 0},
+    }
+    result = run_task(
+        "--strategy=parameter_server",
+        "--jit_compile=true",
+        *SHORT,
+        env={"TF_CONFIG": json.dumps(tf_config)},
+    )
+    assert_usage_error(
+        result, "--jit_compile=true was given with parameter-server training", only_line=False
+    )

@@ -14,31 +14,54 @@ import keras
 import numpy as np
 import pytest
 
-from tfdist.cli import EXIT_PREEMPTED
 from tests.support.backup_files import committed_steps
 from tests.support.logged_process import finish, log_tail, start_logged
+from tfdist.cli import EXIT_PREEMPTED
 from tfdist.launch.testing import poll_until
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TIMEOUT = 300
 EPOCHS, STEPS_PER_EPOCH = 2, 60
-TRAIN_FLAGS = ["--model=mlp", "--dataset=synthetic", "--num_examples=1024",
-               f"--epochs={EPOCHS}", f"--steps_per_epoch={STEPS_PER_EPOCH}",
-               "--global_batch_size=32", "--backup_every_steps=10", "--deterministic",
-               "--seed=3"]
+TRAIN_FLAGS = [
+    "--model=mlp",
+    "--dataset=synthetic",
+    "--num_examples=1024",
+    f"--epochs={EPOCHS}",
+    f"--steps_per_epoch={STEPS_PER_EPOCH}",
+    "--global_batch_size=32",
+    "--backup_every_steps=10",
+    "--deterministic",
+    "--seed=3",
+]
 # The single-process SIGTERM test trains 350 steps after its first backup (about 0.7 s
 # here): room for the signal that follows that backup to land before training ends.
 PREEMPTED_STEPS_PER_EPOCH = 180
 LONGER = (f"--steps_per_epoch={PREEMPTED_STEPS_PER_EPOCH}",)  # overrides TRAIN_FLAGS'
 
 
-def _start(tmp_path: pathlib.Path, name: str, backup_dir: pathlib.Path, *extra: str,
-           launcher: tuple[str, ...] = ()):
+def _start(
+    tmp_path: pathlib.Path,
+    name: str,
+    backup_dir: pathlib.Path,
+    *extra: str,
+    launcher: tuple[str, ...] = (),
+):
     model_dir = tmp_path / name
     model_dir.mkdir()
-    return start_logged([*launcher, sys.executable, "-m", "trainer.task", *TRAIN_FLAGS,
-                         f"--model_dir={model_dir}", f"--backup_dir={backup_dir}", *extra],
-                        model_dir, cwd=REPO)
+    return start_logged(
+        [
+            *launcher,
+            sys.executable,
+            "-m",
+            "trainer.task",
+            *TRAIN_FLAGS,
+            f"--model_dir={model_dir}",
+            f"--backup_dir={backup_dir}",
+            *extra,
+        ],
+        model_dir,
+        cwd=REPO,
+    )
 
 
 def _finish(process, timeout: float = TIMEOUT) -> int:
@@ -69,8 +92,11 @@ def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tm
     backup_dir = tmp_path / "backup"
     victim = _start(tmp_path, "preempted", backup_dir, *LONGER)
     try:
-        poll_until(lambda: committed_steps(backup_dir) or victim.poll() is not None,
-                   timeout=TIMEOUT, what="the first backup")
+        poll_until(
+            lambda: committed_steps(backup_dir) or victim.poll() is not None,
+            timeout=TIMEOUT,
+            what="the first backup",
+        )
         assert victim.poll() is None, log_tail(victim)
         victim.send_signal(signal.SIGTERM)
         code = _finish(victim, timeout=60)
@@ -93,8 +119,7 @@ def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tm
     summary = _summary(resumed.out)
     assert summary["resumed_from_step"] == notice_step
     assert summary["steps_completed"] == total
-    for want, got in zip(_weights(reference.out), _weights(resumed.out),
-                         strict=True):
+    for want, got in zip(_weights(reference.out), _weights(resumed.out), strict=True):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
     assert os.listdir(backup_dir) == ["COMPLETED.json"]
 
@@ -109,18 +134,26 @@ def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tm
 def test_two_workers_sigterm_to_one_exit_143_then_resume(local_cluster, tmp_path):
     backup_dir = tmp_path / "backup"
     model_dir = tmp_path / "model"
-    command = [sys.executable, "-m", "trainer.task", *TRAIN_FLAGS, "--strategy=multiworker",
-               f"--backup_dir={backup_dir}", f"--model_dir={model_dir}"]
+    command = [
+        sys.executable,
+        "-m",
+        "trainer.task",
+        *TRAIN_FLAGS,
+        "--strategy=multiworker",
+        f"--backup_dir={backup_dir}",
+        f"--model_dir={model_dir}",
+    ]
     env = {"TF_CPP_MIN_LOG_LEVEL": "2"}
     cluster = local_cluster(num_workers=2, command=command, env=env)
     cluster.start()
     poll_until(lambda: committed_steps(backup_dir), timeout=TIMEOUT, what="the first backup")
     assert cluster.kill("worker:1", signal.SIGTERM), cluster.format_logs()
     codes = cluster.wait(timeout=60, stop_on_failure=False)
-    assert codes == {"worker:0": EXIT_PREEMPTED, "worker:1": EXIT_PREEMPTED}, (
-        cluster.format_logs())
+    assert codes == {"worker:0": EXIT_PREEMPTED, "worker:1": EXIT_PREEMPTED}, cluster.format_logs()
     notice_step = committed_steps(backup_dir)[-1]
-    assert all(name.startswith("backup-") for name in os.listdir(backup_dir)), os.listdir(backup_dir)
+    assert all(name.startswith("backup-") for name in os.listdir(backup_dir)), os.listdir(
+        backup_dir
+    )
 
     restarted = local_cluster(num_workers=2, command=command, env=env)
     restarted.start()
@@ -148,28 +181,41 @@ def _crash_after_the_last_step(model_dir: pathlib.Path, backup_dir: pathlib.Path
 _LAUNCH = (sys.executable, "-m", "tfdist.launch", "--timeout=240")
 LAST_STEP_CASES = {
     "default": ((), ["--strategy=default"]),
-    "multiworker": pytest.param((*_LAUNCH, "--workers=2", "--"), ["--strategy=multiworker"],
-                                marks=pytest.mark.slow),
-    "parameter_server": pytest.param((*_LAUNCH, "--chief", "--workers=1", "--ps=1", "--"),
-                                     ["--strategy=parameter_server", "--nodeterministic"],
-                                     marks=pytest.mark.slow),
+    "multiworker": pytest.param(
+        (*_LAUNCH, "--workers=2", "--"), ["--strategy=multiworker"], marks=pytest.mark.slow
+    ),
+    "parameter_server": pytest.param(
+        (*_LAUNCH, "--chief", "--workers=1", "--ps=1", "--"),
+        ["--strategy=parameter_server", "--nodeterministic"],
+        marks=pytest.mark.slow,
+    ),
 }
 
 
-@pytest.mark.parametrize("launcher, strategy_flags", LAST_STEP_CASES.values(),
-                         ids=LAST_STEP_CASES.keys())
+@pytest.mark.parametrize(
+    "launcher, strategy_flags", LAST_STEP_CASES.values(), ids=LAST_STEP_CASES.keys()
+)
 def test_a_restart_after_the_last_step_writes_the_outputs_and_trains_nothing(
-        tmp_path, launcher, strategy_flags):
+    tmp_path, launcher, strategy_flags
+):
     backup_dir = tmp_path / "backup"
-    finished = _run(tmp_path, "finished", backup_dir, "--keep_backup", *strategy_flags,
-                    launcher=launcher)
+    finished = _run(
+        tmp_path, "finished", backup_dir, "--keep_backup", *strategy_flags, launcher=launcher
+    )
     summary = _summary(finished.out)
     weights = _weights(finished.out)
     _crash_after_the_last_step(finished.out, backup_dir)
     steps_before = committed_steps(backup_dir)
 
-    again = _run(tmp_path, "again", backup_dir, f"--model_dir={finished.out}", "--keep_backup",
-                 *strategy_flags, launcher=launcher)
+    again = _run(
+        tmp_path,
+        "again",
+        backup_dir,
+        f"--model_dir={finished.out}",
+        "--keep_backup",
+        *strategy_flags,
+        launcher=launcher,
+    )
     assert "Epoch " not in log_tail(again), "no step may run again"
     resumed = _summary(finished.out)
     assert resumed["steps_completed"] == EPOCHS * STEPS_PER_EPOCH

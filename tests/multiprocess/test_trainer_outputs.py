@@ -21,9 +21,15 @@ def _train(*flags: str, env: dict | None = None) -> subprocess.CompletedProcess:
     environ = clean_environment()
     environ.update(env or {})
     environ["PYTHONPATH"] = str(REPO)
-    return subprocess.run([sys.executable, "-m", "trainer.task", *SHORT, *flags], cwd=REPO,
-                          env=environ, capture_output=True, text=True, timeout=TIMEOUT,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer.task", *SHORT, *flags],
+        cwd=REPO,
+        env=environ,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
 
 
 def _train_side_by_side(*runs: tuple[list[str], dict]) -> list[subprocess.CompletedProcess]:
@@ -42,27 +48,37 @@ def _ok(result):
 
 
 def test_a_task_model_exports_a_savedmodel_that_plain_tensorflow_serves(tmp_path):
-    result = _train("--task=tests.jobs.tasks.toy_tasks:SubclassedTask", "--export=both",
-                    f"--model_dir={tmp_path}")
+    result = _train(
+        "--task=tests.jobs.tasks.toy_tasks:SubclassedTask",
+        "--export=both",
+        f"--model_dir={tmp_path}",
+    )
     _ok(result)
     assert (tmp_path / "saved_model.pb").exists() and (tmp_path / "model.keras").exists()
     features = np.random.default_rng(0).normal(size=(5, 6)).astype(np.float32)
     served = tf.saved_model.load(str(tmp_path)).signatures["serving_default"]
     outputs = list(served(tf.constant(features)).values())
     from tests.jobs.tasks.toy_tasks import TwoHeads  # pylint: disable=g-import-not-at-top
-    model = keras.saving.load_model(tmp_path / "model.keras", safe_mode=True,
-                                    custom_objects={"TwoHeads": TwoHeads})
-    np.testing.assert_allclose(outputs[0].numpy(), model.predict(features, verbose=0),
-                               rtol=1e-5, atol=1e-6)
+
+    model = keras.saving.load_model(
+        tmp_path / "model.keras", safe_mode=True, custom_objects={"TwoHeads": TwoHeads}
+    )
+    np.testing.assert_allclose(
+        outputs[0].numpy(), model.predict(features, verbose=0), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_vertex_defaults_to_both_and_savedmodel_alone_writes_no_keras_file(tmp_path):
-    vertex_dir, local_dir, served_only = (tmp_path / "vertex", tmp_path / "local",
-                                          tmp_path / "served")
+    vertex_dir, local_dir, served_only = (
+        tmp_path / "vertex",
+        tmp_path / "local",
+        tmp_path / "served",
+    )
     for result in _train_side_by_side(
-            ([], {"AIP_MODEL_DIR": str(vertex_dir)}),
-            ([f"--model_dir={local_dir}"], {}),
-            (["--export=savedmodel", f"--model_dir={served_only}"], {})):
+        ([], {"AIP_MODEL_DIR": str(vertex_dir)}),
+        ([f"--model_dir={local_dir}"], {}),
+        (["--export=savedmodel", f"--model_dir={served_only}"], {}),
+    ):
         _ok(result)
     assert (vertex_dir / "saved_model.pb").exists() and (vertex_dir / "model.keras").exists()
     assert (local_dir / "model.keras").exists() and not (local_dir / "saved_model.pb").exists()
@@ -73,15 +89,18 @@ def test_vertex_defaults_to_both_and_savedmodel_alone_writes_no_keras_file(tmp_p
 
 def test_a_tuning_trial_reports_its_metric_and_writes_into_its_own_directories(tmp_path):
     metric_file = tmp_path / "hypertune" / "output.metrics"
-    result = _train("--hparam_metric=val_accuracy", "--validation_steps=2",
-                    f"--model_dir={tmp_path / 'model'}", f"--backup_dir={tmp_path / 'backup'}",
-                    "--keep_backup",
-                    env={"CLOUD_ML_TRIAL_ID": "7", "CLOUD_ML_HP_METRIC_FILE": str(metric_file)})
+    result = _train(
+        "--hparam_metric=val_accuracy",
+        "--validation_steps=2",
+        f"--model_dir={tmp_path / 'model'}",
+        f"--backup_dir={tmp_path / 'backup'}",
+        "--keep_backup",
+        env={"CLOUD_ML_TRIAL_ID": "7", "CLOUD_ML_HP_METRIC_FILE": str(metric_file)},
+    )
     _ok(result)
     lines = [json.loads(line) for line in metric_file.read_text().splitlines()]
     assert [line["global_step"] for line in lines] == ["4", "8"]
-    assert all(line["trial"] == "7" and 0.0 <= float(line["val_accuracy"]) <= 1.0
-               for line in lines)
+    assert all(line["trial"] == "7" and 0.0 <= float(line["val_accuracy"]) <= 1.0 for line in lines)
     assert (tmp_path / "model" / "7" / "summary.json").exists()
     assert os.listdir(tmp_path / "backup") == ["7"]
 
@@ -89,6 +108,11 @@ def test_a_tuning_trial_reports_its_metric_and_writes_into_its_own_directories(t
 def test_a_validation_metric_without_validation_is_refused(tmp_path):
     result = _train("--hparam_metric=val_loss", f"--model_dir={tmp_path}")
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines()[-1].startswith(
-        "error: --hparam_metric=val_loss is a validation metric but --validation_steps is 0")
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "error: --hparam_metric=val_loss is a validation metric but --validation_steps is 0"
+        )
+    )
     assert list(tmp_path.iterdir()) == []

@@ -15,15 +15,34 @@ from tests.support.logged_process import finish, log_tail, start_logged
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TIMEOUT = 300
-BASE = ["--model=mlp", "--dataset=synthetic", "--num_examples=512", "--epochs=2",
-        "--steps_per_epoch=4", "--global_batch_size=32", "--backup_every_steps=2", "--seed=1",
-        "--keep_backup"]
+BASE = [
+    "--model=mlp",
+    "--dataset=synthetic",
+    "--num_examples=512",
+    "--epochs=2",
+    "--steps_per_epoch=4",
+    "--global_batch_size=32",
+    "--backup_every_steps=2",
+    "--seed=1",
+    "--keep_backup",
+]
 
 
 def _train(out: pathlib.Path, backup_dir: pathlib.Path, *flags: str) -> tuple[int, str]:
     out.mkdir(exist_ok=True)
-    process = start_logged([sys.executable, "-m", "trainer.task", *BASE, *flags,
-                            f"--model_dir={out}", f"--backup_dir={backup_dir}"], out, cwd=REPO)
+    process = start_logged(
+        [
+            sys.executable,
+            "-m",
+            "trainer.task",
+            *BASE,
+            *flags,
+            f"--model_dir={out}",
+            f"--backup_dir={backup_dir}",
+        ],
+        out,
+        cwd=REPO,
+    )
     code = finish(process, TIMEOUT)
     return code, log_tail(process)
 
@@ -47,8 +66,10 @@ REFUSED = {
     "model": (["--model=cnn"], "was made with"),
     "epochs under decay": (["--lr_decay=cosine", "--epochs=3"], "was made with"),
     "optimizer": (["--optimizer=lars"], 'optimizer="SGD", this run has "LARS"'),
-    "mixed precision": (["--mixed_precision=mixed_float16"],
-                        'dtype_policy="float32", this run has "mixed_float16"'),
+    "mixed precision": (
+        ["--mixed_precision=mixed_float16"],
+        'dtype_policy="float32", this run has "mixed_float16"',
+    ),
 }
 
 
@@ -67,20 +88,29 @@ def refused_restarts(interrupted_backup, tmp_path_factory) -> dict:
     for first in range(0, len(cases), 2):
         running = []
         try:
-            for name, (flags, _) in cases[first:first + 2]:
+            for name, (flags, _) in cases[first : first + 2]:
                 case_dir = root / name.replace(" ", "_")
                 backup_dir = case_dir / "backup"
                 shutil.copytree(interrupted_backup, backup_dir)
                 before = snapshot(backup_dir)
                 out = case_dir / "model"
                 out.mkdir()
-                process = start_logged([sys.executable, "-m", "trainer.task", *BASE, *flags,
-                                        f"--model_dir={out}", f"--backup_dir={backup_dir}"],
-                                       out, cwd=REPO)
+                process = start_logged(
+                    [
+                        sys.executable,
+                        "-m",
+                        "trainer.task",
+                        *BASE,
+                        *flags,
+                        f"--model_dir={out}",
+                        f"--backup_dir={backup_dir}",
+                    ],
+                    out,
+                    cwd=REPO,
+                )
                 running.append((name, process, before, backup_dir))
             for name, process, before, backup_dir in running:
-                results[name] = (finish(process, TIMEOUT), log_tail(process), before,
-                                 backup_dir)
+                results[name] = (finish(process, TIMEOUT), log_tail(process), before, backup_dir)
         finally:
             for _, process, _, _ in running:
                 finish(process, 1)
@@ -88,8 +118,7 @@ def refused_restarts(interrupted_backup, tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("case", REFUSED)
-def test_a_changed_setting_is_one_line_exit_2_and_no_backup_is_touched(refused_restarts,
-                                                                       case):
+def test_a_changed_setting_is_one_line_exit_2_and_no_backup_is_touched(refused_restarts, case):
     _, expected = REFUSED[case]
     code, log, before, backup_dir = refused_restarts[case]
     assert code == 2, log
@@ -117,8 +146,11 @@ def test_a_diverging_run_exits_3_and_keeps_its_last_finite_backup(tmp_path, with
         code, log = _train(process_dir, backup_dir, *flags)
     else:
         process_dir.mkdir()
-        process = start_logged([sys.executable, "-m", "trainer.task", *BASE, *flags,
-                                f"--model_dir={process_dir}"], process_dir, cwd=REPO)
+        process = start_logged(
+            [sys.executable, "-m", "trainer.task", *BASE, *flags, f"--model_dir={process_dir}"],
+            process_dir,
+            cwd=REPO,
+        )
         code, log = finish(process, TIMEOUT), log_tail(process)
     assert code == 3, log
     errors = [line for line in log.splitlines() if line.startswith("error: ")]

@@ -22,19 +22,35 @@ TIMEOUT = 300
 
 
 def trainer_command(task: str, model_dir, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "trainer.task", f"--task={TASKS}:{task}",
-            "--global_batch_size=32", "--epochs=2", f"--model_dir={model_dir}", *flags]
+    return [
+        sys.executable,
+        "-m",
+        "trainer.task",
+        f"--task={TASKS}:{task}",
+        "--global_batch_size=32",
+        "--epochs=2",
+        f"--model_dir={model_dir}",
+        *flags,
+    ]
 
 
 def run_trainer(task: str, model_dir, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run(trainer_command(task, model_dir, *flags), cwd=REPO,
-                          env=clean_environment(), capture_output=True, text=True,
-                          timeout=TIMEOUT, check=False)
+    return subprocess.run(
+        trainer_command(task, model_dir, *flags),
+        cwd=REPO,
+        env=clean_environment(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
 
 
 def describe(result) -> str:
-    return (f"exit {result.returncode}\nstdout:\n{result.stdout[-3000:]}\n"
-            f"stderr:\n{result.stderr[-4000:]}")
+    return (
+        f"exit {result.returncode}\nstdout:\n{result.stdout[-3000:]}\n"
+        f"stderr:\n{result.stderr[-4000:]}"
+    )
 
 
 def summary(model_dir) -> dict:
@@ -43,25 +59,38 @@ def summary(model_dir) -> dict:
 
 # --- custom train_step ---
 
+
 def _weights(model_dir) -> list:
     import keras  # pylint: disable=g-import-not-at-top
+
     import tests.jobs.tasks.user_tasks  # noqa: F401  (registers the model class)
-    return keras.saving.load_model(pathlib.Path(model_dir) / "model.keras",
-                                   safe_mode=True).get_weights()
+
+    return keras.saving.load_model(
+        pathlib.Path(model_dir) / "model.keras", safe_mode=True
+    ).get_weights()
 
 
 def test_a_custom_train_step_without_test_step_trains_skips_evaluation_and_saves(tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     flags = ("--learning_rate=0.01", "--steps_per_execution=1")
     results = run_side_by_side(
-        [(trainer_command("CustomTrainStep", one, *flags), clean_environment()),
-         (trainer_command("CustomTrainStep", two, *flags, "--strategy=mirrored",
-                          "--num_cpu_devices=2"), clean_environment())],
-        cwd=REPO, timeout=TIMEOUT)
+        [
+            (trainer_command("CustomTrainStep", one, *flags), clean_environment()),
+            (
+                trainer_command(
+                    "CustomTrainStep", two, *flags, "--strategy=mirrored", "--num_cpu_devices=2"
+                ),
+                clean_environment(),
+            ),
+        ],
+        cwd=REPO,
+        timeout=TIMEOUT,
+    )
     for result, model_dir in zip(results, (one, two)):
         assert result.returncode == 0, describe(result)
         assert "Skipping evaluation: CustomStepModel overrides train_step but not test_step" in (
-            result.stderr), describe(result)
+            result.stderr
+        ), describe(result)
         assert (model_dir / "model.keras").exists()
         written = summary(model_dir)
         assert written["steps_completed"] == 16
@@ -75,8 +104,12 @@ def test_a_custom_train_step_without_test_step_trains_skips_evaluation_and_saves
 
 
 def test_a_custom_train_step_with_its_test_step_is_evaluated(tmp_path):
-    result = run_trainer("CustomTrainStep", tmp_path, "--learning_rate=0.01",
-                         '--task_config={"with_test_step": true}')
+    result = run_trainer(
+        "CustomTrainStep",
+        tmp_path,
+        "--learning_rate=0.01",
+        '--task_config={"with_test_step": true}',
+    )
     assert result.returncode == 0, describe(result)
     assert "Skipping evaluation" not in result.stderr
     assert set(summary(tmp_path)["metrics"]["test"]) == {"loss", "mae"}
@@ -84,14 +117,26 @@ def test_a_custom_train_step_with_its_test_step_is_evaluated(tmp_path):
 
 # --- strings ---
 
+
 def test_upstream_string_symbolic_build_under_mirrored_still_fails(tmp_path):
     # When this fails, Keras/TensorFlow fixed tensorflow#80951: raise
     # keras_compat.FIRST_FIXED_KERAS or retire the string_symbolic_build correction.
     results = run_side_by_side(
-        [([sys.executable, str(REPO / "tests" / "jobs" / "string_reduction_job.py"),
-           f"--out={tmp_path / name}", *flags], clean_environment())
-         for name, flags in (("upstream.json", []), ("corrected.json", ["--corrected"]))],
-        cwd=REPO, timeout=TIMEOUT)
+        [
+            (
+                [
+                    sys.executable,
+                    str(REPO / "tests" / "jobs" / "string_reduction_job.py"),
+                    f"--out={tmp_path / name}",
+                    *flags,
+                ],
+                clean_environment(),
+            )
+            for name, flags in (("upstream.json", []), ("corrected.json", ["--corrected"]))
+        ],
+        cwd=REPO,
+        timeout=TIMEOUT,
+    )
     for result in results:
         assert result.returncode == 0, describe(result)
     upstream = json.loads((tmp_path / "upstream.json").read_text())
@@ -102,8 +147,9 @@ def test_upstream_string_symbolic_build_under_mirrored_still_fails(tmp_path):
 
 
 def test_a_text_task_trains_under_mirrored_on_two_devices(tmp_path):
-    result = run_trainer("Text", tmp_path, "--strategy=mirrored", "--num_cpu_devices=2",
-                         "--epochs=3")
+    result = run_trainer(
+        "Text", tmp_path, "--strategy=mirrored", "--num_cpu_devices=2", "--epochs=3"
+    )
     assert result.returncode == 0, describe(result)
     written = summary(tmp_path)
     assert written["num_replicas"] == 2 and written["steps_completed"] == 24
@@ -112,17 +158,21 @@ def test_a_text_task_trains_under_mirrored_on_two_devices(tmp_path):
 
 # --- variable-length features ---
 
-@pytest.mark.parametrize("task_config", [
-    '{"batching": "longest"}', '{"batching": "buckets", "source": "ragged"}'])
+
+@pytest.mark.parametrize(
+    "task_config", ['{"batching": "longest"}', '{"batching": "buckets", "source": "ragged"}']
+)
 def test_variable_length_features_train_when_the_task_declares_batching(tmp_path, task_config):
-    result = run_trainer("VariableLength", tmp_path, f"--task_config={task_config}",
-                         "--steps_per_execution=1")
+    result = run_trainer(
+        "VariableLength", tmp_path, f"--task_config={task_config}", "--steps_per_execution=1"
+    )
     assert result.returncode == 0, describe(result)
     assert summary(tmp_path)["steps_completed"] == 16
     assert (tmp_path / "model.keras").exists()
 
 
 # --- weighted metrics and class weights ---
+
 
 def test_weighted_metrics_and_class_weight_reach_compile_and_the_inputs(tmp_path):
     result = run_trainer("Weighted", tmp_path)
@@ -136,20 +186,31 @@ def test_weighted_metrics_and_class_weight_reach_compile_and_the_inputs(tmp_path
 # --- mistakes: one line, exit 2 ---
 
 MISTAKES = {
-    "string labels": ("StringLabels", None, "the labels are strings (e.g. [b'yes', b'no']), "
-                      "expected numbers for the loss"),
+    "string labels": (
+        "StringLabels",
+        None,
+        "the labels are strings (e.g. [b'yes', b'no']), expected numbers for the loss",
+    ),
     "one-hot labels, sparse loss": ("OneHotLabels", None, "the labels look one-hot"),
-    "features of the wrong width": ("WrongWidth", None, "expected axis -1 of input shape to "
-                                    "have value 6, but received input with shape (8, 4)"),
+    "features of the wrong width": (
+        "WrongWidth",
+        None,
+        "expected axis -1 of input shape to have value 6, but received input with shape (8, 4)",
+    ),
     "loss() is None": ("LossNone", None, "loss() returned None"),
-    "batched, fewer than a global batch": ("AlreadyBatched", '{"num_examples": 256}',
-                                           "yields examples that are already batched"),
-    "batched, 8192 examples": ("AlreadyBatched", '{"num_examples": 8192}',
-                               "yields examples that are already batched"),
+    "batched, fewer than a global batch": (
+        "AlreadyBatched",
+        '{"num_examples": 256}',
+        "yields examples that are already batched",
+    ),
+    "batched, 8192 examples": (
+        "AlreadyBatched",
+        '{"num_examples": 8192}',
+        "yields examples that are already batched",
+    ),
     "compiled model": ("Compiled", None, "build_model() returned a compiled model"),
     "variable lengths undeclared": ("VariableLength", None, "declare padding"),
-    "ragged undeclared": ("VariableLength", '{"source": "ragged"}',
-                          "features (RaggedTensorSpec)"),
+    "ragged undeclared": ("VariableLength", '{"source": "ragged"}', "features (RaggedTensorSpec)"),
 }
 
 
@@ -164,33 +225,42 @@ def test_every_mistake_is_one_line_and_exit_2(tmp_path):
     commands = []
     for index, (task, task_config, _) in enumerate(MISTAKES.values()):
         flags = [f"--task_config={task_config}"] if task_config else []
-        commands.append((trainer_command(task, tmp_path / str(index), *flags),
-                         clean_environment()))
+        commands.append((trainer_command(task, tmp_path / str(index), *flags), clean_environment()))
     results = run_side_by_side(commands, cwd=REPO, timeout=TIMEOUT)
     for index, (name, (_, _, expected)) in enumerate(MISTAKES.items()):
         result = results[index]
         assert result.returncode == 2, f"{name}: {describe(result)}"
         line = _one_error_line(result.stderr)
         assert expected in line, f"{name}: {line}"
-        assert not (tmp_path / str(index)).exists() or not any(
-            (tmp_path / str(index)).iterdir()), f"{name}: wrote outputs"
+        assert not (tmp_path / str(index)).exists() or not any((tmp_path / str(index)).iterdir()), (
+            f"{name}: wrote outputs"
+        )
 
 
 @pytest.mark.slow
 def test_mistakes_and_a_text_task_under_two_workers(local_cluster, tmp_path):
     # Several 2-worker jobs side by side: every worker of a mistaken job exits 2
     # with the one line; the text task (strings) and a bucketed ragged task train.
-    jobs = {"StringLabels": ("labels are strings", 2), "WrongWidth": ("received input", 2),
-            "Compiled": ("compiled model", 2), "Text": (None, 0),
-            "VariableLength": (None, 0)}
+    jobs = {
+        "StringLabels": ("labels are strings", 2),
+        "WrongWidth": ("received input", 2),
+        "Compiled": ("compiled model", 2),
+        "Text": (None, 0),
+        "VariableLength": (None, 0),
+    }
     clusters = {}
     for task in jobs:
-        extra = (['--task_config={"batching": "buckets", "source": "ragged"}']
-                 if task == "VariableLength" else [])
-        command = trainer_command(task, tmp_path / task, "--strategy=multiworker",
-                                  "--steps_per_execution=1", *extra)
-        clusters[task] = local_cluster(num_workers=2, command=command,
-                                       env={"PYTHONPATH": str(REPO)})
+        extra = (
+            ['--task_config={"batching": "buckets", "source": "ragged"}']
+            if task == "VariableLength"
+            else []
+        )
+        command = trainer_command(
+            task, tmp_path / task, "--strategy=multiworker", "--steps_per_execution=1", *extra
+        )
+        clusters[task] = local_cluster(
+            num_workers=2, command=command, env={"PYTHONPATH": str(REPO)}
+        )
     for cluster in clusters.values():
         cluster.start()
     for task, (expected, code) in jobs.items():

@@ -33,7 +33,8 @@ def make_user_project(root, *, requires='["setuptools>=61"]', name="my-task"):
     (root / "pyproject.toml").write_text(
         f'[build-system]\nrequires = {requires}\nbuild-backend = "setuptools.build_meta"\n\n'
         f'[project]\nname = "{name}"\nversion = "1.2.0"\n\n'
-        f'[tool.setuptools]\npackages = ["my_pkg"]\n')
+        f'[tool.setuptools]\npackages = ["my_pkg"]\n'
+    )
     (root / "build").mkdir()  # a stale build output: not part of the sources
     (root / "build" / "junk.txt").write_text("x")
     return root
@@ -41,14 +42,27 @@ def make_user_project(root, *, requires='["setuptools>=61"]', name="my-task"):
 
 def submit(*args):
     env = dict(os.environ, PYTHONPATH=REPO)
-    return subprocess.run([sys.executable, "-m", "trainer.submit", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "trainer.submit", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_dry_run_stages_the_task_package_next_to_the_trainer(tmp_path):
     project = make_user_project(tmp_path / "user")
-    result = submit(*COMMON, f"--container_uri={PREBUILT}", "--allow_ended_image", f"--task_package={project}",
-                    "--dry_run", "--", "--task=my_pkg.mod:MyTask")
+    result = submit(
+        *COMMON,
+        f"--container_uri={PREBUILT}",
+        "--allow_ended_image",
+        f"--task_package={project}",
+        "--dry_run",
+        "--",
+        "--task=my_pkg.mod:MyTask",
+    )
     assert result.returncode == 0, result.stderr
     (pool,) = json.loads(result.stdout)["jobSpec"]["workerPoolSpecs"]
     trainer_uri, task_uri = pool["pythonPackageSpec"]["packageUris"]
@@ -68,26 +82,55 @@ def test_the_staged_task_package_installs_and_imports(tmp_path):
     assert not [name for name in names if "junk.txt" in name]
     # What a prebuilt training image does with each package URI: pip install it.
     target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--no-index", "--target", str(target),
-                    package.path], check=True, timeout=300, capture_output=True)
-    code = ("import importlib; module = importlib.import_module('my_pkg.mod'); "
-            "print(module.MyTask(units=7).units)")
-    result = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(
-        target)), cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(target),
+            package.path,
+        ],
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
+    code = (
+        "import importlib; module = importlib.import_module('my_pkg.mod'); "
+        "print(module.MyTask(units=7).units)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, PYTHONPATH=str(target)),
+        cwd=str(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.stdout.strip() == "7", result.stderr
 
 
-@pytest.mark.parametrize("layout,expected", [("empty", "has none of pyproject.toml"),
-                                             ("file", "is not a directory")])
+@pytest.mark.parametrize(
+    "layout,expected", [("empty", "has none of pyproject.toml"), ("file", "is not a directory")]
+)
 def test_a_task_package_must_be_a_project_directory(tmp_path, layout, expected):
     path = tmp_path / "thing"
     if layout == "empty":
         path.mkdir()
     else:
         path.write_text("x")
-    result = submit(*COMMON, f"--container_uri={PREBUILT}", "--allow_ended_image", f"--task_package={path}",
-                    "--dry_run")
+    result = submit(
+        *COMMON,
+        f"--container_uri={PREBUILT}",
+        "--allow_ended_image",
+        f"--task_package={path}",
+        "--dry_run",
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], result.stderr

@@ -11,13 +11,18 @@ def committed_steps(backup_dir: pathlib.Path) -> list[int]:
     """Steps of the committed backups in `backup_dir`, oldest first."""
     if not backup_dir.is_dir():
         return []
-    return sorted(int(match.group(1)) for name in os.listdir(backup_dir)
-                  if (match := _BACKUP.match(name))
-                  and (backup_dir / name / "COMMITTED").exists())
+    return sorted(
+        int(match.group(1))
+        for name in os.listdir(backup_dir)
+        if (match := _BACKUP.match(name)) and (backup_dir / name / "COMMITTED").exists()
+    )
 
 
 def snapshot(directory: pathlib.Path) -> dict[str, bytes]:
     """Every file under `directory` (relative path) with its bytes: to show nothing changed."""
     directory = pathlib.Path(directory)
-    return {str(path.relative_to(directory)): path.read_bytes()
-            for path in sorted(directory.rglob("*")) if path.is_file()}
+    return {
+        str(path.relative_to(directory)): path.read_bytes()
+        for path in sorted(directory.rglob("*"))
+        if path.is_file()
+    }

@@ -1,8 +1,8 @@
 """One process of a test job, its output kept in a log file (not a test module).
 
-    process = start_logged([sys.executable, "-m", "trainer.task", ...], out_dir, cwd=REPO)
-    code = finish(process, timeout=120)   # kills it if the timeout passes
-    print(log_tail(process))
+process = start_logged([sys.executable, "-m", "trainer.task", ...], out_dir, cwd=REPO)
+code = finish(process, timeout=120)   # kills it if the timeout passes
+print(log_tail(process))
 """
 
 import os
@@ -21,18 +21,25 @@ def clean_environment() -> dict:
     The repository goes first on `PYTHONPATH`, so scripts started by path
     import this checkout's `tfdist` whether or not it is installed.
     """
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")}
-    env.update(TF_CPP_MIN_LOG_LEVEL="2", PYTHONUNBUFFERED="1",
-               PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO), env.get("PYTHONPATH")])))
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("TF_CONFIG", "CLUSTER_SPEC") and not key.startswith("AIP_")
+    }
+    env.update(
+        TF_CPP_MIN_LOG_LEVEL="2",
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO), env.get("PYTHONPATH")])),
+    )
     return env
 
 
 def start_logged(command: list[str], out_dir: pathlib.Path, *, cwd) -> subprocess.Popen:
     """Starts `command` with stdout and stderr in `<out_dir>/log.txt`."""
     log = open(out_dir / LOG_NAME, "wb")  # pylint: disable=consider-using-with
-    process = subprocess.Popen(command, cwd=cwd, env=clean_environment(), stdout=log,
-                               stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        command, cwd=cwd, env=clean_environment(), stdout=log, stderr=subprocess.STDOUT
+    )
     process.out, process.log = out_dir, log
     return process
 
@@ -52,8 +59,9 @@ def log_tail(process: subprocess.Popen, chars: int = 6000) -> str:
     return (process.out / LOG_NAME).read_text(errors="replace")[-chars:]
 
 
-def run_side_by_side(commands: Sequence[tuple[Sequence[str], Mapping[str, str]]], *, cwd,
-                     timeout: float) -> list[subprocess.CompletedProcess]:
+def run_side_by_side(
+    commands: Sequence[tuple[Sequence[str], Mapping[str, str]]], *, cwd, timeout: float
+) -> list[subprocess.CompletedProcess]:
     """Runs independent `(command, environment)` pairs all at once; results in order.
 
     Output goes to temporary files, not pipes, so that none blocks on a full
@@ -64,16 +72,28 @@ def run_side_by_side(commands: Sequence[tuple[Sequence[str], Mapping[str, str]]]
     try:
         for command, environ in commands:
             stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
-            started.append((subprocess.Popen(list(command), cwd=cwd, env=dict(environ),
-                                             stdout=stdout, stderr=stderr), stdout, stderr))
+            started.append(
+                (
+                    subprocess.Popen(
+                        list(command), cwd=cwd, env=dict(environ), stdout=stdout, stderr=stderr
+                    ),
+                    stdout,
+                    stderr,
+                )
+            )
         results = []
         for process, stdout, stderr in started:
             code = process.wait(timeout=timeout)
             stdout.seek(0)
             stderr.seek(0)
-            results.append(subprocess.CompletedProcess(
-                process.args, code, stdout.read().decode(errors="replace"),
-                stderr.read().decode(errors="replace")))
+            results.append(
+                subprocess.CompletedProcess(
+                    process.args,
+                    code,
+                    stdout.read().decode(errors="replace"),
+                    stderr.read().decode(errors="replace"),
+                )
+            )
         return results
     finally:
         for process, stdout, stderr in started:

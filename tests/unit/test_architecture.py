@@ -42,15 +42,34 @@ ALLOWED = {
     "parameter_server": {"errors", "_internal", "distribute.cluster", "keras_compat"},
     "preemption": {"errors", "_internal", "cli", "backups"},
     "outputs": {"errors", "_internal"},
-    "distribute": {"errors", "cli", "distribute.cluster", "distribute.choice", "keras_compat",
-                   "parameter_server"},
+    "distribute": {
+        "errors",
+        "cli",
+        "distribute.cluster",
+        "distribute.choice",
+        "keras_compat",
+        "parameter_server",
+    },
     "launch": {"errors", "_internal", "cli", "distribute.cluster"},
-    "callbacks": {"errors", "_internal", "backups", "distribute.cluster", "outputs",
-                  "preemption"},
-    "resumable": {"errors", "cli", "_internal", "callbacks", "distribute", "distribute.cluster",
-                  "preemption"},
-    "ray": {"errors", "_internal", "backups", "distribute.cluster", "launch", "parameter_server",
-            "preemption"},
+    "callbacks": {"errors", "_internal", "backups", "distribute.cluster", "outputs", "preemption"},
+    "resumable": {
+        "errors",
+        "cli",
+        "_internal",
+        "callbacks",
+        "distribute",
+        "distribute.cluster",
+        "preemption",
+    },
+    "ray": {
+        "errors",
+        "_internal",
+        "backups",
+        "distribute.cluster",
+        "launch",
+        "parameter_server",
+        "preemption",
+    },
     "_moved": set(),
 }
 
@@ -69,9 +88,12 @@ def _imported_modules(path: pathlib.Path):
     """(line, module) of every import, lazy ones included, but not module `__getattr__`
     bodies (they keep moved names importable and load the new module only on request)."""
     tree = ast.parse(path.read_text())
-    skipped = {id(node) for top in tree.body
-               if isinstance(top, ast.FunctionDef) and top.name == "__getattr__"
-               for node in ast.walk(top)}
+    skipped = {
+        id(node)
+        for top in tree.body
+        if isinstance(top, ast.FunctionDef) and top.name == "__getattr__"
+        for node in ast.walk(top)
+    }
     for node in ast.walk(tree):
         if id(node) in skipped:
             continue
@@ -98,9 +120,12 @@ def _tfdist_files():
 
 
 def test_tfdist_never_imports_trainer():
-    found = [f"{path.relative_to(ROOT)}:{line} imports {module}"
-             for path in _tfdist_files() for line, module in _imported_modules(path)
-             if module == "trainer" or module.startswith("trainer.")]
+    found = [
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in _tfdist_files()
+        for line, module in _imported_modules(path)
+        if module == "trainer" or module.startswith("trainer.")
+    ]
     assert not found, "\n".join(found)
 
 
@@ -108,7 +133,8 @@ def test_every_tfdist_unit_is_in_the_layer_table():
     units = {_unit(_module_name(path)) for path in _tfdist_files()} - {None}
     assert not units - set(ALLOWED), (
         f"{sorted(units - set(ALLOWED))} not in the layer table: add a row to ALLOWED here and "
-        f"to docs/architecture.md")
+        f"to docs/architecture.md"
+    )
 
 
 def test_tfdist_packages_import_only_what_the_layer_table_allows():
@@ -120,8 +146,10 @@ def test_tfdist_packages_import_only_what_the_layer_table_allows():
             if imported is None or imported == importer or importer is None:
                 continue
             if imported not in ALLOWED[importer]:
-                found.append(f"{path.relative_to(ROOT)}:{line}: {importer} imports {imported} "
-                             f"({module}); allowed: {sorted(ALLOWED[importer])}")
+                found.append(
+                    f"{path.relative_to(ROOT)}:{line}: {importer} imports {imported} "
+                    f"({module}); allowed: {sorted(ALLOWED[importer])}"
+                )
     assert not found, "\n".join(found)
 
 
@@ -148,11 +176,12 @@ def test_an_old_path_is_the_new_module_with_a_warning(old):
 def test_old_imports_of_every_form_reach_the_same_objects(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
-        from tfdist import strategy_choice  # pylint: disable=g-import-not-at-top
         import tfdist.checkpointing.store as old_store  # pylint: disable=g-import-not-at-top
+        from tfdist import strategy_choice  # pylint: disable=g-import-not-at-top
         from tfdist.cluster import Cluster  # pylint: disable=g-import-not-at-top
     from tfdist.backups import store  # pylint: disable=g-import-not-at-top
     from tfdist.distribute import choice, cluster  # pylint: disable=g-import-not-at-top
+
     assert strategy_choice is choice and old_store is store and Cluster is cluster.Cluster
     monkeypatch.setattr("tfdist.cluster.CHIEF", "patched")
     assert cluster.CHIEF == "patched"
@@ -161,6 +190,7 @@ def test_old_imports_of_every_form_reach_the_same_objects(monkeypatch):
 def test_callbacks_that_moved_are_the_same_classes():
     from tfdist import callbacks, parameter_server  # pylint: disable=g-import-not-at-top
     from tfdist.outputs import evaluation, hypertune  # pylint: disable=g-import-not-at-top
+
     assert evaluation.CheckpointExporter is callbacks.CheckpointExporter
     assert hypertune.HypertuneCallback is callbacks.HypertuneCallback
     with pytest.warns(DeprecationWarning, match="tfdist.outputs.evaluation.SidecarEvaluator"):
@@ -171,13 +201,21 @@ def test_callbacks_that_moved_are_the_same_classes():
 
 def test_keras_registered_names_did_not_move(tmp_path):
     import keras  # pylint: disable=g-import-not-at-top
+
     from tfdist.optimizers import LAMB, LARS  # pylint: disable=g-import-not-at-top
     from tfdist.optimizers.schedules import WarmupDecay  # pylint: disable=g-import-not-at-top
     from tfdist.parameter_server import ShardedEmbedding  # pylint: disable=g-import-not-at-top
-    names = {cls: keras.saving.get_registered_name(cls)
-             for cls in (LARS, LAMB, WarmupDecay, ShardedEmbedding)}
-    assert names == {LARS: "tfdist>LARS", LAMB: "tfdist>LAMB", WarmupDecay: "tfdist>WarmupDecay",
-                     ShardedEmbedding: "tfdist>ShardedEmbedding"}
+
+    names = {
+        cls: keras.saving.get_registered_name(cls)
+        for cls in (LARS, LAMB, WarmupDecay, ShardedEmbedding)
+    }
+    assert names == {
+        LARS: "tfdist>LARS",
+        LAMB: "tfdist>LAMB",
+        WarmupDecay: "tfdist>WarmupDecay",
+        ShardedEmbedding: "tfdist>ShardedEmbedding",
+    }
     # A model.keras as main wrote it before the move: its config names the old module paths.
     model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
     model.compile(optimizer=LARS(WarmupDecay(0.1, total_steps=10, warmup_steps=2)), loss="mse")

@@ -13,28 +13,35 @@ import pytest
 import tensorflow as tf
 
 from tests.support.fault_injection import CrashAfterBatches
-from tfdist.callbacks import BackupAndRestore
 from tfdist.backups import FitSegment, ResumePoint
+from tfdist.callbacks import BackupAndRestore
 from tfdist.errors import UsageError
 
 EPOCHS, STEPS = 3, 10
 
 
-@pytest.mark.parametrize("save_freq", [False, True, 0, -1, -50, 1.5, 2.0, "steps", "Epoch",
-                                       None, "10"])
+@pytest.mark.parametrize(
+    "save_freq", [False, True, 0, -1, -50, 1.5, 2.0, "steps", "Epoch", None, "10"]
+)
 def test_bad_save_freq_is_a_one_line_usage_error(tmp_path, save_freq):
-    with pytest.raises(UsageError, match=r"save_freq is .*, expected 'epoch' or a whole "
-                                         r"number of steps > 0") as error:
+    with pytest.raises(
+        UsageError,
+        match=r"save_freq is .*, expected 'epoch' or a whole "
+        r"number of steps > 0",
+    ) as error:
         BackupAndRestore(str(tmp_path), save_freq=save_freq)
     assert "\n" not in str(error.value)
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"backup_dir": ""}, "backup_dir is ''"),
-    ({"backup_dir": "/tmp/x", "delete_checkpoint": "yes"}, "delete_checkpoint is 'yes'"),
-    ({"backup_dir": "/tmp/x", "keep": 0}, "keep is 0"),
-    ({"backup_dir": "/tmp/x", "preemption": 30}, "preemption is 30"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"backup_dir": ""}, "backup_dir is ''"),
+        ({"backup_dir": "/tmp/x", "delete_checkpoint": "yes"}, "delete_checkpoint is 'yes'"),
+        ({"backup_dir": "/tmp/x", "keep": 0}, "keep is 0"),
+        ({"backup_dir": "/tmp/x", "preemption": 30}, "preemption is 30"),
+    ],
+)
 def test_other_bad_arguments_are_usage_errors(kwargs, message):
     with pytest.raises(UsageError, match=message):
         BackupAndRestore(**kwargs)
@@ -45,13 +52,16 @@ def test_good_save_freq_values_are_kept(tmp_path):
     assert BackupAndRestore(str(tmp_path), save_freq=1).save_freq == 1
 
 
-@pytest.mark.parametrize("step, expected", [
-    (0, [FitSegment(0, 3, 10, 0, 0)]),
-    (10, [FitSegment(1, 3, 10, 10, 0)]),
-    (16, [FitSegment(1, 2, 4, 16, 6), FitSegment(2, 3, 10, 20, 0)]),
-    (29, [FitSegment(2, 3, 1, 29, 9)]),
-    (30, []),
-])
+@pytest.mark.parametrize(
+    "step, expected",
+    [
+        (0, [FitSegment(0, 3, 10, 0, 0)]),
+        (10, [FitSegment(1, 3, 10, 10, 0)]),
+        (16, [FitSegment(1, 2, 4, 16, 6), FitSegment(2, 3, 10, 20, 0)]),
+        (29, [FitSegment(2, 3, 1, 29, 9)]),
+        (30, []),
+    ],
+)
 def test_resume_segments_run_every_remaining_step_once(step, expected):
     segments = ResumePoint(global_step=step).segments(epochs=EPOCHS, steps_per_epoch=STEPS)
     assert list(segments) == expected
@@ -63,14 +73,21 @@ def test_mid_epoch_resume_without_steps_per_epoch_is_refused():
     with pytest.raises(UsageError, match="expected steps_per_epoch"):
         point.segments(epochs=EPOCHS, steps_per_epoch=None)
     assert ResumePoint(global_step=20, epoch=2).segments(epochs=3, steps_per_epoch=None) == (
-        FitSegment(2, 3, None, 20, 0),)
+        FitSegment(2, 3, None, 20, 0),
+    )
 
 
 def _model():
     keras.utils.set_random_seed(1)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8, activation="relu"),
-                              keras.layers.BatchNormalization(),
-                              keras.layers.Dropout(0.3, seed=3), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.BatchNormalization(),
+            keras.layers.Dropout(0.3, seed=3),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile(keras.optimizers.Adam(0.01), "mse")
     return model
 
@@ -81,14 +98,18 @@ def _stream() -> tf.data.Dataset:
     return dataset.shuffle(256, seed=5).batch(8, drop_remainder=True).repeat()
 
 
-def _train(backup_dir: str, *, crash_at: int = 0, **kwargs) -> tuple[keras.Model,
-                                                                      BackupAndRestore]:
+def _train(backup_dir: str, *, crash_at: int = 0, **kwargs) -> tuple[keras.Model, BackupAndRestore]:
     model = _model()
     backup = BackupAndRestore(backup_dir, save_freq=4, preemption=None, **kwargs)
     extra = [CrashAfterBatches(crash_at)] if crash_at else []
     for segment in backup.resume(model, epochs=EPOCHS, steps_per_epoch=STEPS):
-        model.fit(_stream().skip(segment.first_step), verbose=0, shuffle=False,
-                  callbacks=[backup, *extra], **segment.fit_kwargs())
+        model.fit(
+            _stream().skip(segment.first_step),
+            verbose=0,
+            shuffle=False,
+            callbacks=[backup, *extra],
+            **segment.fit_kwargs(),
+        )
     return model, backup
 
 
@@ -133,15 +154,17 @@ def test_finished_job_restarted_does_not_train_again(tmp_path):
     assert backup.resume(model, epochs=EPOCHS, steps_per_epoch=STEPS) == ()
     assert backup.completed and backup.resumed_from_step == 30
     with pytest.raises(UsageError, match="records that training completed at step 30"):
-        model.fit(_stream(), epochs=EPOCHS, steps_per_epoch=STEPS, verbose=0,
-                  callbacks=[backup])
+        model.fit(_stream(), epochs=EPOCHS, steps_per_epoch=STEPS, verbose=0, callbacks=[backup])
     assert int(model.optimizer.iterations.numpy()) == 0
 
 
 def test_keep_backup_option_keeps_the_last_backups(tmp_path):
     _train(str(tmp_path), delete_checkpoint=False)
     assert sorted(os.listdir(tmp_path)) == [
-        "COMPLETED.json", "backup-000000000028", "backup-000000000030"]
+        "COMPLETED.json",
+        "backup-000000000028",
+        "backup-000000000030",
+    ]
 
 
 def test_plain_fit_after_a_mid_epoch_backup_refuses_to_replay(crashed_backup):
@@ -149,8 +172,7 @@ def test_plain_fit_after_a_mid_epoch_backup_refuses_to_replay(crashed_backup):
     model = _model()
     backup = BackupAndRestore(backup_dir, save_freq=4, preemption=None)
     with pytest.raises(UsageError, match="fit starts epoch 0 but training resumes at epoch 1"):
-        model.fit(_stream(), epochs=EPOCHS, steps_per_epoch=STEPS, verbose=0,
-                  callbacks=[backup])
+        model.fit(_stream(), epochs=EPOCHS, steps_per_epoch=STEPS, verbose=0, callbacks=[backup])
     assert int(model.optimizer.iterations.numpy()) == 16  # restored, nothing replayed
 
 
@@ -160,15 +182,25 @@ def test_wrong_length_for_the_rest_of_an_epoch_is_refused(crashed_backup):
     backup = BackupAndRestore(backup_dir, save_freq=4, preemption=None)
     backup.resume(model, epochs=EPOCHS, steps_per_epoch=STEPS)
     with pytest.raises(UsageError, match="expected steps_per_epoch=4"):
-        model.fit(_stream(), initial_epoch=1, epochs=EPOCHS, steps_per_epoch=STEPS,
-                  verbose=0, callbacks=[backup])
+        model.fit(
+            _stream(),
+            initial_epoch=1,
+            epochs=EPOCHS,
+            steps_per_epoch=STEPS,
+            verbose=0,
+            callbacks=[backup],
+        )
 
 
 def test_epoch_frequency_backs_up_at_epoch_ends(tmp_path):
     model = _model()
-    backup = BackupAndRestore(str(tmp_path), save_freq="epoch", delete_checkpoint=False,
-                              preemption=None)
+    backup = BackupAndRestore(
+        str(tmp_path), save_freq="epoch", delete_checkpoint=False, preemption=None
+    )
     model.fit(_stream(), epochs=EPOCHS, steps_per_epoch=STEPS, verbose=0, callbacks=[backup])
     assert sorted(os.listdir(tmp_path)) == [
-        "COMPLETED.json", "backup-000000000020", "backup-000000000030"]
+        "COMPLETED.json",
+        "backup-000000000020",
+        "backup-000000000030",
+    ]
     assert backup.completed

@@ -25,8 +25,11 @@ def _project_imports(path: pathlib.Path) -> list[tuple[str, str | None]]:
             if node.module.split(".")[0] in ("tfdist", "trainer"):
                 found += [(node.module, alias.name) for alias in node.names]
         elif isinstance(node, ast.Import):
-            found += [(alias.name, None) for alias in node.names
-                      if alias.name.split(".")[0] in ("tfdist", "trainer")]
+            found += [
+                (alias.name, None)
+                for alias in node.names
+                if alias.name.split(".")[0] in ("tfdist", "trainer")
+            ]
     return found
 
 

@@ -11,13 +11,18 @@ import logging
 import os
 import uuid
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
-from tfdist.backups import (BackupStore, CorruptBackupError, ResumePoint,
-                                  TrainingBackup, has_atomic_rename)
+from tfdist.backups import (
+    BackupStore,
+    CorruptBackupError,
+    ResumePoint,
+    TrainingBackup,
+    has_atomic_rename,
+)
 from tfdist.errors import UsageError
 
 DATA_FILE = "ckpt.data-00000-of-00001"
@@ -47,8 +52,9 @@ def _save(store: BackupStore, step: int, value: float):
 
 def _restore(store: BackupStore):
     variable, checkpoint = _state(-1.0)
-    info = store.restore(lambda backup: checkpoint.read(backup.checkpoint_prefix)
-                         .assert_existing_objects_matched())
+    info = store.restore(
+        lambda backup: checkpoint.read(backup.checkpoint_prefix).assert_existing_objects_matched()
+    )
     return info, variable.numpy()
 
 
@@ -83,7 +89,11 @@ def test_round_trip_keeps_the_newest_two_and_no_temporaries(backup_dir):
         assert info.step == step
     assert _listing(backup_dir) == ["backup-000000000020", "backup-000000000030"]
     assert _listing(f"{backup_dir}/backup-000000000030") == [
-        "COMMITTED", DATA_FILE, "ckpt.index", "metadata.json"]
+        "COMMITTED",
+        DATA_FILE,
+        "ckpt.index",
+        "metadata.json",
+    ]
     info, values = _restore(store)
     assert info.step == 30 and info.metadata["value"] == 3.0
     np.testing.assert_array_equal(values, np.full([64], 3.0, dtype=np.float32))
@@ -93,17 +103,15 @@ def _torn_sizes(size: int) -> dict[str, int]:
     return {"empty": 0, "one byte": 1, "half": size // 2, "all but one byte": size - 1}
 
 
-@pytest.mark.parametrize("damaged_file", ["ckpt.index", DATA_FILE, "metadata.json",
-                                          "COMMITTED"])
+@pytest.mark.parametrize("damaged_file", ["ckpt.index", DATA_FILE, "metadata.json", "COMMITTED"])
 @pytest.mark.parametrize("how", ["empty", "one byte", "half", "all but one byte"])
-def test_truncated_newest_backup_falls_back_to_the_previous(backup_dir, damaged_file, how,
-                                                            caplog):
+def test_truncated_newest_backup_falls_back_to_the_previous(backup_dir, damaged_file, how, caplog):
     store = BackupStore(backup_dir)
     _save(store, 10, 1.0)
     _save(store, 20, 2.0)
     path = f"{backup_dir}/backup-000000000020/{damaged_file}"
     data = _read(path)
-    _rewrite(path, data[:_torn_sizes(len(data))[how]])
+    _rewrite(path, data[: _torn_sizes(len(data))[how]])
 
     with caplog.at_level(logging.WARNING, logger="tfdist.backups.store"):
         info, values = _restore(BackupStore(backup_dir))
@@ -116,8 +124,9 @@ def test_truncated_newest_backup_falls_back_to_the_previous(backup_dir, damaged_
     assert listing[1].startswith("quarantine-000000000020-")
 
 
-@pytest.mark.parametrize("corruption", ["flipped data byte", "edited metadata",
-                                        "metadata not json", "marker not json"])
+@pytest.mark.parametrize(
+    "corruption", ["flipped data byte", "edited metadata", "metadata not json", "marker not json"]
+)
 def test_corrupt_newest_backup_falls_back_to_the_previous(backup_dir, corruption, caplog):
     store = BackupStore(backup_dir)
     _save(store, 10, 1.0)
@@ -132,7 +141,7 @@ def test_corrupt_newest_backup_falls_back_to_the_previous(backup_dir, corruption
         record["user"]["value"] = 99.0
         _rewrite(f"{newest}/metadata.json", json.dumps(record).encode())
     elif corruption == "metadata not json":
-        _rewrite(f"{newest}/metadata.json", b"{\"step\": 20, \"files\": {")
+        _rewrite(f"{newest}/metadata.json", b'{"step": 20, "files": {')
     else:
         _rewrite(f"{newest}/COMMITTED", b"not json")
 
@@ -218,8 +227,9 @@ def test_non_chief_writes_nothing_in_backup_dir_and_removes_its_scratch(backup_d
     before = _listing(backup_dir)
     scratch_root = tmp_path / "scratch"
     scratch_root.mkdir()
-    worker = BackupStore(backup_dir, is_chief=False, task_name="worker-1",
-                         scratch_root=str(scratch_root))
+    worker = BackupStore(
+        backup_dir, is_chief=False, task_name="worker-1", scratch_root=str(scratch_root)
+    )
     written = []
     _, checkpoint = _state(2.0)
 
@@ -253,7 +263,7 @@ def test_completion_record_survives_deleting_backups(backup_dir):
 def test_unreadable_completion_record_is_ignored(backup_dir, caplog):
     store = BackupStore(backup_dir)
     tf.io.gfile.makedirs(backup_dir)
-    _rewrite(f"{backup_dir}/COMPLETED.json", b"{\"step\":")
+    _rewrite(f"{backup_dir}/COMPLETED.json", b'{"step":')
     with caplog.at_level(logging.WARNING, logger="tfdist.backups.store"):
         assert store.completion() is None
     assert "Ignoring unreadable" in caplog.text
@@ -263,13 +273,16 @@ def test_empty_directory_restores_nothing(backup_dir):
     assert _restore(BackupStore(backup_dir))[0] is None
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"backup_dir": ""}, "backup_dir is '', expected a directory path"),
-    ({"backup_dir": "/tmp/x", "keep": 1}, "keep is 1, expected a whole number >= 2"),
-    ({"backup_dir": "/tmp/x", "keep": True}, "keep is True"),
-    ({"backup_dir": "/tmp/x", "commit": "copy"}, "commit is 'copy', expected one of"),
-    ({"backup_dir": "gs://bucket/x", "commit": "rename"}, "commit='rename' needs a local"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"backup_dir": ""}, "backup_dir is '', expected a directory path"),
+        ({"backup_dir": "/tmp/x", "keep": 1}, "keep is 1, expected a whole number >= 2"),
+        ({"backup_dir": "/tmp/x", "keep": True}, "keep is True"),
+        ({"backup_dir": "/tmp/x", "commit": "copy"}, "commit is 'copy', expected one of"),
+        ({"backup_dir": "gs://bucket/x", "commit": "rename"}, "commit='rename' needs a local"),
+    ],
+)
 def test_bad_store_arguments_are_one_line_usage_errors(kwargs, message):
     with pytest.raises(UsageError, match=message) as error:
         BackupStore(**kwargs)
@@ -281,9 +294,15 @@ def test_bad_store_arguments_are_one_line_usage_errors(kwargs, message):
 
 def _model(seed: int = 1, width: int = 8):
     keras.utils.set_random_seed(seed)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(width),
-                              keras.layers.BatchNormalization(),
-                              keras.layers.Dropout(0.3, seed=3), keras.layers.Dense(1)])
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(width),
+            keras.layers.BatchNormalization(),
+            keras.layers.Dropout(0.3, seed=3),
+            keras.layers.Dense(1),
+        ]
+    )
     model.compile(keras.optimizers.Adam(0.01), "mse")
     return model
 
@@ -298,25 +317,27 @@ def test_training_backup_restores_weights_statistics_slots_and_random_state(tmp_
     trained.fit(x, x.sum(1), epochs=2, batch_size=8, verbose=0)
     generator = tf.random.Generator.from_seed(7)
     generator.normal([3])
-    backup = TrainingBackup(BackupStore(str(tmp_path)), trained,
-                            extra_state={"rng": generator})
+    backup = TrainingBackup(BackupStore(str(tmp_path)), trained, extra_state={"rng": generator})
     backup.save(global_step=8, epoch=2, step_in_epoch=0, steps_per_epoch=4)
     expected_draw = generator.normal([3]).numpy()
 
     fresh = _model(seed=2)
     fresh_generator = tf.random.Generator.from_seed(0)
-    point = TrainingBackup(BackupStore(str(tmp_path)), fresh,
-                           extra_state={"rng": fresh_generator}).restore()
+    point = TrainingBackup(
+        BackupStore(str(tmp_path)), fresh, extra_state={"rng": fresh_generator}
+    ).restore()
 
-    assert point == ResumePoint(global_step=8, epoch=2, step_in_epoch=0,
-                                backup_path=str(tmp_path / "backup-000000000008"))
+    assert point == ResumePoint(
+        global_step=8, epoch=2, step_in_epoch=0, backup_path=str(tmp_path / "backup-000000000008")
+    )
     names = [variable.path.split("/", 1)[-1] for variable in fresh.variables]
     assert any("moving_mean" in name for name in names)
     assert any("seed_generator_state" in name for name in names)
     for before, after in zip(_values(trained.variables), _values(fresh.variables)):
         np.testing.assert_array_equal(before, after)
-    for before, after in zip(_values(trained.optimizer.variables),
-                             _values(fresh.optimizer.variables)):
+    for before, after in zip(
+        _values(trained.optimizer.variables), _values(fresh.optimizer.variables)
+    ):
         np.testing.assert_array_equal(before, after)
     assert int(fresh.optimizer.iterations.numpy()) == 8
     np.testing.assert_array_equal(fresh_generator.normal([3]).numpy(), expected_draw)
@@ -324,7 +345,8 @@ def test_training_backup_restores_weights_statistics_slots_and_random_state(tmp_
 
 def test_backup_of_another_model_is_a_usage_error(tmp_path):
     TrainingBackup(BackupStore(str(tmp_path)), _model(width=8)).save(
-        global_step=1, epoch=0, step_in_epoch=1)
+        global_step=1, epoch=0, step_in_epoch=1
+    )
     with pytest.raises(UsageError, match="belongs to another model") as error:
         TrainingBackup(BackupStore(str(tmp_path)), _model(width=16)).restore()
     assert "\n" not in str(error.value)
@@ -339,7 +361,7 @@ def _tree(path: str) -> dict[str, bytes]:
     for directory, _, names in tf.io.gfile.walk(path):
         for name in names:
             full = f"{directory.rstrip('/')}/{name}"
-            files[full[len(path):].lstrip("/")] = _read(full)
+            files[full[len(path) :].lstrip("/")] = _read(full)
     return files
 
 
@@ -393,11 +415,14 @@ def test_all_backups_damaged_start_fresh_but_keep_them(backup_dir):
     assert len([n for n in _listing(backup_dir) if n.startswith("quarantine-")]) == 2
 
 
-@pytest.mark.parametrize("error", [
-    tf.errors.InvalidArgumentError(None, None, "expected dtype int64 does not equal float"),
-    tf.errors.NotFoundError(None, None, "key model_variables/3 not found"),
-    tf.errors.OutOfRangeError(None, None, "read past the end"),
-])
+@pytest.mark.parametrize(
+    "error",
+    [
+        tf.errors.InvalidArgumentError(None, None, "expected dtype int64 does not equal float"),
+        tf.errors.NotFoundError(None, None, "key model_variables/3 not found"),
+        tf.errors.OutOfRangeError(None, None, "read past the end"),
+    ],
+)
 def test_read_errors_of_an_intact_backup_are_not_damage(backup_dir, error):
     store = BackupStore(backup_dir)
     _save(store, 10, 1.0)
@@ -425,9 +450,11 @@ def test_gcs_fuse_paths_are_object_stores():
 
 def test_fuse_mount_commits_by_marker_not_rename(tmp_path, monkeypatch):
     from tfdist.backups import store as store_module
+
     mount = tmp_path / "gcs"
-    monkeypatch.setattr(store_module, "FUSE_MOUNT_PREFIXES",
-                        (*store_module.FUSE_MOUNT_PREFIXES, f"{mount}/"))
+    monkeypatch.setattr(
+        store_module, "FUSE_MOUNT_PREFIXES", (*store_module.FUSE_MOUNT_PREFIXES, f"{mount}/")
+    )
     backup_dir = str(mount / "bucket" / "backups")
     store = BackupStore(backup_dir)
     assert not store.atomic_rename

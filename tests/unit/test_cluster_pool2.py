@@ -9,15 +9,26 @@ import json
 
 import pytest
 
-from tfdist.distribute.cluster import (POOL2_ROLE, ClusterConfigError, pool2_is_reduction_server,
-                            resolve_cluster_for_strategy)
 from tfdist.distribute.choice import choose_strategy
-CLUSTER = {"workerpool0": ["c:2222"], "workerpool1": ["w0:2222", "w1:2222"],
-           "workerpool2": ["p0:2222"]}
+from tfdist.distribute.cluster import (
+    POOL2_ROLE,
+    ClusterConfigError,
+    pool2_is_reduction_server,
+    resolve_cluster_for_strategy,
+)
+
+CLUSTER = {
+    "workerpool0": ["c:2222"],
+    "workerpool1": ["w0:2222", "w1:2222"],
+    "workerpool2": ["p0:2222"],
+}
 TF_CLUSTER = {"chief": ["c:2222"], "worker": ["w0:2222", "w1:2222"], "ps": ["p0:2222"]}
 TRAINER = {"container_spec": {"image_uri": "us-docker.pkg.dev/p/tfdist/trainer:0.1.0"}}
-REDUCER = {"container_spec": {
-    "image_uri": "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"}}
+REDUCER = {
+    "container_spec": {
+        "image_uri": "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
+    }
+}
 
 
 def vertex_env(pool="workerpool1", index=0, job=None, **extra):
@@ -41,8 +52,10 @@ def test_auto_reads_pool_2s_image_from_the_job_spec_vertex_passes():
     rs_job = vertex_env(job=[TRAINER, TRAINER, REDUCER])
     assert not pool2_is_reduction_server(ps_job, "auto")
     assert pool2_is_reduction_server(rs_job, "auto")
-    assert choose_strategy(resolve_cluster_for_strategy(rs_job, "auto"),
-                           num_gpus=0)[0] == "multiworker"
+    assert (
+        choose_strategy(resolve_cluster_for_strategy(rs_job, "auto"), num_gpus=0)[0]
+        == "multiworker"
+    )
 
 
 def test_a_replica_running_in_pool_2_knows_pool_2_runs_our_code():
@@ -54,8 +67,7 @@ def test_auto_refuses_to_guess_when_nothing_says_what_pool_2_runs():
         resolve_cluster_for_strategy(vertex_env(), "auto")
 
 
-@pytest.mark.parametrize("strategy, expected", [("parameter_server", False),
-                                                ("multiworker", True)])
+@pytest.mark.parametrize("strategy, expected", [("parameter_server", False), ("multiworker", True)])
 def test_a_named_strategy_decides_without_a_marker(strategy, expected):
     assert pool2_is_reduction_server(vertex_env(), strategy) is expected
 

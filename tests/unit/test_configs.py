@@ -21,5 +21,6 @@ def test_config_file_builds(path):
 
 def test_default_file_matches_the_embedded_default():
     from_file = config_lib.build_config(
-        config_lib.load_config_file(str(CONFIGS[0].parent / "default.json")))
+        config_lib.load_config_file(str(CONFIGS[0].parent / "default.json"))
+    )
     assert from_file == config_lib.ExperimentConfig()

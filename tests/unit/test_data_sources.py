@@ -37,28 +37,38 @@ def _labels(dataset, steps: int) -> list[list[int]]:
 
 
 def _array_source(count: int = 100) -> tfdist.data.ArraySource:
-    return tfdist.data.ArraySource((np.arange(count, dtype=np.float32)[:, None],
-                                    np.arange(count, dtype=np.int64)))
+    return tfdist.data.ArraySource(
+        (np.arange(count, dtype=np.float32)[:, None], np.arange(count, dtype=np.int64))
+    )
 
 
-@pytest.mark.parametrize("shards", [
-    [Shard(0, 2, 1), Shard(1, 2, 1)],     # 2 workers of 1 replica
-    [Shard(0, 1, 2)],                     # 1 worker of 2 replicas
-    [Shard(0, 2, 2), Shard(1, 2, 2)],     # 2 workers of 2 replicas
-])
+@pytest.mark.parametrize(
+    "shards",
+    [
+        [Shard(0, 2, 1), Shard(1, 2, 1)],  # 2 workers of 1 replica
+        [Shard(0, 1, 2)],  # 1 worker of 2 replicas
+        [Shard(0, 2, 2), Shard(1, 2, 2)],  # 2 workers of 2 replicas
+    ],
+)
 def test_random_access_shards_together_read_the_one_process_batches(shards):
     source = _array_source()
     steps = 30  # more than two passes of 12 batches
     one = _labels(random_access.replica_batches(source, global_batch_size=BATCH, seed=5), steps)
     local = shards[0].local_replicas
-    parts = [_labels(random_access.replica_batches(source, global_batch_size=BATCH, seed=5,
-                                                   shard=shard), steps * local)
-             for shard in shards]
-    joined = [sum((part[step * local + r] for part in parts for r in range(local)), [])
-              for step in range(steps)]
+    parts = [
+        _labels(
+            random_access.replica_batches(source, global_batch_size=BATCH, seed=5, shard=shard),
+            steps * local,
+        )
+        for shard in shards
+    ]
+    joined = [
+        sum((part[step * local + r] for part in parts for r in range(local)), [])
+        for step in range(steps)
+    ]
     assert joined == one
     for pass_index in range(2):
-        seen = sorted(sum(one[pass_index * 12:(pass_index + 1) * 12], []))
+        seen = sorted(sum(one[pass_index * 12 : (pass_index + 1) * 12], []))
         assert len(seen) == len(set(seen)) == 96, "a pass reads each example at most once"
     assert one[:12] != one[12:24], "every pass has its own order"
 
@@ -67,11 +77,17 @@ def test_a_random_access_resume_reads_only_records_of_the_steps_it_trains_on():
     records = CountingRecords(1_000_000)
     source = tfdist.data.RandomAccessSource(records)
     first_step = 200_000
-    reference = _labels(random_access.replica_batches(
-        tfdist.data.RandomAccessSource(CountingRecords(1_000_000)), global_batch_size=BATCH,
-        seed=1), 1)
-    resumed = random_access.replica_batches(source, global_batch_size=BATCH, seed=1,
-                                            first_step=first_step, shard=Shard(1, 2, 1))
+    reference = _labels(
+        random_access.replica_batches(
+            tfdist.data.RandomAccessSource(CountingRecords(1_000_000)),
+            global_batch_size=BATCH,
+            seed=1,
+        ),
+        1,
+    )
+    resumed = random_access.replica_batches(
+        source, global_batch_size=BATCH, seed=1, first_step=first_step, shard=Shard(1, 2, 1)
+    )
     batch = _labels(resumed, 1)[0]
     assert len(batch) == BATCH // 2
     # One record to learn the structure, then whole steps of this shard's 4 records,
@@ -82,14 +98,22 @@ def test_a_random_access_resume_reads_only_records_of_the_steps_it_trains_on():
 
 def test_a_restarted_stream_continues_the_uninterrupted_one_for_every_source_kind(tmp_path):
     pattern = record_tasks.write_tfrecords(str(tmp_path / "tf"), 96, num_files=3)
-    for value in (_array_source(), tfdist.data.FileSource(pattern,
-                                                          preprocess=record_tasks.decoder(False))):
+    for value in (
+        _array_source(),
+        tfdist.data.FileSource(pattern, preprocess=record_tasks.decoder(False)),
+    ):
         split = TaskInput(value)
         for shard in (Shard(), Shard(1, 2, 1), Shard(0, 3, 1)):
+
             def stream(first_step, split=split, shard=shard):
-                return split.replica_batches(global_batch_size=12, seed=3,
-                                             first_step=first_step, shard=shard,
-                                             num_examples=None)
+                return split.replica_batches(
+                    global_batch_size=12,
+                    seed=3,
+                    first_step=first_step,
+                    shard=shard,
+                    num_examples=None,
+                )
+
             whole = _labels(stream(0), 20)
             assert _labels(stream(13), 7) == whole[13:], (type(value).__name__, shard)
 
@@ -113,8 +137,9 @@ def test_file_shards_read_disjoint_files_and_decode_only_their_share(tmp_path):
     assert len(plans[0].paths) + len(plans[1].paths) == 4
 
     counter = []
-    stream = files_lib.replica_batches(_decoding_source(pattern, counter),
-                                       global_batch_size=BATCH, seed=0, shard=Shard(0, 2, 1))
+    stream = files_lib.replica_batches(
+        _decoding_source(pattern, counter), global_batch_size=BATCH, seed=0, shard=Shard(0, 2, 1)
+    )
     batches = list(itertools.islice(iter(stream), 10))
     assert all(batch[0].shape[0] == BATCH // 2 for batch in batches)
     # 10 steps of 4 examples, plus what tf.data read ahead.
@@ -124,12 +149,17 @@ def test_file_shards_read_disjoint_files_and_decode_only_their_share(tmp_path):
 def test_a_file_resume_skips_records_without_decoding_them(tmp_path):
     pattern = record_tasks.write_tfrecords(str(tmp_path / "tf"), 400, num_files=4)
     counter = []
-    stream = files_lib.replica_batches(_decoding_source(pattern, counter),
-                                       global_batch_size=BATCH, seed=0, first_step=150,
-                                       shard=Shard(1, 2, 1))
+    stream = files_lib.replica_batches(
+        _decoding_source(pattern, counter),
+        global_batch_size=BATCH,
+        seed=0,
+        first_step=150,
+        shard=Shard(1, 2, 1),
+    )
     next(iter(stream))
     assert len(counter) <= 10 * (BATCH // 2), (
-        f"{len(counter)} decodes for one batch after skipping 150 steps (600 records)")
+        f"{len(counter)} decodes for one batch after skipping 150 steps (600 records)"
+    )
 
 
 def test_fewer_files_than_workers_read_every_record_and_decode_only_their_part(tmp_path):
@@ -137,11 +167,14 @@ def test_fewer_files_than_workers_read_every_record_and_decode_only_their_part(t
     source = tfdist.data.FileSource(pattern, preprocess=record_tasks.decoder(False))
     assert files_lib.plan(source, Shard(0, 2, 1)).sharding == "records"
     one = files_lib.replica_batches(source, global_batch_size=BATCH, seed=2)
-    halves = [files_lib.replica_batches(source, global_batch_size=BATCH, seed=2,
-                                        shard=Shard(i, 2, 1)) for i in range(2)]
+    halves = [
+        files_lib.replica_batches(source, global_batch_size=BATCH, seed=2, shard=Shard(i, 2, 1))
+        for i in range(2)
+    ]
     for whole, first, second in itertools.islice(zip(one, *halves), 30):
-        np.testing.assert_array_equal(whole[0].numpy(),
-                                      np.concatenate([first[0].numpy(), second[0].numpy()]))
+        np.testing.assert_array_equal(
+            whole[0].numpy(), np.concatenate([first[0].numpy(), second[0].numpy()])
+        )
 
 
 def test_file_sources_read_object_store_paths_through_tensorflow_file_systems():
@@ -180,9 +213,13 @@ def test_the_size_of_a_source_is_read_and_of_files_counted_without_decoding(tmp_
 def _record_task_config(pattern: str, kind: str, **overrides):
     from trainer.config import ExperimentConfig  # pylint: disable=g-import-not-at-top
 
-    return ExperimentConfig(task="tests.jobs.tasks.record_tasks:RecordImages",
-                            task_config=json.dumps({"pattern": pattern, "kind": kind}),
-                            global_batch_size=16, steps_per_execution=1, **overrides)
+    return ExperimentConfig(
+        task="tests.jobs.tasks.record_tasks:RecordImages",
+        task_config=json.dumps({"pattern": pattern, "kind": kind}),
+        global_batch_size=16,
+        steps_per_execution=1,
+        **overrides,
+    )
 
 
 @pytest.mark.parametrize("kind", ["files", "dataset"])
@@ -191,10 +228,11 @@ def test_the_trainer_counts_nothing_with_steps_per_epoch_and_counts_once_without
     from trainer.run import pipeline  # pylint: disable=g-import-not-at-top
 
     pattern = record_tasks.write_tfrecords(str(tmp_path / "tf"), 80, num_files=2)
-    given = pipeline.build_inputs(tasks.load(_record_task_config(pattern, kind,
-                                                                 steps_per_epoch=3)),
-                                  _record_task_config(pattern, kind, steps_per_epoch=3),
-                                  count_dir=str(tmp_path / "backup"))
+    given = pipeline.build_inputs(
+        tasks.load(_record_task_config(pattern, kind, steps_per_epoch=3)),
+        _record_task_config(pattern, kind, steps_per_epoch=3),
+        count_dir=str(tmp_path / "backup"),
+    )
     assert (given.num_train_examples, given.steps_per_epoch) == (None, 3)
     assert not (tmp_path / "backup").exists(), "nothing was counted, nothing recorded"
 
@@ -210,8 +248,9 @@ def test_the_trainer_counts_nothing_with_steps_per_epoch_and_counts_once_without
     if kind == "files":
         # Other files (another size): counted anew.
         record_tasks.write_tfrecords(str(tmp_path / "tf"), 96, num_files=2)
-        fresh = pipeline.build_inputs(tasks.load(config), config,
-                                      count_dir=str(tmp_path / "backup"))
+        fresh = pipeline.build_inputs(
+            tasks.load(config), config, count_dir=str(tmp_path / "backup")
+        )
         assert fresh.num_train_examples == 96
 
 
@@ -220,10 +259,15 @@ def test_a_restart_with_another_worker_count_is_refused_only_for_file_sources(tm
 
     pattern = record_tasks.write_tfrecords(str(tmp_path / "tf"), 32, num_files=2)
     config = _record_task_config(pattern, "files")
-    for value, changeable in ((tfdist.data.FileSource(pattern), False),
-                              (_array_source(), True)):
-        inputs = pipeline.Inputs(train=TaskInput(value), evaluation=None, num_train_examples=None,
-                                 steps_per_epoch=2, global_batch_size=16, seed=0)
+    for value, changeable in ((tfdist.data.FileSource(pattern), False), (_array_source(), True)):
+        inputs = pipeline.Inputs(
+            train=TaskInput(value),
+            evaluation=None,
+            num_train_examples=None,
+            steps_per_epoch=2,
+            global_batch_size=16,
+            seed=0,
+        )
         settings = pipeline.changeable_settings(config, inputs)
         assert ("num_workers" in settings) is changeable, type(value).__name__
 
@@ -232,17 +276,25 @@ def test_a_grain_source_is_read_as_a_random_access_source(tmp_path):
     grain = pytest.importorskip("grain")
     pattern = record_tasks.write_array_records(str(tmp_path / "ar"), 40, num_files=2)
     records = grain.sources.ArrayRecordDataSource(sorted(str(p) for p in tmp_path.glob("ar/*")))
-    split = TaskInput(tfdist.data.RandomAccessSource(records,
-                                                     preprocess=record_tasks.decoder(False)))
+    split = TaskInput(
+        tfdist.data.RandomAccessSource(records, preprocess=record_tasks.decoder(False))
+    )
     assert pattern and split.known_size() == 40
     images, labels = next(iter(split.training_stream(None, global_batch_size=8, seed=0)))
     assert images.shape == (8, record_tasks.SIZE, record_tasks.SIZE, 3)
     reference = [int(label) for _, label in split.examples()]
-    assert sorted(labels.numpy().tolist()) == sorted(reference[i] for i in
-                                                     _first_batch_indices(40, 8, seed=0))
+    assert sorted(labels.numpy().tolist()) == sorted(
+        reference[i] for i in _first_batch_indices(40, 8, seed=0)
+    )
 
 
 def _first_batch_indices(count: int, batch: int, seed: int) -> list[int]:
-    return tf.random.experimental.index_shuffle(
-        tf.range(batch, dtype=tf.int64), tf.constant([seed, 0], tf.int64),
-        tf.fill([batch], tf.constant(count - 1, tf.int64))).numpy().tolist()
+    return (
+        tf.random.experimental.index_shuffle(
+            tf.range(batch, dtype=tf.int64),
+            tf.constant([seed, 0], tf.int64),
+            tf.fill([batch], tf.constant(count - 1, tf.int64)),
+        )
+        .numpy()
+        .tolist()
+    )

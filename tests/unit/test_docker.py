@@ -13,7 +13,8 @@ import re
 import pytest
 from packaging.requirements import Requirement
 
-from trainer.vertex import options, rendering, spec as spec_lib
+from trainer.vertex import options, rendering
+from trainer.vertex import spec as spec_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,8 +29,7 @@ def dockerfile_instructions():
 
 
 def build_args(instructions):
-    return dict(arg.split("=", 1) for name, arg in instructions
-                if name == "ARG" and "=" in arg)
+    return dict(arg.split("=", 1) for name, arg in instructions if name == "ARG" and "=" in arg)
 
 
 def expand(text, values):
@@ -39,8 +39,9 @@ def expand(text, values):
 def tensorflow_requirement():
     config = configparser.ConfigParser()
     config.read(os.path.join(REPO, "setup.cfg"))
-    requirements = [Requirement(line) for line in
-                    config["options"]["install_requires"].strip().splitlines()]
+    requirements = [
+        Requirement(line) for line in config["options"]["install_requires"].strip().splitlines()
+    ]
     (tensorflow,) = [req for req in requirements if req.name == "tensorflow"]
     return tensorflow
 
@@ -60,10 +61,12 @@ def test_base_image_is_official_tensorflow_gpu_at_the_pinned_version():
     (base,) = [expand(arg, args) for name, arg in instructions if name == "FROM"]
     version = args["TF_VERSION"]
     assert base == f"tensorflow/tensorflow:{version}-gpu"
-    assert tensorflow_requirement().specifier.contains(version), \
+    assert tensorflow_requirement().specifier.contains(version), (
         f"setup.cfg's {tensorflow_requirement()} must allow the image's TensorFlow {version}"
-    assert version == installed_tensorflow_version(), \
+    )
+    assert version == installed_tensorflow_version(), (
         "the image pins the TensorFlow version the test suite runs on"
+    )
 
 
 def test_pip_installs_our_package_without_replacing_tensorflow():
@@ -73,8 +76,7 @@ def test_pip_installs_our_package_without_replacing_tensorflow():
     assert 'echo "tensorflow==${TF_VERSION}" > /tmp/constraints.txt' in install
     assert re.search(r"python -m pip install -c /tmp/constraints\.txt /opt/tfdist", install)
     assert "assert tf.__version__ == '${TF_VERSION}'" in install
-    copies = {source for name, arg in instructions if name == "COPY"
-              for source in arg.split()[:-1]}
+    copies = {source for name, arg in instructions if name == "COPY" for source in arg.split()[:-1]}
     assert {"tfdist", "trainer", "setup.cfg", "pyproject.toml"} <= copies
 
 
@@ -83,9 +85,17 @@ def test_entry_point_is_the_trainer_the_submitter_runs():
     (entrypoint,) = [json.loads(arg) for name, arg in instructions if name == "ENTRYPOINT"]
     assert entrypoint == ["python", "-m", rendering.TRAINER_MODULE]
     spec = spec_lib.JobSpec.from_options(
-        options.merge_options({}, {"container_uri": "us-central1-docker.pkg.dev/p/r/t:1",
-                                   "project": "my-project", "region": "us-central1",
-                                   "staging_bucket": "gs://my-bucket"}), timestamp="t")
+        options.merge_options(
+            {},
+            {
+                "container_uri": "us-central1-docker.pkg.dev/p/r/t:1",
+                "project": "my-project",
+                "region": "us-central1",
+                "staging_bucket": "gs://my-bucket",
+            },
+        ),
+        timestamp="t",
+    )
     pool = rendering.build_custom_job(spec)["jobSpec"]["workerPoolSpecs"][0]
     assert pool["containerSpec"]["command"] == entrypoint
 
@@ -99,20 +109,32 @@ def _ignored(path, patterns):
         for prefix in prefixes:
             name = prefix.rsplit("/", 1)[-1]
             if fnmatch.fnmatch(prefix, pattern) or (
-                    anywhere and fnmatch.fnmatch(name, pattern[3:])):
+                anywhere and fnmatch.fnmatch(name, pattern[3:])
+            ):
                 return True
     return False
 
 
 def test_dockerignore_keeps_sources_and_drops_secrets_and_git():
     with open(os.path.join(REPO, ".dockerignore"), encoding="utf-8") as handle:
-        patterns = [line.strip() for line in handle
-                    if line.strip() and not line.startswith("#")]
-    for needed in ("setup.cfg", "pyproject.toml", "README.md", "tfdist/distribute/cluster.py",
-                   "trainer/task.py", "configs/jobs/mirrored_1x8_gpu.json"):
+        patterns = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
+    for needed in (
+        "setup.cfg",
+        "pyproject.toml",
+        "README.md",
+        "tfdist/distribute/cluster.py",
+        "trainer/task.py",
+        "configs/jobs/mirrored_1x8_gpu.json",
+    ):
         assert not _ignored(needed, patterns), needed
-    for dropped in (".git/config", "tests/multiprocess/test_submit.py", "trainer/__pycache__/x.pyc",
-                    "my-sa-key.json", "keys/service-account.json", ".env"):
+    for dropped in (
+        ".git/config",
+        "tests/multiprocess/test_submit.py",
+        "trainer/__pycache__/x.pyc",
+        "my-sa-key.json",
+        "keys/service-account.json",
+        ".env",
+    ):
         assert _ignored(dropped, patterns), dropped
 
 
@@ -124,9 +146,13 @@ def test_cloud_build_pushes_the_image_the_job_configs_name():
     assert "--file=docker/Dockerfile" in step["args"]
     values = {key.lstrip("_"): value for key, value in build["substitutions"].items()}
     assert values["TF_VERSION"] == build_args(dockerfile_instructions())["TF_VERSION"]
-    pushed = (build["images"][0].replace("$PROJECT_ID", "{project}")
-              .replace("${_REGION}", "{region}").replace("${_REPOSITORY}", values["REPOSITORY"])
-              .replace("${_TAG}", values["TAG"]))
+    pushed = (
+        build["images"][0]
+        .replace("$PROJECT_ID", "{project}")
+        .replace("${_REGION}", "{region}")
+        .replace("${_REPOSITORY}", values["REPOSITORY"])
+        .replace("${_TAG}", values["TAG"])
+    )
     with open(os.path.join(REPO, "configs", "jobs", "mirrored_1x8_gpu.json")) as handle:
         assert json.load(handle)["container_uri"] == pushed
 
@@ -149,20 +175,36 @@ def test_the_tpu_image_the_tpu_job_names_is_built_by_our_build_config():
     (step,) = build["steps"]
     assert "--file=docker/Dockerfile.tpu" in step["args"]
     values = {key.lstrip("_"): value for key, value in build["substitutions"].items()}
-    pushed = (build["images"][0].replace("$PROJECT_ID", "{project}")
-              .replace("${_REGION}", "{region}").replace("${_REPOSITORY}", values["REPOSITORY"])
-              .replace("${_TAG}", values["TAG"]))
+    pushed = (
+        build["images"][0]
+        .replace("$PROJECT_ID", "{project}")
+        .replace("${_REGION}", "{region}")
+        .replace("${_REPOSITORY}", values["REPOSITORY"])
+        .replace("${_TAG}", values["TAG"])
+    )
     with open(os.path.join(REPO, "configs", "jobs", "tpu_v5e_2x2.json")) as handle:
         assert json.load(handle)["container_uri"] == pushed
     text = _instructions("Dockerfile.tpu")
     assert values["TF_VERSION"] == build_args(dockerfile_instructions())["TF_VERSION"]
-    assert 'tensorflow-tpu==${TF_VERSION}' in text and "ARG TF_VERSION=2.21.0" in text
+    assert "tensorflow-tpu==${TF_VERSION}" in text and "ARG TF_VERSION=2.21.0" in text
     # The PJRT variables Vertex AI documents for TensorFlow on TPU v5e, as the submitter sets them.
-    spec = spec_lib.JobSpec.from_options(options.merge_options({}, {
-        "project": "p-123456", "region": "us-central1", "staging_bucket": "gs://my-bucket",
-        "strategy": "tpu", "machine_type": "ct5lp-hightpu-4t",
-        "accelerator_type": "TPU_V5_LITEPOD", "accelerator_count": 4, "tpu_topology": "2x2",
-        "container_uri": "us-central1-docker.pkg.dev/p/tfdist/trainer-tpu:0.1.0"}), timestamp="t")
+    spec = spec_lib.JobSpec.from_options(
+        options.merge_options(
+            {},
+            {
+                "project": "p-123456",
+                "region": "us-central1",
+                "staging_bucket": "gs://my-bucket",
+                "strategy": "tpu",
+                "machine_type": "ct5lp-hightpu-4t",
+                "accelerator_type": "TPU_V5_LITEPOD",
+                "accelerator_count": 4,
+                "tpu_topology": "2x2",
+                "container_uri": "us-central1-docker.pkg.dev/p/tfdist/trainer-tpu:0.1.0",
+            },
+        ),
+        timestamp="t",
+    )
     for name, value in spec.tpu_env:
         assert f"{name}={value}" in text
     assert "/lib/libtpu.so" in text and "--no-deps /opt/tfdist" in text

@@ -29,14 +29,27 @@ class Example:
 
 
 EXAMPLES = {
-    "resnet": Example("examples.tasks.resnet:ResNetTask", {"num_examples": 512}, steps=30,
-                      learning_rate=0.01, learned_accuracy=0.6),  # 4 balanced classes
-    "transformer": Example("examples.tasks.transformer:TransformerTask",
-                           {"num_examples": 1024}, steps=40, learning_rate=0.005,
-                           learned_accuracy=0.85),  # the larger class holds ~61%
-    "subclassed": Example("examples.tasks.subclassed:SubclassedTask", {"num_examples": 1024},
-                          steps=40, learning_rate=0.005,
-                          learned_accuracy=0.6),  # 3 balanced classes
+    "resnet": Example(
+        "examples.tasks.resnet:ResNetTask",
+        {"num_examples": 512},
+        steps=30,
+        learning_rate=0.01,
+        learned_accuracy=0.6,
+    ),  # 4 balanced classes
+    "transformer": Example(
+        "examples.tasks.transformer:TransformerTask",
+        {"num_examples": 1024},
+        steps=40,
+        learning_rate=0.005,
+        learned_accuracy=0.85,
+    ),  # the larger class holds ~61%
+    "subclassed": Example(
+        "examples.tasks.subclassed:SubclassedTask",
+        {"num_examples": 1024},
+        steps=40,
+        learning_rate=0.005,
+        learned_accuracy=0.6,
+    ),  # 3 balanced classes
 }
 BATCH = 32
 
@@ -47,6 +60,7 @@ def _arrays(dataset) -> list[np.ndarray]:
 
 
 # --------------------------------------------------------------------- in process
+
 
 @pytest.mark.parametrize("name", EXAMPLES)
 def test_the_example_learns_and_its_model_loads_in_safe_mode(name, tmp_path):
@@ -60,22 +74,29 @@ def test_the_example_learns_and_its_model_loads_in_safe_mode(name, tmp_path):
     assert tasks_lib.check_examples(evaluation, example.spec, training=False)
     model = task.build_model()
     tasks_lib.check_model(model, example.spec)
-    model.compile(optimizer=keras.optimizers.Adam(example.learning_rate), loss=task.loss(),
-                  metrics=task.metrics())
+    model.compile(
+        optimizer=keras.optimizers.Adam(example.learning_rate),
+        loss=task.loss(),
+        metrics=task.metrics(),
+    )
     before = model.evaluate(evaluation.batch(256), return_dict=True, verbose=0)
-    stream = data_lib.training_batches(train, global_batch_size=BATCH, seed=0,
-                                       num_examples=data_lib.count_examples(train))
+    stream = data_lib.training_batches(
+        train, global_batch_size=BATCH, seed=0, num_examples=data_lib.count_examples(train)
+    )
     model.fit(stream, steps_per_epoch=example.steps, epochs=1, shuffle=False, verbose=0)
     after = model.evaluate(evaluation.batch(256), return_dict=True, verbose=0)
-    print(f"{name}: evaluation accuracy {before['accuracy']:.3f} before training, "
-          f"{after['accuracy']:.3f} after {example.steps} steps")
+    print(
+        f"{name}: evaluation accuracy {before['accuracy']:.3f} before training, "
+        f"{after['accuracy']:.3f} after {example.steps} steps"
+    )
     assert after["accuracy"] > example.learned_accuracy, (before, after)
 
     model.save(tmp_path / "model.keras")
     loaded = keras.saving.load_model(tmp_path / "model.keras", safe_mode=True)
     features = _arrays(evaluation.take(64))[0]
-    np.testing.assert_array_equal(loaded.predict(features, verbose=0),
-                                  model.predict(features, verbose=0))
+    np.testing.assert_array_equal(
+        loaded.predict(features, verbose=0), model.predict(features, verbose=0)
+    )
 
 
 @pytest.mark.parametrize("name", EXAMPLES)
@@ -84,13 +105,17 @@ def test_the_example_data_are_the_same_on_every_call(name):
     first = tasks_lib.load_task(example.spec, example.config)
     second = tasks_lib.load_task(example.spec, example.config)
     for training in (True, False):
-        for one, two in zip(_arrays(first.build_inputs(training)),
-                            _arrays(second.build_inputs(training)), strict=True):
+        for one, two in zip(
+            _arrays(first.build_inputs(training)),
+            _arrays(second.build_inputs(training)),
+            strict=True,
+        ):
             np.testing.assert_array_equal(one, two)
     train_labels = _arrays(first.build_inputs(True))[1]
     eval_labels = _arrays(first.build_inputs(False))[1]
-    assert not np.array_equal(train_labels[:len(eval_labels)], eval_labels), (
-        "the evaluation split holds other examples than the training split")
+    assert not np.array_equal(train_labels[: len(eval_labels)], eval_labels), (
+        "the evaluation split holds other examples than the training split"
+    )
 
 
 def test_the_resnet_augments_in_training_only():
@@ -102,8 +127,9 @@ def test_the_resnet_augments_in_training_only():
     augment = model.get_layer("augmentation")
     np.testing.assert_array_equal(np.asarray(augment(images, training=False)), images)
     assert not np.array_equal(np.asarray(augment(images, training=True)), images)
-    np.testing.assert_array_equal(np.asarray(model(images, training=False)),
-                                  np.asarray(model(images, training=False)))
+    np.testing.assert_array_equal(
+        np.asarray(model(images, training=False)), np.asarray(model(images, training=False))
+    )
 
 
 def test_the_transformer_ignores_padding():
@@ -120,8 +146,9 @@ def test_the_transformer_ignores_padding():
     for short_weight, long_weight in zip(model.weights, longer.weights, strict=True):
         value = np.asarray(short_weight)
         if value.shape != tuple(long_weight.shape):  # the position table
-            value = np.concatenate([value, np.asarray(long_weight)[value.shape[0]:]])
+            value = np.concatenate([value, np.asarray(long_weight)[value.shape[0] :]])
         long_weight.assign(value)
     padded = np.pad(tokens, ((0, 0), (0, 8)), constant_values=transformer.PAD)
-    np.testing.assert_allclose(np.asarray(longer(padded)), np.asarray(model(tokens)),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(longer(padded)), np.asarray(model(tokens)), rtol=1e-5, atol=1e-5
+    )

@@ -2,14 +2,16 @@
 
 import pathlib
 
-
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CUSTOM_SCRIPT = REPO / "examples" / "custom_script.py"
 
 
 def test_custom_script_needs_only_a_few_tfdist_lines():
-    tfdist_lines = [line for line in CUSTOM_SCRIPT.read_text().splitlines()
-                    if line.rstrip().endswith("# tfdist") or "# tfdist:" in line]
+    tfdist_lines = [
+        line
+        for line in CUSTOM_SCRIPT.read_text().splitlines()
+        if line.rstrip().endswith("# tfdist") or "# tfdist:" in line
+    ]
     assert 3 <= len(tfdist_lines) <= 8, tfdist_lines
 
 

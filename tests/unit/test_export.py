@@ -1,12 +1,11 @@
 """tfdist.outputs.export: a SavedModel that plain TensorFlow (Vertex AI Prediction's
 TF Serving) loads and that predicts what the Keras model predicts."""
 
-
 import numpy as np
 import pytest
 
-from tfdist.outputs import export
 from tfdist.errors import UsageError
+from tfdist.outputs import export
 
 
 def _model():
@@ -20,8 +19,13 @@ def _model():
     model = keras.Model(inputs, outputs)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     rng = np.random.default_rng(0)
-    model.fit(rng.normal(size=(64, 6)).astype("float32"), rng.integers(0, 3, size=64),
-              epochs=1, batch_size=16, verbose=0)  # non-trivial weights and BN statistics
+    model.fit(
+        rng.normal(size=(64, 6)).astype("float32"),
+        rng.integers(0, 3, size=64),
+        epochs=1,
+        batch_size=16,
+        verbose=0,
+    )  # non-trivial weights and BN statistics
     return model
 
 
@@ -46,8 +50,9 @@ def test_unbuilt_model_is_a_usage_error(tmp_path):
         export.export_saved_model(model, str(tmp_path))
 
 
-@pytest.mark.parametrize("value,expected", [("savedmodel", "savedmodel"), ("Both", "both"),
-                                            ("keras", "keras")])
+@pytest.mark.parametrize(
+    "value,expected", [("savedmodel", "savedmodel"), ("Both", "both"), ("keras", "keras")]
+)
 def test_export_formats(value, expected):
     assert export.check_export_format(value) == expected
 
@@ -82,7 +87,8 @@ def test_a_model_built_under_a_strategy_with_named_inputs_exports(tmp_path):
     model.fit(features, np.zeros((8, 2), "float32"), verbose=0)
     export.export_saved_model(model, str(tmp_path))
     serve = tf.saved_model.load(str(tmp_path)).signatures["serving_default"]
-    assert set(serve.structured_input_signature[1]) == {"dense_features", "extra"}, \
+    assert set(serve.structured_input_signature[1]) == {"dense_features", "extra"}, (
         "request keys are the Keras input names"
+    )
     (output,) = serve(**{name: tf.constant(value) for name, value in features.items()}).values()
     np.testing.assert_allclose(output.numpy(), model.predict(features, verbose=0), rtol=1e-5)

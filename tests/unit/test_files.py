@@ -12,14 +12,19 @@ def test_round_trip_is_strict_json(tmp_path):
     write_json_atomically(path, {"final_loss": 0.25, "metrics": {"accuracy": 1.0}})
     with open(path) as handle:
         assert json.loads(handle.read(), parse_constant=pytest.fail) == {
-            "final_loss": 0.25, "metrics": {"accuracy": 1.0}}
+            "final_loss": 0.25,
+            "metrics": {"accuracy": 1.0},
+        }
 
 
-@pytest.mark.parametrize("payload, where", [
-    ({"final_loss": float("nan")}, "final_loss"),
-    ({"metrics": {"auc": float("inf")}}, "metrics.auc"),
-    ({"history": [1.0, float("-inf")]}, "history.1"),
-])
+@pytest.mark.parametrize(
+    "payload, where",
+    [
+        ({"final_loss": float("nan")}, "final_loss"),
+        ({"metrics": {"auc": float("inf")}}, "metrics.auc"),
+        ({"history": [1.0, float("-inf")]}, "history.1"),
+    ],
+)
 def test_non_finite_numbers_are_refused_and_the_old_file_stays(tmp_path, payload, where):
     path = tmp_path / "summary.json"
     path.write_text('{"old": true}\n')
@@ -32,6 +37,7 @@ def test_non_finite_numbers_are_refused_and_the_old_file_stays(tmp_path, payload
 @pytest.mark.parametrize("scheme", ["", "ram://"])
 def test_a_failed_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path, scheme):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     directory = f"ram://{tmp_path.name}" if scheme else str(tmp_path)
     tf.io.gfile.makedirs(directory)
     path = f"{directory}/model.keras"

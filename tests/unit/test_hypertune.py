@@ -7,8 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from tfdist.outputs import hypertune
 from tfdist.errors import UsageError
+from tfdist.outputs import hypertune
 
 
 def _lines(path):
@@ -20,30 +20,42 @@ def _fit(callback, epochs=3, validation=True):
 
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2, activation="softmax")])
-    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy",
-                  metrics=["accuracy"])
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     rng = np.random.default_rng(0)
     features = rng.normal(size=(64, 4)).astype("float32")
     labels = (features[:, 0] > 0).astype("int32")
-    history = model.fit(features, labels, batch_size=16, epochs=epochs, verbose=0,
-                        validation_data=(features, labels) if validation else None,
-                        callbacks=[callback])
+    history = model.fit(
+        features,
+        labels,
+        batch_size=16,
+        epochs=epochs,
+        verbose=0,
+        validation_data=(features, labels) if validation else None,
+        callbacks=[callback],
+    )
     return history
 
 
 def test_callback_reports_each_evaluation_in_the_hypertune_format(tmp_path):
     metric_file = tmp_path / "hypertune" / "output.metrics"
-    reporter = hypertune.MetricReporter(environ={hypertune.METRIC_FILE_ENV: str(metric_file),
-                                                 hypertune.TRIAL_ID_ENV: "7"})
+    reporter = hypertune.MetricReporter(
+        environ={hypertune.METRIC_FILE_ENV: str(metric_file), hypertune.TRIAL_ID_ENV: "7"}
+    )
     callback = hypertune.HypertuneCallback("val_accuracy", is_chief=True, reporter=reporter)
     history = _fit(callback)
     entries = _lines(metric_file)
     assert [entry["global_step"] for entry in entries] == ["4", "8", "12"]  # 4 steps an epoch
     assert [float(entry["val_accuracy"]) for entry in entries] == pytest.approx(
-        history.history["val_accuracy"])
+        history.history["val_accuracy"]
+    )
     for entry in entries:
-        assert set(entry) == {"timestamp", "trial", "val_accuracy", "global_step",
-                              "checkpoint_path"}
+        assert set(entry) == {
+            "timestamp",
+            "trial",
+            "val_accuracy",
+            "global_step",
+            "checkpoint_path",
+        }
         assert entry["trial"] == "7" and isinstance(entry["val_accuracy"], str)
     assert not [name for name in os.listdir(metric_file.parent) if name != "output.metrics"]
 
@@ -58,15 +70,17 @@ def test_non_chief_writes_nothing(tmp_path):
 def test_unknown_metric_is_a_usage_error_naming_the_logged_ones(tmp_path):
     reporter = hypertune.MetricReporter(metric_file=str(tmp_path / "m"), environ={})
     with pytest.raises(UsageError, match="val_acuracy.*expected one of: .*val_accuracy"):
-        _fit(hypertune.HypertuneCallback("val_acuracy", is_chief=True, reporter=reporter),
-             epochs=1)
+        _fit(hypertune.HypertuneCallback("val_acuracy", is_chief=True, reporter=reporter), epochs=1)
 
 
 def test_a_validation_metric_without_validation_is_a_usage_error(tmp_path):
     reporter = hypertune.MetricReporter(metric_file=str(tmp_path / "m"), environ={})
     with pytest.raises(UsageError, match="never reported"):
-        _fit(hypertune.HypertuneCallback("val_accuracy", is_chief=True, reporter=reporter),
-             epochs=1, validation=False)
+        _fit(
+            hypertune.HypertuneCallback("val_accuracy", is_chief=True, reporter=reporter),
+            epochs=1,
+            validation=False,
+        )
     assert not (tmp_path / "m").exists()
 
 
@@ -81,8 +95,7 @@ def test_only_the_newest_100_reports_are_kept(tmp_path):
 
 def test_trial_id_from_either_variable():
     assert hypertune.trial_id({"CLOUD_ML_TRIAL_ID": "4"}) == "4"
-    spec = json.dumps({"cluster": {}, "task": {"type": "workerpool0", "index": 0,
-                                               "trial": "9"}})
+    spec = json.dumps({"cluster": {}, "task": {"type": "workerpool0", "index": 0, "trial": "9"}})
     assert hypertune.trial_id({"CLUSTER_SPEC": spec}) == "9"
     assert hypertune.trial_id({}) == ""
     with pytest.raises(UsageError, match="CLOUD_ML_TRIAL_ID"):
@@ -90,14 +103,16 @@ def test_trial_id_from_either_variable():
 
 
 def test_each_trial_gets_its_own_output_directory():
-    trial = {"CLOUD_ML_TRIAL_ID": "3",
-             "AIP_MODEL_DIR": "gs://b/hp/3/model/",
-             "AIP_CHECKPOINT_DIR": "gs://b/hp/3/checkpoints/"}
+    trial = {
+        "CLOUD_ML_TRIAL_ID": "3",
+        "AIP_MODEL_DIR": "gs://b/hp/3/model/",
+        "AIP_CHECKPOINT_DIR": "gs://b/hp/3/checkpoints/",
+    }
     assert hypertune.trial_output_dir("gs://b/runs/exp", trial) == "gs://b/runs/exp/3"
     assert hypertune.trial_output_dir("/backups/", trial) == "/backups/3"
-    assert hypertune.trial_output_dir("gs://b/hp/3/model/", trial) == "gs://b/hp/3/model/", \
+    assert hypertune.trial_output_dir("gs://b/hp/3/model/", trial) == "gs://b/hp/3/model/", (
         "Vertex's AIP_* directories are per-trial already"
-    assert hypertune.trial_output_dir("gs://b/hp/3/checkpoints", trial) == \
-        "gs://b/hp/3/checkpoints"
+    )
+    assert hypertune.trial_output_dir("gs://b/hp/3/checkpoints", trial) == "gs://b/hp/3/checkpoints"
     assert hypertune.trial_output_dir("gs://b/runs/exp", {}) == "gs://b/runs/exp"
     assert hypertune.trial_output_dir("", trial) == ""

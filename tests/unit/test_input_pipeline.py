@@ -18,8 +18,13 @@ def examples(count: int = NUM_EXAMPLES) -> tf.data.Dataset:
 
 
 def stream(seed: int = 0, first_step: int = 0, count: int = NUM_EXAMPLES, batch: int = BATCH):
-    return data_lib.training_batches(examples(count), global_batch_size=batch, seed=seed,
-                                     num_examples=count, first_step=first_step)
+    return data_lib.training_batches(
+        examples(count),
+        global_batch_size=batch,
+        seed=seed,
+        num_examples=count,
+        first_step=first_step,
+    )
 
 
 def labels(dataset, steps: int) -> list[list[int]]:
@@ -30,10 +35,13 @@ def test_every_pass_is_a_permutation_of_the_examples():
     # Repeat-then-shuffle (the old pipeline) showed only 484 of 640 examples in epoch 0.
     batches = labels(stream(), 3 * PER_PASS)
     for pass_index in range(3):
-        seen = [label for batch in batches[pass_index * PER_PASS:(pass_index + 1) * PER_PASS]
-                for label in batch]
+        seen = [
+            label
+            for batch in batches[pass_index * PER_PASS : (pass_index + 1) * PER_PASS]
+            for label in batch
+        ]
         assert sorted(seen) == list(range(NUM_EXAMPLES))
-    assert batches[:PER_PASS] != batches[PER_PASS:2 * PER_PASS], "every pass has its own order"
+    assert batches[:PER_PASS] != batches[PER_PASS : 2 * PER_PASS], "every pass has its own order"
 
 
 def test_the_same_seed_gives_the_same_stream_and_another_seed_another():
@@ -63,8 +71,9 @@ def test_resuming_far_into_training_reads_at_most_one_pass():
 
     counted_examples = tf.data.Dataset.range(NUM_EXAMPLES).map(counted)
     far = 100_000 * PER_PASS + 3
-    resumed = data_lib.training_batches(counted_examples, global_batch_size=BATCH, seed=0,
-                                        num_examples=NUM_EXAMPLES, first_step=far)
+    resumed = data_lib.training_batches(
+        counted_examples, global_batch_size=BATCH, seed=0, num_examples=NUM_EXAMPLES, first_step=far
+    )
     first = next(iter(resumed))
     assert first[0].shape == (BATCH,)
     assert int(reads.numpy()) <= 2 * NUM_EXAMPLES, "a resume must not replay earlier passes"
@@ -84,15 +93,18 @@ def test_fewer_examples_than_one_batch_is_a_usage_error():
 
 def test_ragged_examples_are_refused_with_a_fix():
     ragged = tf.data.Dataset.from_tensor_slices(
-        (tf.ragged.constant([[1], [1, 2]] * 64), tf.zeros(128)))
+        (tf.ragged.constant([[1], [1, 2]] * 64), tf.zeros(128))
+    )
     with pytest.raises(UsageError, match="expected dense tensors only"):
         data_lib.training_batches(ragged, global_batch_size=8, seed=0, num_examples=128)
 
 
 def test_streams_shard_by_data():
     for dataset in (stream(), data_lib.evaluation_batches(examples(), global_batch_size=BATCH)):
-        assert (dataset.options().experimental_distribute.auto_shard_policy
-                == tf.data.experimental.AutoShardPolicy.DATA)
+        assert (
+            dataset.options().experimental_distribute.auto_shard_policy
+            == tf.data.experimental.AutoShardPolicy.DATA
+        )
 
 
 def test_evaluation_is_one_pass_with_a_partial_last_batch():

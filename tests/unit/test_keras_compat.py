@@ -7,7 +7,6 @@ that bug: raise `keras_compat.FIRST_FIXED_KERAS` and retire the correction.
 The multi-worker upstream failures are in `tests/multiprocess/test_multiworker.py`.
 """
 
-
 import numpy as np
 import pytest
 
@@ -38,8 +37,9 @@ def test_replica_xla_refuses_a_model_that_overrides_train_step(applied):
     with strategy.scope():
         model = OwnStep([keras.Input((4,)), keras.layers.Dense(1)])
         model.compile(optimizer="sgd", loss="mse", jit_compile=True)
-    data = tf.data.Dataset.from_tensor_slices((np.ones((8, 4), np.float32),
-                                               np.ones((8, 1), np.float32))).batch(4)
+    data = tf.data.Dataset.from_tensor_slices(
+        (np.ones((8, 4), np.float32), np.ones((8, 1), np.float32))
+    ).batch(4)
     with pytest.raises(UsageError, match="OwnStep overrides train_step"):
         model.fit(data, epochs=1, verbose=0)
 
@@ -69,13 +69,13 @@ def test_parameter_server_lock_spares_only_metrics_that_keras_increments():
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1, activation="sigmoid")])
         model.compile("sgd", "binary_crossentropy", metrics=metrics)
         model.fit(np.ones((4, 3), np.float32), np.ones((4, 1), np.float32), verbose=0)
-        return {metric.name: _parameter_server.only_increments(metric)
-                for metric in model.metrics}
+        return {metric.name: _parameter_server.only_increments(metric) for metric in model.metrics}
 
     assert compiled(["accuracy", keras.metrics.BinaryCrossentropy()]) == {
-        "loss": True, "compile_metrics": True}
-    for locked in (keras.metrics.Precision(), keras.metrics.AUC(), DocstringCount(),
-                   OwnAccuracy()):
+        "loss": True,
+        "compile_metrics": True,
+    }
+    for locked in (keras.metrics.Precision(), keras.metrics.AUC(), DocstringCount(), OwnAccuracy()):
         assert compiled(["accuracy", locked]) == {"loss": True, "compile_metrics": False}, locked
 
 
@@ -91,9 +91,13 @@ def _pipeline_starts_in_fit() -> int:
         return np.int64(0)
 
     examples = tf.data.Dataset.from_tensor_slices(
-        (np.ones((32, 3), np.float32), np.zeros((32, 1), np.float32))).batch(8)
-    dataset = tf.data.Dataset.range(1).map(
-        lambda i: tf.numpy_function(started, [i], tf.int64)).flat_map(lambda _: examples)
+        (np.ones((32, 3), np.float32), np.zeros((32, 1), np.float32))
+    ).batch(8)
+    dataset = (
+        tf.data.Dataset.range(1)
+        .map(lambda i: tf.numpy_function(started, [i], tf.int64))
+        .flat_map(lambda _: examples)
+    )
     strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
     with strategy.scope():
         model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])

@@ -11,7 +11,8 @@ import pytest
 
 from tfdist import cli
 from tfdist.errors import UsageError
-from trainer.kubernetes import checks, manifest, shape as shape_lib
+from trainer.kubernetes import checks, manifest
+from trainer.kubernetes import shape as shape_lib
 
 pytest.importorskip("kubeflow.training")
 from trainer.kubernetes import api_schema  # noqa: E402  (needs the kubernetes extra)
@@ -22,17 +23,22 @@ yaml = pytest.importorskip("yaml")
 REPO = pathlib.Path(__file__).resolve().parents[2]
 # Not in the repository (files fetched from other repositories are not committed here): the
 # project's shared/ folder beside the checkout holds it, or TFDIST_TFJOB_CRD names it.
-CRD = pathlib.Path(os.environ.get(
-    "TFDIST_TFJOB_CRD", REPO.parent / "shared" / "schemas" / "kubeflow.org_tfjobs.yaml"))
+CRD = pathlib.Path(
+    os.environ.get(
+        "TFDIST_TFJOB_CRD", REPO.parent / "shared" / "schemas" / "kubeflow.org_tfjobs.yaml"
+    )
+)
 CRD_SHA256 = "1fea6d2d9d3fec4697db322d4490be67b0d616478f42566e4c48ae865130a8c8"
 IMAGE = "us-docker.pkg.dev/my-project/tfdist/trainer:0.1.0"
 
 
 def _require_crd() -> None:
     if not CRD.is_file():
-        pytest.skip(f"the TFJob CRD (training-operator v1.9.0 manifests/base/crds/"
-                    f"kubeflow.org_tfjobs.yaml, sha256 {CRD_SHA256[:12]}...) is not at {CRD}; "
-                    f"see tests/schemas/README.md")
+        pytest.skip(
+            f"the TFJob CRD (training-operator v1.9.0 manifests/base/crds/"
+            f"kubeflow.org_tfjobs.yaml, sha256 {CRD_SHA256[:12]}...) is not at {CRD}; "
+            f"see tests/schemas/README.md"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -69,16 +75,31 @@ def test_the_provided_crd_is_the_one_its_readme_names():
 
 
 def test_a_job_shape_becomes_the_replicas_resources_and_volume_it_names(crd_validator):
-    job = manifest.build_tfjob(shape(
-        strategy="parameter_server", workers=3, parameter_servers=2, evaluators=1, gpus=2,
-        cpu="6", memory="24Gi", ps_memory="64Gi", service_account="trainer",
-        node_selector=("cloud.google.com/gke-accelerator=nvidia-l4",),
-        termination_grace_seconds=60, trainer_args=("--model=mlp",)))
+    job = manifest.build_tfjob(
+        shape(
+            strategy="parameter_server",
+            workers=3,
+            parameter_servers=2,
+            evaluators=1,
+            gpus=2,
+            cpu="6",
+            memory="24Gi",
+            ps_memory="64Gi",
+            service_account="trainer",
+            node_selector=("cloud.google.com/gke-accelerator=nvidia-l4",),
+            termination_grace_seconds=60,
+            trainer_args=("--model=mlp",),
+        )
+    )
     assert not list(crd_validator.iter_errors(job))
     assert sdk_round_trip(job) == job
     replicas = job["spec"]["tfReplicaSpecs"]
     assert {kind: spec["replicas"] for kind, spec in replicas.items()} == {
-        "Chief": 1, "Worker": 3, "PS": 2, "Evaluator": 1}
+        "Chief": 1,
+        "Worker": 3,
+        "PS": 2,
+        "Evaluator": 1,
+    }
     pods = {kind: spec["template"]["spec"] for kind, spec in replicas.items()}
     limits = {kind: pod["containers"][0]["resources"]["limits"] for kind, pod in pods.items()}
     assert limits["Worker"] == {"cpu": "6", "memory": "24Gi", "nvidia.com/gpu": "2"}
@@ -86,8 +107,9 @@ def test_a_job_shape_becomes_the_replicas_resources_and_volume_it_names(crd_vali
     assert "nvidia.com/gpu" not in limits["PS"] and limits["PS"]["memory"] == "64Gi"
     assert "nvidia.com/gpu" not in limits["Evaluator"]
     for pod in pods.values():
-        assert pod["volumes"] == [{"name": "tfdist-shared",
-                                   "persistentVolumeClaim": {"claimName": "shared"}}]
+        assert pod["volumes"] == [
+            {"name": "tfdist-shared", "persistentVolumeClaim": {"claimName": "shared"}}
+        ]
         assert pod["serviceAccountName"] == "trainer"
         assert pod["terminationGracePeriodSeconds"] == 60
         command = pod["containers"][0]["command"]
@@ -116,8 +138,7 @@ def test_the_sdk_schema_has_the_operators_required_fields():
     definitions = api_schema.tfjob_schema()["definitions"]
     assert definitions["V1Container"]["required"] == ["name"]
     assert definitions["KubeflowOrgV1TFJobSpec"]["required"] == ["runPolicy", "tfReplicaSpecs"]
-    assert definitions["KubeflowOrgV1ReplicaSpec"]["properties"]["replicas"] == {
-        "type": "integer"}
+    assert definitions["KubeflowOrgV1ReplicaSpec"]["properties"]["replicas"] == {"type": "integer"}
 
 
 def test_negative_control_the_sdk_schema_refuses_a_malformed_tfjob():
@@ -130,7 +151,8 @@ def test_negative_control_the_sdk_schema_refuses_a_malformed_tfjob():
         "spec.tfReplicaSpecs.Chief.template.spec.containers.0: 'name' is a required property",
         "spec.tfReplicaSpecs.Worker: Additional properties are not allowed "
         "('restartPolicyy' was unexpected)",
-        "spec.tfReplicaSpecs.Worker.replicas: 'two' is not of type 'integer'"]
+        "spec.tfReplicaSpecs.Worker.replicas: 'two' is not of type 'integer'",
+    ]
 
 
 def test_quantities_may_be_numbers_as_in_the_api():
@@ -154,9 +176,11 @@ def test_exit_code_restart_policy_retries_exactly_tfdists_transient_codes():
     assert cli.EXIT_PEER_LOST == 200
     assert all(operator_retries(code) for code in cli.RETRYABLE_EXIT_CODES)
     assert {cli.EXIT_PREEMPTED, cli.EXIT_GRACE_EXPIRED, cli.EXIT_PEER_LOST} <= set(
-        cli.RETRYABLE_EXIT_CODES)
-    assert not any(operator_retries(code) for code in
-                   (cli.EXIT_OK, cli.EXIT_USAGE, cli.EXIT_NON_FINITE))
+        cli.RETRYABLE_EXIT_CODES
+    )
+    assert not any(
+        operator_retries(code) for code in (cli.EXIT_OK, cli.EXIT_USAGE, cli.EXIT_NON_FINITE)
+    )
 
 
 def _edited(edit) -> dict:
@@ -197,16 +221,20 @@ def _lower_case(spec):
     spec["tfReplicaSpecs"]["worker"] = spec["tfReplicaSpecs"].pop("Worker")
 
 
-@pytest.mark.parametrize("edit,expected", [
-    (_two_chiefs, "Chief.replicas is 2, expected 1"),
-    (_master, "has a Master replica"),
-    (_renamed_container, "expected one named tensorflow"),
-    (_no_image, "containers[0].image is missing"),
-    (_dynamic, "enableDynamicWorker is true"),
-    (_running, "cleanPodPolicy is 'Running' with an Evaluator"),
-    (_lower_case, "replica type(s) worker"),
-    (_string_count, "Worker.replicas is '2', expected a whole number"),
-], ids=lambda value: getattr(value, "__name__", ""))
+@pytest.mark.parametrize(
+    "edit,expected",
+    [
+        (_two_chiefs, "Chief.replicas is 2, expected 1"),
+        (_master, "has a Master replica"),
+        (_renamed_container, "expected one named tensorflow"),
+        (_no_image, "containers[0].image is missing"),
+        (_dynamic, "enableDynamicWorker is true"),
+        (_running, "cleanPodPolicy is 'Running' with an Evaluator"),
+        (_lower_case, "replica type(s) worker"),
+        (_string_count, "Worker.replicas is '2', expected a whole number"),
+    ],
+    ids=lambda value: getattr(value, "__name__", ""),
+)
 def test_refuses_what_the_operator_or_tfdist_refuses(edit, expected):
     with pytest.raises(UsageError) as raised:
         checks.check_tfjob(_edited(edit))

@@ -8,7 +8,6 @@ weights *and optimizer state* (loss scale and its counter included) of an
 uninterrupted run.
 """
 
-
 import keras
 
 
@@ -23,8 +22,7 @@ def test_mixed_float16_compiles_lars_and_lamb_inside_a_loss_scale_optimizer():
             keras.mixed_precision.set_global_policy(policy)
             for name in ("lars", "lamb"):
                 model = models.mlp((28, 28, 1), 10)
-                optimizer = build_optimizer(ExperimentConfig(optimizer=name),
-                                            steps_per_epoch=10)
+                optimizer = build_optimizer(ExperimentConfig(optimizer=name), steps_per_epoch=10)
                 model.compile(optimizer=optimizer, loss="mse")
                 is_wrapped = isinstance(model.optimizer, keras.optimizers.LossScaleOptimizer)
                 assert is_wrapped == wrapped, (policy, name)

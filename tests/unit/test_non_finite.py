@@ -23,8 +23,7 @@ STEPS, BATCH = 4, 8
 
 def _model():
     keras.utils.set_random_seed(1)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8),
-                              keras.layers.Dense(1)])
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(8), keras.layers.Dense(1)])
     model.compile(keras.optimizers.SGD(0.01), "mse")
     return model
 
@@ -40,12 +39,12 @@ def _stream(nan_at_batch: int | None = None) -> tf.data.Dataset:
 
 def _run(backup_dir, stream, *, crash_at=0, before=()):
     model = _model()
-    backup = BackupAndRestore(backup_dir, save_freq=2, preemption=None,
-                              delete_checkpoint=False)
+    backup = BackupAndRestore(backup_dir, save_freq=2, preemption=None, delete_checkpoint=False)
     callbacks = [*before, backup, *([CrashAfterBatches(crash_at)] if crash_at else [])]
     for segment in backup.resume(model, epochs=3, steps_per_epoch=STEPS):
-        model.fit(stream.skip(segment.first_step), verbose=0, callbacks=callbacks,
-                  **segment.fit_kwargs())
+        model.fit(
+            stream.skip(segment.first_step), verbose=0, callbacks=callbacks, **segment.fit_kwargs()
+        )
     return model, backup
 
 
@@ -80,16 +79,29 @@ def test_non_finite_variable_is_never_backed_up(tmp_path):
 
 def test_guard_without_backups_stops_on_a_nan_loss():
     from tfdist.callbacks import NonFiniteGuard
+
     model = _model()
     with pytest.raises(errors.NonFiniteError, match="loss is nan at batch 1 of epoch 0"):
-        model.fit(_stream(nan_at_batch=1), epochs=2, steps_per_epoch=STEPS, verbose=0,
-                  callbacks=[NonFiniteGuard()])
+        model.fit(
+            _stream(nan_at_batch=1),
+            epochs=2,
+            steps_per_epoch=STEPS,
+            verbose=0,
+            callbacks=[NonFiniteGuard()],
+        )
 
 
 def test_guard_without_backups_checks_variables_at_epoch_end():
     from tfdist.callbacks import NonFiniteGuard
+
     model = _model()
-    with pytest.raises(errors.NonFiniteError,
-                       match=r"in layers/dense_1/bias at the end of epoch 0"):
-        model.fit(_stream(), epochs=2, steps_per_epoch=STEPS, verbose=0,
-                  callbacks=[_PoisonWeights(at=STEPS), NonFiniteGuard()])
+    with pytest.raises(
+        errors.NonFiniteError, match=r"in layers/dense_1/bias at the end of epoch 0"
+    ):
+        model.fit(
+            _stream(),
+            epochs=2,
+            steps_per_epoch=STEPS,
+            verbose=0,
+            callbacks=[_PoisonWeights(at=STEPS), NonFiniteGuard()],
+        )

@@ -28,11 +28,12 @@ import pathlib
 import numpy as np
 import pytest
 
-
 pytestmark = pytest.mark.peers
 STEPS = 30
-INSTALL_HINT = ("python -m pip install -e '.[peers]' && "
-                "python -m pip install --no-deps tf-models-official==2.20.0")
+INSTALL_HINT = (
+    "python -m pip install -e '.[peers]' && "
+    "python -m pip install --no-deps tf-models-official==2.20.0"
+)
 
 
 def _require_peer(distribution: str) -> importlib.metadata.Distribution:
@@ -40,8 +41,10 @@ def _require_peer(distribution: str) -> importlib.metadata.Distribution:
     try:
         return importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
-        message = (f"peer package {distribution!r} is not installed; install the peers "
-                   f"with: {INSTALL_HINT}")
+        message = (
+            f"peer package {distribution!r} is not installed; install the peers "
+            f"with: {INSTALL_HINT}"
+        )
     if os.environ.get("CI") == "true":
         pytest.fail(f"{message} (.ci/run installs them)")
     pytest.skip(message)
@@ -68,15 +71,18 @@ def _model_garden(name: str):
 
 def _max_difference(left, right) -> float:
     assert [np.shape(a) for a in left] == [np.shape(b) for b in right]
-    return max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))))
-               for a, b in zip(left, right))
+    return max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(left, right))
 
 
 def _assert_bitwise_equal(ours, theirs, what: str) -> None:
-    unequal = [index for index, (a, b) in enumerate(zip(ours, theirs))
-               if not np.array_equal(np.asarray(a), np.asarray(b))]
-    assert not unequal, (f"{what}: variables {unequal} differ, max difference "
-                         f"{_max_difference(ours, theirs):.3g}")
+    unequal = [
+        index
+        for index, (a, b) in enumerate(zip(ours, theirs))
+        if not np.array_equal(np.asarray(a), np.asarray(b))
+    ]
+    assert not unequal, (
+        f"{what}: variables {unequal} differ, max difference {_max_difference(ours, theirs):.3g}"
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -148,10 +154,12 @@ def _train_on_shared_gradients(ours_optimizer, theirs_optimizer, *, batch_norm: 
     our_vars, their_vars = ours.trainable_variables, theirs.trainable_variables
     initial = [v.numpy() for v in our_vars]
     for features, labels in zip(*_batches()):
-        our_grads = _gradients([v.numpy() for v in our_vars], features, labels,
-                               batch_norm=batch_norm)
-        their_grads = _gradients([v.numpy() for v in their_vars], features, labels,
-                                 batch_norm=batch_norm)
+        our_grads = _gradients(
+            [v.numpy() for v in our_vars], features, labels, batch_norm=batch_norm
+        )
+        their_grads = _gradients(
+            [v.numpy() for v in their_vars], features, labels, batch_norm=batch_norm
+        )
         ours_optimizer.apply_gradients(zip(our_grads, our_vars))
         theirs_optimizer.apply_gradients(zip(their_grads, their_vars))
     assert int(ours_optimizer.iterations.numpy()) == STEPS
@@ -170,12 +178,17 @@ def test_lars_equals_model_garden_lars_bit_for_bit(nesterov):
 
     # Model Garden excludes from layer adaptation what it excludes from weight
     # decay when given no adaptation list; tfdist keeps the two lists apart.
-    ours = LARS(0.5, nesterov=nesterov, exclude_from_weight_decay=EXCLUDED,
-                exclude_from_layer_adaptation=EXCLUDED, **LARS_SETTINGS)
-    theirs = model_garden.LARS(0.5, nesterov=nesterov, exclude_from_weight_decay=EXCLUDED,
-                               **LARS_SETTINGS)
-    initial, our_weights, their_weights = _train_on_shared_gradients(ours, theirs,
-                                                                     batch_norm=True)
+    ours = LARS(
+        0.5,
+        nesterov=nesterov,
+        exclude_from_weight_decay=EXCLUDED,
+        exclude_from_layer_adaptation=EXCLUDED,
+        **LARS_SETTINGS,
+    )
+    theirs = model_garden.LARS(
+        0.5, nesterov=nesterov, exclude_from_weight_decay=EXCLUDED, **LARS_SETTINGS
+    )
+    initial, our_weights, their_weights = _train_on_shared_gradients(ours, theirs, batch_norm=True)
 
     assert _max_difference(initial, their_weights) > 0.01  # They trained.
     _assert_bitwise_equal(our_weights, their_weights, "LARS after 30 steps")
@@ -187,19 +200,28 @@ def test_lars_fit_with_batch_norm_in_training_mode_equals_model_garden_lars():
     import keras  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     import tf_keras  # pylint: disable=g-import-not-at-top
+
     from tfdist.optimizers import LARS  # pylint: disable=g-import-not-at-top
 
     ours, theirs = _models(batch_norm=True)
     initial = ours.get_weights()
-    ours.compile(optimizer=LARS(0.5, exclude_from_weight_decay=EXCLUDED,
-                                exclude_from_layer_adaptation=EXCLUDED, **LARS_SETTINGS),
-                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    theirs.compile(optimizer=model_garden.LARS(0.5, exclude_from_weight_decay=EXCLUDED,
-                                               **LARS_SETTINGS),
-                   loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    ours.compile(
+        optimizer=LARS(
+            0.5,
+            exclude_from_weight_decay=EXCLUDED,
+            exclude_from_layer_adaptation=EXCLUDED,
+            **LARS_SETTINGS,
+        ),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    theirs.compile(
+        optimizer=model_garden.LARS(0.5, exclude_from_weight_decay=EXCLUDED, **LARS_SETTINGS),
+        loss=tf_keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
     features, labels = _batches()
     data = tf.data.Dataset.from_tensor_slices(
-        (features.reshape(-1, NUM_FEATURES), labels.reshape(-1))).batch(BATCH)
+        (features.reshape(-1, NUM_FEATURES), labels.reshape(-1))
+    ).batch(BATCH)
     our_history = ours.fit(data, epochs=1, shuffle=False, verbose=0).history
     their_history = theirs.fit(data, epochs=1, shuffle=False, verbose=0).history
 
@@ -207,16 +229,23 @@ def test_lars_fit_with_batch_norm_in_training_mode_equals_model_garden_lars():
     assert our_history["loss"] == their_history["loss"]
     assert _max_difference(initial, theirs.get_weights()) > 0.01  # They trained.
     trainable = [v.numpy() for v in ours.trainable_variables]
-    _assert_bitwise_equal(trainable, [v.numpy() for v in theirs.trainable_variables],
-                          "trainable weights after 30 fit steps")
+    _assert_bitwise_equal(
+        trainable,
+        [v.numpy() for v in theirs.trainable_variables],
+        "trainable weights after 30 fit steps",
+    )
     # The batch-norm moving statistics are the layers', not the optimizers', and
     # differ by round-off only: Keras 3 updates them as `m * momentum + x * (1 -
     # momentum)`, tf_keras as `m - (m - x) * (1 - momentum)`. In training mode
     # they do not feed back into the loss, so the trainable weights stay equal.
-    our_moving = [ours.get_layer("batch_norm").moving_mean.numpy(),
-                  ours.get_layer("batch_norm").moving_variance.numpy()]
-    their_moving = [theirs.get_layer("batch_norm").moving_mean.numpy(),
-                    theirs.get_layer("batch_norm").moving_variance.numpy()]
+    our_moving = [
+        ours.get_layer("batch_norm").moving_mean.numpy(),
+        ours.get_layer("batch_norm").moving_variance.numpy(),
+    ]
+    their_moving = [
+        theirs.get_layer("batch_norm").moving_mean.numpy(),
+        theirs.get_layer("batch_norm").moving_variance.numpy(),
+    ]
     for our_value, their_value in zip(our_moving, their_moving):
         np.testing.assert_allclose(our_value, their_value, rtol=1e-5, atol=1e-7)
 
@@ -228,10 +257,17 @@ def _lamb_runs(beta_1: float, beta_2: float):
     model_garden = _model_garden("lamb")
     from tfdist.optimizers import LAMB  # pylint: disable=g-import-not-at-top
 
-    ours = LAMB(0.01, beta_1=beta_1, beta_2=beta_2, exclude_from_weight_decay=["bias"],
-                exclude_from_layer_adaptation=["bias"], **LAMB_SETTINGS)
-    theirs = model_garden.LAMB(0.01, beta_1=beta_1, beta_2=beta_2,
-                               exclude_from_weight_decay=["bias"], **LAMB_SETTINGS)
+    ours = LAMB(
+        0.01,
+        beta_1=beta_1,
+        beta_2=beta_2,
+        exclude_from_weight_decay=["bias"],
+        exclude_from_layer_adaptation=["bias"],
+        **LAMB_SETTINGS,
+    )
+    theirs = model_garden.LAMB(
+        0.01, beta_1=beta_1, beta_2=beta_2, exclude_from_weight_decay=["bias"], **LAMB_SETTINGS
+    )
     # No batch norm here: a bias just before batch norm has a gradient of
     # round-off size, which LAMB's m / sqrt(v) scales up to a full step.
     return _train_on_shared_gradients(ours, theirs, batch_norm=False)

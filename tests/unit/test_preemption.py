@@ -13,23 +13,24 @@ import pytest
 
 from tfdist.cli import EXIT_PREEMPTED
 from tfdist.errors import UsageError
-from tfdist.preemption import (EXIT_GRACE_EXPIRED, Preempted, PreemptionOptions,
-                               PreemptionWatcher)
 from tfdist.launch.testing import poll_until
-
+from tfdist.preemption import EXIT_GRACE_EXPIRED, Preempted, PreemptionOptions, PreemptionWatcher
 
 # ------------------------------------------------------------------ in process
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"grace_period_seconds": 0}, "grace_period_seconds is 0"),
-    ({"grace_period_seconds": -5}, "grace_period_seconds is -5"),
-    ({"grace_period_seconds": "30"}, "grace_period_seconds is '30'"),
-    ({"grace_period_seconds": True}, "grace_period_seconds is True"),
-    ({"check_every_steps": 0}, "check_every_steps is 0"),
-    ({"check_every_steps": 2.0}, "check_every_steps is 2.0"),
-    ({"signals": ()}, "signals is empty"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"grace_period_seconds": 0}, "grace_period_seconds is 0"),
+        ({"grace_period_seconds": -5}, "grace_period_seconds is -5"),
+        ({"grace_period_seconds": "30"}, "grace_period_seconds is '30'"),
+        ({"grace_period_seconds": True}, "grace_period_seconds is True"),
+        ({"check_every_steps": 0}, "check_every_steps is 0"),
+        ({"check_every_steps": 2.0}, "check_every_steps is 2.0"),
+        ({"signals": ()}, "signals is empty"),
+    ],
+)
 def test_bad_options_are_one_line_usage_errors(kwargs, message):
     with pytest.raises(UsageError, match=message) as error:
         PreemptionOptions(**kwargs)

@@ -9,8 +9,8 @@ import threading
 import pytest
 
 from tfdist import preemption
-from tfdist.preemption import signal_relay
 from tfdist.launch.testing import poll_until
+from tfdist.preemption import signal_relay
 
 
 def _install_on_a_thread(watcher):

@@ -9,11 +9,9 @@ the module starts its three jobs at once (`_jobs`) and each test waits for its o
 - `python -m trainer.ray` running `trainer.task` as a parameter-server job (chief,
   worker, ps, evaluator), which must finish and leave no process behind."""
 
-
 import signal
 
 import pytest
-
 
 pytest.importorskip("ray.train")
 
@@ -26,7 +24,12 @@ def test_the_config_is_rays_own_and_refuses_a_bad_keras_choice():
 
     config = tfdist.ray.TensorflowConfig()
     assert isinstance(config, ray.train.tensorflow.TensorflowConfig)
-    assert config.to_dict() == {"chief": False, "parameter_servers": 0, "evaluator": False,
-                                "preemption_signals": [int(signal.SIGTERM)], "legacy_keras": "0"}
+    assert config.to_dict() == {
+        "chief": False,
+        "parameter_servers": 0,
+        "evaluator": False,
+        "preemption_signals": [int(signal.SIGTERM)],
+        "legacy_keras": "0",
+    }
     with pytest.raises(UsageError, match="legacy_keras is 'yes', expected '0'"):
         tfdist.ray.TensorflowConfig(legacy_keras="yes")

@@ -28,9 +28,17 @@ def _roles(world_size, **options):
 def test_rank_0_is_the_chief_the_last_ranks_the_parameter_servers_and_the_evaluator():
     configs = _roles(5, chief=True, parameter_servers=2, evaluator=True)
     assert [(c["task"]["type"], c["task"]["index"]) for c in configs] == [
-        ("chief", 0), ("worker", 0), ("ps", 0), ("ps", 1), ("evaluator", 0)]
-    training = {"chief": ["127.0.0.1:9000"], "worker": ["127.0.0.1:9001"],
-                "ps": ["127.0.0.1:9002", "127.0.0.1:9003"]}
+        ("chief", 0),
+        ("worker", 0),
+        ("ps", 0),
+        ("ps", 1),
+        ("evaluator", 0),
+    ]
+    training = {
+        "chief": ["127.0.0.1:9000"],
+        "worker": ["127.0.0.1:9001"],
+        "ps": ["127.0.0.1:9002", "127.0.0.1:9003"],
+    }
     assert all(c["cluster"] == training for c in configs[:4])
     assert configs[4]["cluster"] == {**training, "evaluator": ["127.0.0.1:9004"]}
 
@@ -38,19 +46,31 @@ def test_rank_0_is_the_chief_the_last_ranks_the_parameter_servers_and_the_evalua
 def test_without_options_every_rank_is_a_worker_as_in_ray():
     configs = _roles(3)
     assert [(c["task"]["type"], c["task"]["index"]) for c in configs] == [
-        ("worker", 0), ("worker", 1), ("worker", 2)]
+        ("worker", 0),
+        ("worker", 1),
+        ("worker", 2),
+    ]
     assert _roles(2, chief=True)[0]["task"] == {"type": "chief", "index": 0}
 
 
-@pytest.mark.parametrize("options, world_size, message", [
-    ({"parameter_servers": 1}, 3, "parameter_servers is 1 but chief is False, expected a "
-                                  "chief"),
-    ({"chief": True, "parameter_servers": 1}, 2, "Ray Train has 2 worker(s), expected at "
-                                                 "least 3"),
-    ({"chief": True, "parameter_servers": -1}, 3, "parameter_servers"),
-    ({"evaluator": "yes"}, 2, "evaluator is 'yes', expected True or False"),
-    ({"evaluator": True}, 1, "Ray Train has 1 worker(s), expected at least 2"),
-])
+@pytest.mark.parametrize(
+    "options, world_size, message",
+    [
+        (
+            {"parameter_servers": 1},
+            3,
+            "parameter_servers is 1 but chief is False, expected a chief",
+        ),
+        (
+            {"chief": True, "parameter_servers": 1},
+            2,
+            "Ray Train has 2 worker(s), expected at least 3",
+        ),
+        ({"chief": True, "parameter_servers": -1}, 3, "parameter_servers"),
+        ({"evaluator": "yes"}, 2, "evaluator is 'yes', expected True or False"),
+        ({"evaluator": True}, 1, "Ray Train has 1 worker(s), expected at least 2"),
+    ],
+)
 def test_impossible_layouts_are_one_line(options, world_size, message):
     with pytest.raises(UsageError, match=message.replace("(", r"\(").replace(")", r"\)")) as error:
         tfdist.ray.TensorflowConfig(**options).layout(world_size)
@@ -60,23 +80,32 @@ def test_impossible_layouts_are_one_line(options, world_size, message):
 def test_the_config_takes_its_options_by_keyword_only():
     with pytest.raises(TypeError):
         tfdist.ray.TensorflowConfig(True)  # pylint: disable=too-many-function-args
-    assert tfdist.ray.TensorflowConfig(chief=True, parameter_servers=1).to_dict()[
-        "parameter_servers"] == 1
+    assert (
+        tfdist.ray.TensorflowConfig(chief=True, parameter_servers=1).to_dict()["parameter_servers"]
+        == 1
+    )
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--num_ps=1"], "--num_ps is 1 but --chief is off, expected --chief"),
-    (["--chief", "--num_ps=1", "--num_workers=0"], "--num_ps is 1 but --num_workers is 0"),
-    (["--num_workers=0"], "--num_workers is 0 and --chief is off"),
-    (["--num_workers=-1"], "-1 is not a non-negative integer"),
-    (["--bogus=1"], "Unknown command line flag 'bogus'"),
-    (["--", "--nosuchflag"], "Unknown command line flag 'nosuchflag' (a trainer.task flag"),
-    (["--", "--strategy=parameter_server"], "--strategy is 'parameter_server' but --num_ps "
-                                            "is 0"),
-    (["--chief", "--num_ps=1", "--", "--strategy=multiworker"],
-     "--num_ps is 1 but trainer.task's --strategy is 'multiworker'"),
-    (["--", "--epochs=0"], "epochs"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--num_ps=1"], "--num_ps is 1 but --chief is off, expected --chief"),
+        (["--chief", "--num_ps=1", "--num_workers=0"], "--num_ps is 1 but --num_workers is 0"),
+        (["--num_workers=0"], "--num_workers is 0 and --chief is off"),
+        (["--num_workers=-1"], "-1 is not a non-negative integer"),
+        (["--bogus=1"], "Unknown command line flag 'bogus'"),
+        (["--", "--nosuchflag"], "Unknown command line flag 'nosuchflag' (a trainer.task flag"),
+        (
+            ["--", "--strategy=parameter_server"],
+            "--strategy is 'parameter_server' but --num_ps is 0",
+        ),
+        (
+            ["--chief", "--num_ps=1", "--", "--strategy=multiworker"],
+            "--num_ps is 1 but trainer.task's --strategy is 'multiworker'",
+        ),
+        (["--", "--epochs=0"], "epochs"),
+    ],
+)
 def test_trainer_ray_refuses_bad_flags_in_one_line_with_exit_2(argv, message, capsys):
     with flagsaver.flagsaver(), pytest.raises(SystemExit) as exit_info:
         try:
@@ -88,13 +117,18 @@ def test_trainer_ray_refuses_bad_flags_in_one_line_with_exit_2(argv, message, ca
     assert len(err.splitlines()) == 1 and message in err, err
 
 
-@pytest.mark.parametrize("make", [lambda path: tfdist.ray.ReportBackups(str(path)),
-                                  lambda path: tfdist.ray.PreemptionNotice(every_steps=2)])
-def test_callbacks_that_need_every_rank_refuse_a_parameter_server_job(make, tmp_path,
-                                                                      monkeypatch):
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda path: tfdist.ray.ReportBackups(str(path)),
+        lambda path: tfdist.ray.PreemptionNotice(every_steps=2),
+    ],
+)
+def test_callbacks_that_need_every_rank_refuse_a_parameter_server_job(make, tmp_path, monkeypatch):
     layout = tfdist.ray.TensorflowConfig(chief=True, parameter_servers=1).layout(3)
-    monkeypatch.setenv("TF_CONFIG", roles.tf_configs(layout, ["127.0.0.1:1", "127.0.0.1:2",
-                                                              "127.0.0.1:3"])[0])
+    monkeypatch.setenv(
+        "TF_CONFIG", roles.tf_configs(layout, ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"])[0]
+    )
     with pytest.raises(UsageError, match="is in a parameter-server job, expected a synchronous"):
         make(tmp_path).on_train_begin()
 
@@ -111,22 +145,53 @@ def test_after_rays_notice_the_wait_for_ray_ends_at_the_deadline_plus_the_margin
 
     now = [1000.0]
     info = PreemptionInfo(deadline_ms=1_012_000, preempted_node_to_ranks={"n": [0]})
-    preemption_notice.wait_for_ray(info, clock=lambda: now[0],
-                                   sleep=lambda seconds: now.__setitem__(0, now[0] + seconds))
-    assert 1012 + preemption_notice.WAIT_MARGIN_SECONDS <= now[0] < 1012.5 + (
-        preemption_notice.WAIT_MARGIN_SECONDS)
+    preemption_notice.wait_for_ray(
+        info, clock=lambda: now[0], sleep=lambda seconds: now.__setitem__(0, now[0] + seconds)
+    )
+    assert (
+        1012 + preemption_notice.WAIT_MARGIN_SECONDS
+        <= now[0]
+        < 1012.5 + (preemption_notice.WAIT_MARGIN_SECONDS)
+    )
 
 
-@pytest.mark.parametrize("tf_config,under_backend,polls", [
-    ({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker",
-                                                                       "index": 0}}, True, True),
-    ({"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, "task": {"type": "worker",
-                                                                       "index": 0}}, False, False),
-    ({"cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]},
-      "task": {"type": "chief", "index": 0}}, True, False),
-], ids=["synchronous under the backend", "outside Ray", "parameter servers"])
+@pytest.mark.parametrize(
+    "tf_config,under_backend,polls",
+    [
+        (
+            {
+                "cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                "task": {"type": "worker", "index": 0},
+            },
+            True,
+            True,
+        ),
+        (
+            {
+                "cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
+                "task": {"type": "worker", "index": 0},
+            },
+            False,
+            False,
+        ),
+        (
+            {
+                "cluster": {
+                    "chief": ["127.0.0.1:1"],
+                    "worker": ["127.0.0.1:2"],
+                    "ps": ["127.0.0.1:3"],
+                },
+                "task": {"type": "chief", "index": 0},
+            },
+            True,
+            False,
+        ),
+    ],
+    ids=["synchronous under the backend", "outside Ray", "parameter servers"],
+)
 def test_trainer_task_polls_rays_notice_just_before_its_backup_when_every_rank_trains(
-        tmp_path, monkeypatch, tf_config, under_backend, polls):
+    tmp_path, monkeypatch, tf_config, under_backend, polls
+):
     from tfdist.callbacks import BackupAndRestore
     from tfdist.distribute.cluster import resolve_cluster
     from tfdist.ray import job_end
@@ -141,8 +206,12 @@ def test_trainer_task_polls_rays_notice_just_before_its_backup_when_every_rank_t
     cluster = resolve_cluster({"TF_CONFIG": json.dumps(tf_config)})
     backup = BackupAndRestore(str(tmp_path / "backup"), cluster=cluster)
     callbacks = run_callbacks.training_callbacks(
-        config=ExperimentConfig(), cluster=cluster, backup=backup, exporter=None,
-        dirs=OutputDirs(model_dir="", backup_dir=str(tmp_path / "backup"), tensorboard_dir=""))
+        config=ExperimentConfig(),
+        cluster=cluster,
+        backup=backup,
+        exporter=None,
+        dirs=OutputDirs(model_dir="", backup_dir=str(tmp_path / "backup"), tensorboard_dir=""),
+    )
     kinds = [type(callback).__name__ for callback in callbacks]
     assert kinds[-1] == "BackupAndRestore"
     assert (kinds[-2] == "PreemptionNotice") is polls, kinds

@@ -18,8 +18,8 @@ import pytest
 import tensorflow as tf
 
 import tfdist.resumable
-from tests.support.fault_injection import CrashAfterBatches
 from tests.jobs import callbacks_script as script
+from tests.support.fault_injection import CrashAfterBatches
 from tfdist.errors import UsageError
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -65,8 +65,7 @@ def _assert_like_reference(out: pathlib.Path, result: dict, reference) -> None:
     _assert_same_weights(out / "best.keras", reference_out / "best.keras")
 
 
-def test_crashes_mid_epoch_and_at_an_epoch_end_resume_to_the_uninterrupted_run(
-        tmp_path, reference):
+def test_crashes_mid_epoch_and_at_an_epoch_end_resume_to_the_uninterrupted_run(tmp_path, reference):
     _crash(tmp_path, 20)  # step 20 of 48: resumes from the mid-epoch backup at 18
     _crash(tmp_path, 23)  # step 41: resumes from the end of epoch 4 (step 40)
     assert (tmp_path / "backup" / "backup-000000000040").is_dir()
@@ -74,8 +73,7 @@ def test_crashes_mid_epoch_and_at_an_epoch_end_resume_to_the_uninterrupted_run(
     _assert_like_reference(tmp_path, result, reference)
 
 
-def test_a_finished_early_stopped_job_rerun_twice_returns_the_trained_model(
-        tmp_path, reference):
+def test_a_finished_early_stopped_job_rerun_twice_returns_the_trained_model(tmp_path, reference):
     first = script.run(tmp_path)
     files = {name: (tmp_path / name).read_bytes() for name in ("log.csv", "best.keras")}
     for _ in range(2):
@@ -87,7 +85,8 @@ def test_a_finished_early_stopped_job_rerun_twice_returns_the_trained_model(
 
 
 def test_a_job_killed_after_its_early_stop_before_its_completion_record_stays_stopped(
-        tmp_path, reference):
+    tmp_path, reference
+):
     script.run(tmp_path)
     (tmp_path / "backup" / "COMPLETED.json").unlink()  # what a kill in between leaves
     csv = (tmp_path / "log.csv").read_bytes()
@@ -109,7 +108,8 @@ def test_a_finished_job_whose_final_backup_is_gone_is_refused(tmp_path):
 
 
 def test_the_shipped_script_rerun_and_after_a_crash_before_its_save_keeps_the_trained_model(
-        tmp_path):
+    tmp_path,
+):
     sys.path.insert(0, str(REPO / "examples" / "resumable_script"))
     try:
         import after  # pylint: disable=import-outside-toplevel
@@ -134,7 +134,8 @@ class HalveAtEpochEnd(keras.callbacks.Callback):
 
 
 def test_the_backup_at_an_epochs_last_step_keeps_what_epoch_end_callbacks_changed(
-        tmp_path, reference):
+    tmp_path, reference
+):
     # save_freq=4 divides the 8 steps of an epoch: every epoch end is also a periodic step.
     reference_out = tmp_path / "reference"
     expected = script.run(reference_out, save_freq=4, extra_callbacks=[HalveAtEpochEnd()])
@@ -147,8 +148,7 @@ def test_the_backup_at_an_epochs_last_step_keeps_what_epoch_end_callbacks_change
     _assert_same_weights(out / "model.keras", reference_out / "model.keras")
 
 
-def test_a_finite_dataset_without_steps_per_epoch_resumes_at_and_between_epoch_ends(
-        tmp_path):
+def test_a_finite_dataset_without_steps_per_epoch_resumes_at_and_between_epoch_ends(tmp_path):
     expected = script.run(tmp_path / "reference", finite=True, save_freq=4)
     out = tmp_path / "resumed"
     _crash(out, 9, finite=True, save_freq=4)  # newest backup: the end of epoch 0
@@ -170,12 +170,21 @@ def _model_and_unknown_length_data():
 def test_a_mid_epoch_backup_of_unknown_epoch_length_is_refused_with_what_to_do(tmp_path):
     model, data = _model_and_unknown_length_data()
     with pytest.raises(RuntimeError, match="simulated crash"):
-        tfdist.resumable.fit(model, data, epochs=2, save_freq=3, backup_dir=str(tmp_path),
-                             callbacks=[CrashAfterBatches(4)], verbose=0, preemption=None)
+        tfdist.resumable.fit(
+            model,
+            data,
+            epochs=2,
+            save_freq=3,
+            backup_dir=str(tmp_path),
+            callbacks=[CrashAfterBatches(4)],
+            verbose=0,
+            preemption=None,
+        )
     model, data = _model_and_unknown_length_data()
     with pytest.raises(UsageError) as error:
-        tfdist.resumable.fit(model, data, epochs=2, save_freq=3, backup_dir=str(tmp_path),
-                             verbose=0, preemption=None)
+        tfdist.resumable.fit(
+            model, data, epochs=2, save_freq=3, backup_dir=str(tmp_path), verbose=0, preemption=None
+        )
     message = str(error.value)
     assert "pass steps_per_epoch=N" in message and "segments" not in message
 

@@ -1,6 +1,5 @@
 """Start-up banners of TensorFlow's native libraries, and the filter that drops them."""
 
-
 from tfdist._internal import startup_logs
 
 CAPTURED = """\

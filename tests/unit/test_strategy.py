@@ -11,16 +11,21 @@ import socket
 import pytest
 import tensorflow as tf
 
-from tfdist.distribute.cluster import Cluster, resolve_cluster
-from tfdist.errors import ClusterConfigError, UsageError
-from tfdist.distribute.strategy import (StrategyOptions, expected_num_replicas, make_strategy,
-                             resolve_strategy_name)
 from tfdist.distribute.choice import STRATEGIES, check_strategy_name, choose_strategy
+from tfdist.distribute.cluster import Cluster, resolve_cluster
+from tfdist.distribute.strategy import (
+    StrategyOptions,
+    expected_num_replicas,
+    make_strategy,
+    resolve_strategy_name,
+)
+from tfdist.errors import ClusterConfigError, UsageError
 
 
 def tf_config_cluster(cluster: dict, task_type: str = "worker", index: int = 0) -> Cluster:
-    return resolve_cluster({"TF_CONFIG": json.dumps(
-        {"cluster": cluster, "task": {"type": task_type, "index": index}})})
+    return resolve_cluster(
+        {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": task_type, "index": index}})}
+    )
 
 
 def test_default_strategy():
@@ -50,17 +55,21 @@ def test_auto_picks_default_here_and_logs_why(caplog):
     assert "--strategy=auto chose 'default' because single process with no GPU" in caplog.text
 
 
-@pytest.mark.parametrize("cluster, expected", [
-    ({"worker": ["localhost:1", "localhost:2"]}, "multiworker"),
-    ({"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3"]},
-     "parameter_server"),
-    ({"worker": ["localhost:1"]}, "default"),
-])
+@pytest.mark.parametrize(
+    "cluster, expected",
+    [
+        ({"worker": ["localhost:1", "localhost:2"]}, "multiworker"),
+        (
+            {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3"]},
+            "parameter_server",
+        ),
+        ({"worker": ["localhost:1"]}, "default"),
+    ],
+)
 def test_auto_infers_from_the_cluster(cluster, expected, caplog):
     caplog.set_level(logging.INFO, logger="absl")
     task_type = "chief" if "chief" in cluster else "worker"
-    name = resolve_strategy_name("auto", tf_config_cluster(cluster, task_type),
-                                 StrategyOptions())
+    name = resolve_strategy_name("auto", tf_config_cluster(cluster, task_type), StrategyOptions())
     assert name == expected
     assert f"--strategy=auto chose {expected!r} because" in caplog.text
 
@@ -99,8 +108,9 @@ def test_parameter_server_without_a_cluster_fails_before_building():
 
 
 def test_multiworker_refuses_ps_tasks():
-    cluster = tf_config_cluster({"chief": ["localhost:1"], "worker": ["localhost:2"],
-                                 "ps": ["localhost:3"]}, "chief")
+    cluster = tf_config_cluster(
+        {"chief": ["localhost:1"], "worker": ["localhost:2"], "ps": ["localhost:3"]}, "chief"
+    )
     with pytest.raises(ClusterConfigError, match="--strategy=parameter_server"):
         make_strategy("multiworker", cluster)
 
@@ -111,10 +121,13 @@ def test_splitting_the_cpu_after_initialization_is_a_clear_error():
         make_strategy("mirrored", Cluster(), StrategyOptions(num_cpu_devices=existing + 1))
 
 
-@pytest.mark.parametrize("options, fragment", [
-    ({"all_reduce": "hierarchical"}, "--all_reduce is 'hierarchical'"),
-    ({"num_cpu_devices": -1}, "--num_cpu_devices is -1"),
-])
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        ({"all_reduce": "hierarchical"}, "--all_reduce is 'hierarchical'"),
+        ({"num_cpu_devices": -1}, "--num_cpu_devices is -1"),
+    ],
+)
 def test_strategy_options_reject_bad_values(options, fragment):
     with pytest.raises(UsageError, match=fragment):
         StrategyOptions(**options)
@@ -130,20 +143,32 @@ CHOICES = {
     "ps tasks": (_PS, "chief", 0, "", "parameter_server", "the cluster has 2 ps task(s)"),
     "ps tasks even with GPUs": (_PS, "chief", 4, "", "parameter_server", "2 ps task(s)"),
     "two workers": (_TWO_WORKERS, "worker", 0, "", "multiworker", "2 training tasks"),
-    "two workers with GPUs": (_TWO_WORKERS, "worker", 8, "", "multiworker",
-                              "2 training tasks"),
-    "chief plus worker": ({"chief": ["localhost:1"], "worker": ["localhost:2"]}, "chief", 0, "",
-                          "multiworker", "2 training tasks"),
-    "one worker, several GPUs": ({"worker": ["localhost:1"]}, "worker", 2, "", "mirrored",
-                                 "2 GPUs"),
+    "two workers with GPUs": (_TWO_WORKERS, "worker", 8, "", "multiworker", "2 training tasks"),
+    "chief plus worker": (
+        {"chief": ["localhost:1"], "worker": ["localhost:2"]},
+        "chief",
+        0,
+        "",
+        "multiworker",
+        "2 training tasks",
+    ),
+    "one worker, several GPUs": (
+        {"worker": ["localhost:1"]},
+        "worker",
+        2,
+        "",
+        "mirrored",
+        "2 GPUs",
+    ),
     "single process, several GPUs": (None, None, 4, "", "mirrored", "4 GPUs"),
     "single process, one GPU": (None, None, 1, "", "one_device", "1 GPU"),
     "single process, CPU only": (None, None, 0, "", "default", "no GPU"),
 }
 
 
-@pytest.mark.parametrize("cluster, task_type, num_gpus, tpu, expected, reason",
-                         CHOICES.values(), ids=CHOICES.keys())
+@pytest.mark.parametrize(
+    "cluster, task_type, num_gpus, tpu, expected, reason", CHOICES.values(), ids=CHOICES.keys()
+)
 def test_choose_strategy(cluster, task_type, num_gpus, tpu, expected, reason):
     resolved = tf_config_cluster(cluster, task_type) if cluster else Cluster()
     chosen, why = choose_strategy(resolved, num_gpus=num_gpus, tpu=tpu)
@@ -159,19 +184,24 @@ REPLICAS = {
     "mirrored, CPU not split": ("mirrored", None, {}, 1),
     "mirrored on 3 logical CPUs": ("mirrored", None, {"num_cpu_devices": 3}, 3),
     "multiworker without a cluster": ("multiworker", None, {}, 1),
-    "multiworker with 3 workers": ("multiworker",
-                                   {"worker": ["localhost:1", "localhost:2", "localhost:3"]},
-                                   {}, 3),
-    "multiworker with chief and worker": ("multiworker",
-                                          {"chief": ["localhost:1"], "worker": ["localhost:2"]},
-                                          {}, 2),
+    "multiworker with 3 workers": (
+        "multiworker",
+        {"worker": ["localhost:1", "localhost:2", "localhost:3"]},
+        {},
+        3,
+    ),
+    "multiworker with chief and worker": (
+        "multiworker",
+        {"chief": ["localhost:1"], "worker": ["localhost:2"]},
+        {},
+        2,
+    ),
     "auto with 2 workers": ("auto", {"worker": ["localhost:1", "localhost:2"]}, {}, 2),
     "tpu: unknown until connected": ("tpu", None, {}, None),
 }
 
 
-@pytest.mark.parametrize("name, cluster, options, expected", REPLICAS.values(),
-                         ids=REPLICAS.keys())
+@pytest.mark.parametrize("name, cluster, options, expected", REPLICAS.values(), ids=REPLICAS.keys())
 def test_expected_num_replicas(name, cluster, options, expected):
     task_type = "chief" if cluster and "chief" in cluster else "worker"
     resolved = tf_config_cluster(cluster, task_type) if cluster else Cluster()

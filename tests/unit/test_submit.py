@@ -5,7 +5,6 @@ the package staged into gcp-storage-emulator."""
 import os
 import tarfile
 
-
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

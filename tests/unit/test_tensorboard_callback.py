@@ -4,9 +4,9 @@ Its point is speed (no per-batch scalar calls at update_freq="epoch"), which
 bench/bench_overhead.py measures; these tests pin that nothing recorded changes.
 """
 
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 from tfdist.callbacks import EpochTensorBoard
 
@@ -24,8 +24,7 @@ def _fit(callback):
     model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
     model.compile(optimizer="sgd", loss="mse")
     features = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
-    model.fit(features, features[:, :1], batch_size=16, epochs=2, verbose=0,
-              callbacks=[callback])
+    model.fit(features, features[:, :1], batch_size=16, epochs=2, verbose=0, callbacks=[callback])
 
 
 def test_epoch_recording_writes_the_same_tags_as_keras(tmp_path):

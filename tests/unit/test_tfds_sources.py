@@ -22,15 +22,21 @@ class TinyImages(tfds.core.GeneratorBasedBuilder):
     def _info(self):
         return tfds.core.DatasetInfo(
             builder=self,
-            features=tfds.features.FeaturesDict({
-                "image": tfds.features.Image(shape=(SIZE, SIZE, 1)),
-                "label": tfds.features.ClassLabel(num_classes=3)}),
-            supervised_keys=("image", "label"))
+            features=tfds.features.FeaturesDict(
+                {
+                    "image": tfds.features.Image(shape=(SIZE, SIZE, 1)),
+                    "label": tfds.features.ClassLabel(num_classes=3),
+                }
+            ),
+            supervised_keys=("image", "label"),
+        )
 
     def _split_generators(self, dl_manager):
         del dl_manager
-        return {"train": self._generate_examples(COUNT),
-                "test": self._generate_examples(COUNT // 4)}
+        return {
+            "train": self._generate_examples(COUNT),
+            "test": self._generate_examples(COUNT // 4),
+        }
 
     def _generate_examples(self, count):
         for index in range(count):
@@ -60,7 +66,8 @@ def test_a_tfds_set_by_name_is_random_access_when_prepared_as_array_record(prepa
     else:
         assert isinstance(train.value, tf.data.Dataset)
     assert _first_pixels(train.examples()) == list(range(COUNT))
-    images, labels = next(iter(train.training_stream(None, global_batch_size=16, seed=0,
-                                                     num_examples=COUNT)))
+    images, labels = next(
+        iter(train.training_stream(None, global_batch_size=16, seed=0, num_examples=COUNT))
+    )
     assert images.shape == (16, SIZE, SIZE, 1) and labels.dtype == tf.int32
     assert [int(round(float(i[0, 0, 0]) * 255)) % 3 for i in images] == labels.numpy().tolist()

@@ -11,10 +11,9 @@ import tensorflow_datasets as tfds
 from tfdist.distribute.cluster import resolve_cluster
 from tfdist.errors import UsageError
 from trainer import config as config_lib
+from trainer import run as run_lib
 from trainer.tasks import datasets as datasets_lib
 from trainer.tasks.builtin import BuiltinTask
-from trainer import run as run_lib
-
 
 # --- tfds datasets through the real loading path -----------------------------
 
@@ -27,10 +26,16 @@ def _write_tfds_metadata(data_dir: pathlib.Path, name: str, splits: dict) -> Non
     Nothing is downloaded: the builder class and its features ship with tfds.
     """
     builder = tfds.builder(name, data_dir=str(data_dir))
-    builder.info.set_splits(tfds.core.SplitDict([
-        tfds.core.SplitInfo(name=split, shard_lengths=[count], num_bytes=0,
-                            filename_template=None)
-        for split, count in splits.items()]))
+    builder.info.set_splits(
+        tfds.core.SplitDict(
+            [
+                tfds.core.SplitInfo(
+                    name=split, shard_lengths=[count], num_bytes=0, filename_template=None
+                )
+                for split, count in splits.items()
+            ]
+        )
+    )
     pathlib.Path(builder.data_dir).mkdir(parents=True, exist_ok=True)
     builder.info.write_to_directory(builder.data_dir)
 
@@ -39,8 +44,15 @@ def test_tfds_dataset_trains_through_the_trainer(tmp_path):
     data_dir = tmp_path / "tfds"
     _write_tfds_metadata(data_dir, "mnist", {"train": 96, "test": 32})
     config = config_lib.ExperimentConfig(
-        strategy="default", model="cnn", dataset="mnist", data_dir=str(data_dir), epochs=1,
-        steps_per_epoch=3, global_batch_size=16, model_dir=str(tmp_path / "model"))
+        strategy="default",
+        model="cnn",
+        dataset="mnist",
+        data_dir=str(data_dir),
+        epochs=1,
+        steps_per_epoch=3,
+        global_batch_size=16,
+        model_dir=str(tmp_path / "model"),
+    )
     with tfds.testing.mock_data(num_examples=96, data_dir=str(data_dir)):
         task = BuiltinTask(model="cnn", dataset="mnist", data_dir=str(data_dir))
         images, labels = next(iter(task.build_inputs(True).batch(16)))

@@ -10,16 +10,25 @@ from trainer.vertex import bill, images, options, rendering, tuning
 from trainer.vertex import spec as spec_lib
 
 OUR_IMAGE = "us-central1-docker.pkg.dev/p/tfdist/trainer:0.1.0"
-A100X8 = {"machine_type": "a2-highgpu-8g", "accelerator_type": "NVIDIA_TESLA_A100",
-          "accelerator_count": 8}
+A100X8 = {
+    "machine_type": "a2-highgpu-8g",
+    "accelerator_type": "NVIDIA_TESLA_A100",
+    "accelerator_count": 8,
+}
 RS = {"strategy": "multiworker", "workers": 1, "reduction_servers": 7, **A100X8}
 
 
 def make_spec(**values):
-    flag_values = {"project": "my-project", "region": "us-central1",
-                   "staging_bucket": "gs://my-bucket", "container_uri": OUR_IMAGE, **values}
-    return spec_lib.JobSpec.from_options(options.merge_options({}, flag_values),
-                                         timestamp="20261201-000000")
+    flag_values = {
+        "project": "my-project",
+        "region": "us-central1",
+        "staging_bucket": "gs://my-bucket",
+        "container_uri": OUR_IMAGE,
+        **values,
+    }
+    return spec_lib.JobSpec.from_options(
+        options.merge_options({}, flag_values), timestamp="20261201-000000"
+    )
 
 
 def pools_of(spec):
@@ -34,13 +43,18 @@ def refused(**values) -> str:
 
 # ------------------------------------------------------------------ Reduction Server
 
+
 def test_reduction_server_jobs_get_nccl_all_reduce_set_for_them():
     spec = make_spec(**RS, trainer_args=("--epochs=2",))
     for pool in pools_of(spec)[:2]:
         assert pool["containerSpec"]["args"] == [
-            "--strategy=multiworker", "--all_reduce=nccl", "--epochs=2"]
-    assert any("NCCL (--all_reduce=nccl set by the submitter)" in line
-               for line in bill.bill_lines(spec))
+            "--strategy=multiworker",
+            "--all_reduce=nccl",
+            "--epochs=2",
+        ]
+    assert any(
+        "NCCL (--all_reduce=nccl set by the submitter)" in line for line in bill.bill_lines(spec)
+    )
 
 
 @pytest.mark.parametrize("value", ["ring", "auto"])
@@ -51,8 +65,7 @@ def test_reduction_server_with_another_all_reduce_is_refused(value):
 
 
 def test_too_few_reducers_for_the_workers_bandwidth_are_refused():
-    message = refused(**{**RS, "reduction_servers": 1},
-                      reduction_server_machine_type="e2-small")
+    message = refused(**{**RS, "reduction_servers": 1}, reduction_server_machine_type="e2-small")
     assert "--reduction_servers=1 x 1 Gbps (e2-small) cannot carry 2 x 100 Gbps" in message
     assert "expected at least 200 reducers" in message
     assert "at least 7 reducers" in refused(**{**RS, "reduction_servers": 6})
@@ -75,8 +88,10 @@ def test_users_cannot_set_the_pool_2_marker_themselves():
 
 # ------------------------------------------------------------------------ images
 
-@pytest.mark.parametrize("name, ended", [("tf-gpu.2-17.py310", "2026-07-11"),
-                                         ("tf-cpu.2-16.py310", "2026-06-28")])
+
+@pytest.mark.parametrize(
+    "name, ended", [("tf-gpu.2-17.py310", "2026-07-11"), ("tf-cpu.2-16.py310", "2026-06-28")]
+)
 def test_prebuilt_images_past_their_end_of_availability_are_refused_with_the_date(name, ended):
     uri = f"us-docker.pkg.dev/vertex-ai/training/{name}:latest"
     message = refused(container_uri=uri)
@@ -88,19 +103,27 @@ def test_prebuilt_images_past_their_end_of_availability_are_refused_with_the_dat
     assert make_spec(container_uri=uri, allow_ended_image=True).uses_python_package
 
 
-@pytest.mark.parametrize("uri", [
-    "us-docker.pkg.dev/vertex-ai/training/tf-gpu.9-99.py310:latest",
-    "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
-    "gcr.io/cloud-aiplatform/training/tf-cpu.2-1:latest",
-])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "us-docker.pkg.dev/vertex-ai/training/tf-gpu.9-99.py310:latest",
+        "us-docker.pkg.dev/vertex-ai/training/pytorch-gpu.2-4.py310:latest",
+        "gcr.io/cloud-aiplatform/training/tf-cpu.2-1:latest",
+    ],
+)
 def test_unknown_prebuilt_images_are_refused(uri):
     assert "is not a TensorFlow image Vertex AI lists (as of 2026-12-01" in refused(
-        container_uri=uri, allow_ended_image=True)
+        container_uri=uri, allow_ended_image=True
+    )
 
 
 def test_arm_machines_need_an_arm64_image():
-    a4x = {"machine_type": "a4x-highgpu-4g", "accelerator_type": "NVIDIA_GB200",
-           "accelerator_count": 4, "strategy": "mirrored"}
+    a4x = {
+        "machine_type": "a4x-highgpu-4g",
+        "accelerator_type": "NVIDIA_GB200",
+        "accelerator_count": 4,
+        "strategy": "mirrored",
+    }
     assert "runs arm64 images only, got an amd64 image" in refused(**a4x)
     assert make_spec(**a4x, image_architecture="multi").machine.machine_type == "a4x-highgpu-4g"
     assert make_spec(**a4x, image_architecture="arm64")
@@ -109,23 +132,38 @@ def test_arm_machines_need_an_arm64_image():
 
 # ---------------------------------------------------------------------- machines
 
+
 def disk_types(spec):
     return [pool["diskSpec"].get("bootDiskType") for pool in pools_of(spec)]
 
 
 def test_a3_ultra_boots_from_hyperdisk_and_refuses_persistent_disk():
-    a3u = {"machine_type": "a3-ultragpu-8g", "accelerator_type": "NVIDIA_H200_141GB",
-           "accelerator_count": 8, "strategy": "mirrored"}
+    a3u = {
+        "machine_type": "a3-ultragpu-8g",
+        "accelerator_type": "NVIDIA_H200_141GB",
+        "accelerator_count": 8,
+        "strategy": "mirrored",
+    }
     assert disk_types(make_spec(**a3u)) == ["hyperdisk-balanced"]
     assert "boots from Hyperdisk only" in refused(**a3u, boot_disk_type="pd-ssd")
 
 
-@pytest.mark.parametrize("machine, accelerator, count", [
-    ("a4-highgpu-8g", "NVIDIA_B200", 8), ("g4-standard-48", "NVIDIA_RTX_PRO_6000", 1),
-    ("a4x-highgpu-4g", "NVIDIA_GB200", 4)])
+@pytest.mark.parametrize(
+    "machine, accelerator, count",
+    [
+        ("a4-highgpu-8g", "NVIDIA_B200", 8),
+        ("g4-standard-48", "NVIDIA_RTX_PRO_6000", 1),
+        ("a4x-highgpu-4g", "NVIDIA_GB200", 4),
+    ],
+)
 def test_families_without_a_known_default_disk_let_vertex_decide(machine, accelerator, count):
-    spec = make_spec(machine_type=machine, accelerator_type=accelerator,
-                     accelerator_count=count, strategy="mirrored", image_architecture="multi")
+    spec = make_spec(
+        machine_type=machine,
+        accelerator_type=accelerator,
+        accelerator_count=count,
+        strategy="mirrored",
+        image_architecture="multi",
+    )
     assert disk_types(spec) == [None]
     assert pools_of(spec)[0]["diskSpec"] == {"bootDiskSizeGb": 100}
 
@@ -136,50 +174,76 @@ def test_other_machines_keep_pd_ssd_and_an_explicit_type_is_sent_as_asked():
 
 
 def test_k80_is_refused():
-    message = refused(machine_type="n1-standard-8", accelerator_type="NVIDIA_TESLA_K80",
-                      accelerator_count=1)
+    message = refused(
+        machine_type="n1-standard-8", accelerator_type="NVIDIA_TESLA_K80", accelerator_count=1
+    )
     assert "NVIDIA_TESLA_K80 is deprecated" in message and "no kernels" in message
 
 
-@pytest.mark.parametrize("machine, accelerator, count", [
-    ("n1-standard-8", "NVIDIA_TESLA_T4", 1), ("n1-standard-8", "NVIDIA_TESLA_V100", 1),
-    ("g4-standard-48", "NVIDIA_RTX_PRO_6000", 1)])
+@pytest.mark.parametrize(
+    "machine, accelerator, count",
+    [
+        ("n1-standard-8", "NVIDIA_TESLA_T4", 1),
+        ("n1-standard-8", "NVIDIA_TESLA_V100", 1),
+        ("g4-standard-48", "NVIDIA_RTX_PRO_6000", 1),
+    ],
+)
 def test_flex_start_is_refused_on_gpus_dws_does_not_list(machine, accelerator, count):
-    message = refused(machine_type=machine, accelerator_type=accelerator,
-                      accelerator_count=count, scheduling="flex_start")
+    message = refused(
+        machine_type=machine,
+        accelerator_type=accelerator,
+        accelerator_count=count,
+        scheduling="flex_start",
+    )
     assert f"--accelerator_type={accelerator}, which Dynamic Workload Scheduler" in message
 
 
 def test_flex_start_on_gb200_is_refused_and_on_l4_accepted():
     assert "Dynamic Workload Scheduler" in refused(
-        machine_type="a4x-highgpu-4g", accelerator_type="NVIDIA_GB200", accelerator_count=4,
-        image_architecture="multi", scheduling="flex_start")
-    spec = make_spec(machine_type="g2-standard-8", accelerator_type="NVIDIA_L4",
-                     accelerator_count=1, scheduling="flex_start")
+        machine_type="a4x-highgpu-4g",
+        accelerator_type="NVIDIA_GB200",
+        accelerator_count=4,
+        image_architecture="multi",
+        scheduling="flex_start",
+    )
+    spec = make_spec(
+        machine_type="g2-standard-8",
+        accelerator_type="NVIDIA_L4",
+        accelerator_count=1,
+        scheduling="flex_start",
+    )
     assert pools_of(spec)[0]["machineSpec"]["acceleratorType"] == "NVIDIA_L4"
 
 
 # -------------------------------------------------------------------------- bill
 
+
 def test_the_bill_counts_machines_accelerators_and_the_tuning_peak():
     spec = make_spec(**RS, scheduling="spot")
-    study = tuning.TuningSpec(metric="val_loss", goal="minimize", max_trial_count=20,
-                              parallel_trial_count=4,
-                              parameters=(tuning.parse_parameter("seed", "integer:1:9"),))
+    study = tuning.TuningSpec(
+        metric="val_loss",
+        goal="minimize",
+        max_trial_count=20,
+        parallel_trial_count=4,
+        parameters=(tuning.parse_parameter("seed", "integer:1:9"),),
+    )
     lines = bill.bill_lines(spec, tuning=study)
     assert lines[1:4] == [
         "  pool 0 chief      1 x a2-highgpu-8g, 8 x NVIDIA_TESLA_A100 each, pd-ssd 100 GB, "
         "our trainer",
         "  pool 1 workers    1 x a2-highgpu-8g, 8 x NVIDIA_TESLA_A100 each, pd-ssd 100 GB, "
         "our trainer",
-        "  pool 2 reducers   7 x n1-highcpu-16, pd-ssd 100 GB, Reduction Server"]
+        "  pool 2 reducers   7 x n1-highcpu-16, pd-ssd 100 GB, Reduction Server",
+    ]
     assert lines[4].startswith("  scheduling SPOT")
     assert lines[5] == "  in all: 9 machines, 16 x NVIDIA_TESLA_A100, 7 reducers"
-    assert lines[6] == ("  tuning: 20 trials, 4 at once: peak 36 machines, "
-                        "64 x NVIDIA_TESLA_A100, 28 reducers")
+    assert lines[6] == (
+        "  tuning: 20 trials, 4 at once: peak 36 machines, 64 x NVIDIA_TESLA_A100, 28 reducers"
+    )
 
 
 # ----------------------------------------------------------------------- serving
+
 
 def test_the_default_serving_image_is_one_vertex_lists():
     from trainer.vertex import serving
@@ -189,10 +253,12 @@ def test_the_default_serving_image_is_one_vertex_lists():
     assert "tf2-cpu.2-15" in serving.DEFAULT_SERVING_IMAGE
     with pytest.raises(UsageError, match="is not a TensorFlow image Vertex AI lists"):
         images.check_prediction_image(
-            "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-17:latest", today=today)
+            "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-17:latest", today=today
+        )
     with pytest.raises(UsageError, match="end of availability on 2027-01-14"):
-        images.check_prediction_image(serving.DEFAULT_SERVING_IMAGE,
-                                      today=datetime.date(2027, 1, 15))
+        images.check_prediction_image(
+            serving.DEFAULT_SERVING_IMAGE, today=datetime.date(2027, 1, 15)
+        )
 
 
 # ------------------------------------------------- job options users reach for
@@ -201,41 +267,65 @@ NETWORK = "projects/42/global/networks/peered"
 
 
 def test_persistent_resource_experiment_and_nfs_reach_the_job_spec():
-    spec = make_spec(persistent_resource_id="pool-1", experiment="exp-1",
-                     experiment_run="run-1", network=NETWORK,
-                     nfs_mount=("10.0.0.2:/share:data",))
+    spec = make_spec(
+        persistent_resource_id="pool-1",
+        experiment="exp-1",
+        experiment_run="run-1",
+        network=NETWORK,
+        nfs_mount=("10.0.0.2:/share:data",),
+    )
     job_spec = rendering.build_custom_job(spec)["jobSpec"]
     assert job_spec["persistentResourceId"] == "pool-1"
     contexts = "projects/my-project/locations/us-central1/metadataStores/default/contexts"
     assert job_spec["experiment"] == f"{contexts}/exp-1"
     assert job_spec["experimentRun"] == f"{contexts}/exp-1-run-1"
     assert job_spec["workerPoolSpecs"][0]["nfsMounts"] == [
-        {"server": "10.0.0.2", "path": "/share", "mountPoint": "data"}]
-    assert any("on persistent resource pool-1" in line and "/mnt/nfs/data" in line
-               for line in bill.bill_lines(spec))
+        {"server": "10.0.0.2", "path": "/share", "mountPoint": "data"}
+    ]
+    assert any(
+        "on persistent resource pool-1" in line and "/mnt/nfs/data" in line
+        for line in bill.bill_lines(spec)
+    )
 
 
-@pytest.mark.parametrize("values, expected", [
-    ({"persistent_resource_id": "projects/p/locations/l/persistentResources/x"},
-     "expected the resource's ID"),
-    ({"experiment_run": "run-1"}, "--experiment_run='run-1' needs --experiment"),
-    ({"experiment": "Exp 1"}, "--experiment is 'Exp 1'"),
-    ({"nfs_mount": ("10.0.0.2:/share:data",)}, "--nfs_mount needs --network"),
-    ({"nfs_mount": ("10.0.0.2/share",), "network": NETWORK}, "expected SERVER:/PATH:MOUNT_POINT"),
-])
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        (
+            {"persistent_resource_id": "projects/p/locations/l/persistentResources/x"},
+            "expected the resource's ID",
+        ),
+        ({"experiment_run": "run-1"}, "--experiment_run='run-1' needs --experiment"),
+        ({"experiment": "Exp 1"}, "--experiment is 'Exp 1'"),
+        ({"nfs_mount": ("10.0.0.2:/share:data",)}, "--nfs_mount needs --network"),
+        (
+            {"nfs_mount": ("10.0.0.2/share",), "network": NETWORK},
+            "expected SERVER:/PATH:MOUNT_POINT",
+        ),
+    ],
+)
 def test_bad_job_options_are_one_line(values, expected):
     assert expected in refused(**values)
 
 
 def test_tpu_v5e_replicas_get_the_pjrt_variables():
-    tpu = {"strategy": "tpu", "machine_type": "ct5lp-hightpu-4t",
-           "accelerator_type": "TPU_V5_LITEPOD", "accelerator_count": 4, "tpu_topology": "2x2"}
+    tpu = {
+        "strategy": "tpu",
+        "machine_type": "ct5lp-hightpu-4t",
+        "accelerator_type": "TPU_V5_LITEPOD",
+        "accelerator_count": 4,
+        "tpu_topology": "2x2",
+    }
     (pool,) = pools_of(make_spec(**tpu))
     assert pool["containerSpec"]["env"] == [
         {"name": "NEXT_PLUGGABLE_DEVICE_USE_C_API", "value": "true"},
-        {"name": "TF_PLUGGABLE_DEVICE_LIBRARY_PATH", "value": "/lib/libtpu.so"}]
+        {"name": "TF_PLUGGABLE_DEVICE_LIBRARY_PATH", "value": "/lib/libtpu.so"},
+    ]
     shown = rendering.redact_env(rendering.build_custom_job(make_spec(**tpu)))
-    assert shown["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"] == pool[
-        "containerSpec"]["env"], "ours, not secrets: the dry run shows them"
+    assert (
+        shown["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["env"]
+        == pool["containerSpec"]["env"]
+    ), "ours, not secrets: the dry run shows them"
     assert "which the submitter sets for TPU v5e" in refused(
-        **tpu, env=("TF_PLUGGABLE_DEVICE_LIBRARY_PATH=/x.so",))
+        **tpu, env=("TF_PLUGGABLE_DEVICE_LIBRARY_PATH=/x.so",)
+    )

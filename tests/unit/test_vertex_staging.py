@@ -30,7 +30,8 @@ def make_user_project(root, *, requires='["setuptools>=61"]', name="my-task"):
     (root / "pyproject.toml").write_text(
         f'[build-system]\nrequires = {requires}\nbuild-backend = "setuptools.build_meta"\n\n'
         f'[project]\nname = "{name}"\nversion = "1.2.0"\n\n'
-        f'[tool.setuptools]\npackages = ["my_pkg"]\n')
+        f'[tool.setuptools]\npackages = ["my_pkg"]\n'
+    )
     (root / "build").mkdir()  # a stale build output: not part of the sources
     (root / "build" / "junk.txt").write_text("x")
     return root
@@ -42,13 +43,13 @@ def test_same_sources_same_name(tmp_path):
     second = staging.build_sdist(str(project), str(tmp_path / "b"))
     assert first.staged_name == second.staged_name
     (project / "my_pkg" / "mod.py").write_text(TASK_MODULE + "\nVERSION = 2\n")
-    assert staging.build_sdist(str(project), str(tmp_path / "c")).staged_name != \
-        first.staged_name
+    assert staging.build_sdist(str(project), str(tmp_path / "c")).staged_name != first.staged_name
 
 
 def test_unmet_build_requirements_are_named(tmp_path):
-    project = make_user_project(tmp_path / "user",
-                                requires='["setuptools>=61", "tfdist-no-such-backend>=9"]')
+    project = make_user_project(
+        tmp_path / "user", requires='["setuptools>=61", "tfdist-no-such-backend>=9"]'
+    )
     with pytest.raises(UsageError) as caught:
         staging.build_sdist(str(project), str(tmp_path / "out"), flag="--task_package")
     message = str(caught.value)
@@ -63,13 +64,17 @@ def test_a_new_top_level_package_is_packaged_because_setup_cfg_says_so(tmp_path)
     for name in ("setup.cfg", "pyproject.toml", "README.md"):
         shutil.copy2(os.path.join(REPO, name), root / name)
     for package in ("tfdist", "trainer"):
-        shutil.copytree(os.path.join(REPO, package), root / package,
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(
+            os.path.join(REPO, package),
+            root / package,
+            ignore=shutil.ignore_patterns("__pycache__"),
+        )
     (root / "tfdist_contrib").mkdir()
     (root / "tfdist_contrib" / "__init__.py").write_text("EXTRA = 1\n")
     setup_cfg = (root / "setup.cfg").read_text()
-    (root / "setup.cfg").write_text(setup_cfg.replace(
-        "    trainer.*\n", "    trainer.*\n    tfdist_contrib\n", 1))
+    (root / "setup.cfg").write_text(
+        setup_cfg.replace("    trainer.*\n", "    trainer.*\n    tfdist_contrib\n", 1)
+    )
     package = staging.build_sdist(str(root), str(tmp_path / "out"))
     with tarfile.open(package.path) as archive:
         names = archive.getnames()

@@ -7,7 +7,8 @@ import os
 import pytest
 
 from tfdist.errors import UsageError
-from trainer.vertex import options, spec as spec_lib, tuning
+from trainer.vertex import options, tuning
+from trainer.vertex import spec as spec_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TUNING = os.path.join(REPO, "configs", "tuning")
@@ -16,20 +17,33 @@ OUR_IMAGE = "us-central1-docker.pkg.dev/my-project/tfdist/trainer:0.1.0"
 
 def test_parameter_objects_and_strings_mean_the_same():
     as_text = tuning.parse_parameter("learning_rate", "double:1e-4:1e-1:log")
-    as_object = tuning.parse_parameter("learning_rate", {"type": "double", "min": 1e-4,
-                                                         "max": 0.1, "scale": "log"})
+    as_object = tuning.parse_parameter(
+        "learning_rate", {"type": "double", "min": 1e-4, "max": 0.1, "scale": "log"}
+    )
     assert as_text == as_object
     with pytest.raises(UsageError, match="unknown key"):
         tuning.parse_parameter("learning_rate", {"type": "double", "low": 1})
 
 
 def test_trial_arguments_keep_an_explicit_metric_flag():
-    spec = spec_lib.JobSpec.from_options(options.merge_options({}, {
-        "project": "my-project", "region": "us-central1", "staging_bucket": "gs://my-bucket",
-        "container_uri": OUR_IMAGE, "trainer_args": ("--hparam_metric=val_auc",)}),
-        timestamp="t")
-    study = tuning.TuningSpec(metric="val_auc", goal="maximize",
-                              parameters=(tuning.parse_parameter("epochs", "integer:1:2"),))
+    spec = spec_lib.JobSpec.from_options(
+        options.merge_options(
+            {},
+            {
+                "project": "my-project",
+                "region": "us-central1",
+                "staging_bucket": "gs://my-bucket",
+                "container_uri": OUR_IMAGE,
+                "trainer_args": ("--hparam_metric=val_auc",),
+            },
+        ),
+        timestamp="t",
+    )
+    study = tuning.TuningSpec(
+        metric="val_auc",
+        goal="maximize",
+        parameters=(tuning.parse_parameter("epochs", "integer:1:2"),),
+    )
     assert tuning.trial_args(spec, study) == ("--hparam_metric=val_auc",)
 
 

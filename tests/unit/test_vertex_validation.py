@@ -17,6 +17,10 @@ def test_every_machine_in_the_table_passes_its_own_check():
 
     for machine_type, built_in in machines.BUILT_IN.items():
         for topology in built_in.topologies:
-            machines.check_machine(flag="--machine_type", machine_type=machine_type,
-                                   accelerator_type=built_in.accelerator,
-                                   accelerator_count=built_in.count, tpu_topology=topology)
+            machines.check_machine(
+                flag="--machine_type",
+                machine_type=machine_type,
+                accelerator_type=built_in.accelerator,
+                accelerator_count=built_in.count,
+                tpu_topology=topology,
+            )

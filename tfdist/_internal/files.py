@@ -41,8 +41,10 @@ def write_json_atomically(path: str, payload: dict) -> None:
     """
     bad = _non_finite_path(payload)
     if bad is not None:
-        raise ValueError(f"{bad} is not a finite number, which JSON cannot hold; write None "
-                         f"for a missing value (not writing {path})")
+        raise ValueError(
+            f"{bad} is not a finite number, which JSON cannot hold; write None "
+            f"for a missing value (not writing {path})"
+        )
     write_atomically(path, json.dumps(payload, indent=2, sort_keys=True, allow_nan=False) + "\n")
 
 
@@ -50,8 +52,9 @@ def _is_url(path: str) -> bool:
     return "://" in path
 
 
-def replace_atomically(path: str, write: Callable[[str], None], *, temporary: str | None = None,
-                       suffix: str = "") -> None:
+def replace_atomically(
+    path: str, write: Callable[[str], None], *, temporary: str | None = None, suffix: str = ""
+) -> None:
     """Calls `write(temporary)`, then renames the temporary file over `path`.
 
     Readers see the old file or the whole new one, never a partial write, on
@@ -68,14 +71,17 @@ def replace_atomically(path: str, write: Callable[[str], None], *, temporary: st
     directory, name = os.path.split(path)
     if temporary is None:
         if _is_url(path):
-            temporary = os.path.join(directory, f".{name}.tmp-{os.getpid()}-{os.urandom(4).hex()}"
-                                                f"{suffix}")
+            temporary = os.path.join(
+                directory, f".{name}.tmp-{os.getpid()}-{os.urandom(4).hex()}{suffix}"
+            )
         else:
-            handle, temporary = tempfile.mkstemp(dir=directory or ".", prefix=f".{name}.tmp-",
-                                                 suffix=suffix)
+            handle, temporary = tempfile.mkstemp(
+                dir=directory or ".", prefix=f".{name}.tmp-", suffix=suffix
+            )
             os.close(handle)
     if _is_url(temporary) or _is_url(path):
         import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
         exists, remove = tf.io.gfile.exists, tf.io.gfile.remove
 
         def rename():
@@ -85,6 +91,7 @@ def replace_atomically(path: str, write: Callable[[str], None], *, temporary: st
 
         def rename():
             os.replace(temporary, path)
+
     try:
         write(temporary)
         rename()
@@ -101,6 +108,7 @@ def write_atomically(path: str, data: str | bytes, *, temporary: str | None = No
     def write(target: str) -> None:
         if _is_url(target):
             import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
             with tf.io.gfile.GFile(target, "wb") as handle:
                 handle.write(payload)
         else:

@@ -4,5 +4,9 @@ import tensorflow as tf
 
 # The same four under MultiWorkerMirroredStrategy collectives and on a
 # ParameterServerStrategy coordinator whose parameter server is gone.
-PEER_FAILURES = (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
-                 tf.errors.AbortedError, tf.errors.CancelledError)
+PEER_FAILURES = (
+    tf.errors.UnavailableError,
+    tf.errors.DeadlineExceededError,
+    tf.errors.AbortedError,
+    tf.errors.CancelledError,
+)

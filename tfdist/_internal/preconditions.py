@@ -33,11 +33,15 @@ def _hinted(message: str, hint: str) -> str:
     return f"{message}; {hint}" if hint else message
 
 
-def check_whole_number(name: str, value, *, minimum: int = 1, hint: str = "",
-                       error: type[UsageError] = UsageError) -> int:
+def check_whole_number(
+    name: str, value, *, minimum: int = 1, hint: str = "", error: type[UsageError] = UsageError
+) -> int:
     """Returns `value` if it is an `int` (not a bool) >= `minimum`."""
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
-            _hinted(f"{name} is {value!r}, expected a whole number >= {minimum}", hint), error)
+    require(
+        isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
+        _hinted(f"{name} is {value!r}, expected a whole number >= {minimum}", hint),
+        error,
+    )
     return value
 
 
@@ -45,6 +49,8 @@ def check_seconds(name: str, value, *, allow_zero: bool = False, hint: str = "")
     """Returns `value` if it is a number of seconds > 0 (or >= 0 with `allow_zero`)."""
     is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
     bound = ">= 0" if allow_zero else "> 0"
-    require(is_number and (value >= 0 if allow_zero else value > 0),
-            _hinted(f"{name} is {value!r}, expected a number of seconds {bound}", hint))
+    require(
+        is_number and (value >= 0 if allow_zero else value > 0),
+        _hinted(f"{name} is {value!r}, expected a number of seconds {bound}", hint),
+    )
     return value

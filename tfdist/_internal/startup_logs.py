@@ -48,6 +48,7 @@ def import_tensorflow_quietly(environ=os.environ):
     """Imports TensorFlow and lists its GPUs without the start-up banners; returns the module."""
     if "tensorflow" in sys.modules or environ.get("TF_CPP_MIN_LOG_LEVEL") == "0":
         import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
         return tf
     sys.stderr.flush()
     saved_stderr = os.dup(2)
@@ -55,6 +56,7 @@ def import_tensorflow_quietly(environ=os.environ):
         os.dup2(captured.fileno(), 2)
         try:
             import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
             tf.config.list_physical_devices("GPU")
         finally:
             sys.stderr.flush()
@@ -62,8 +64,9 @@ def import_tensorflow_quietly(environ=os.environ):
             os.close(saved_stderr)
             captured.seek(0)
             text = captured.read().decode("utf-8", errors="replace")
-            kept = without_banners(text.splitlines(keepends=True),
-                                   has_nvidia_device=os.path.exists(NVIDIA_DEVICE_NODE))
+            kept = without_banners(
+                text.splitlines(keepends=True), has_nvidia_device=os.path.exists(NVIDIA_DEVICE_NODE)
+            )
             sys.stderr.write("".join(kept))
             sys.stderr.flush()
     return tf

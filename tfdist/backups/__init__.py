@@ -13,10 +13,19 @@ docs/fault_tolerance.md.
 from tfdist.backups.fingerprint import RunFingerprint
 from tfdist.backups.paths import model_variable_paths, optimizer_variable_keys
 from tfdist.backups.state import FitSegment, ResumePoint, TrainingBackup
-from tfdist.backups.store import (BackupInfo, BackupStore, CorruptBackupError,
-                                        has_atomic_rename)
+from tfdist.backups.store import BackupInfo, BackupStore, CorruptBackupError, has_atomic_rename
 from tfdist.backups.sync import WorkerSync
 
-__all__ = ["BackupInfo", "BackupStore", "CorruptBackupError", "FitSegment", "ResumePoint",
-           "RunFingerprint", "TrainingBackup", "WorkerSync", "has_atomic_rename",
-           "model_variable_paths", "optimizer_variable_keys"]
+__all__ = [
+    "BackupInfo",
+    "BackupStore",
+    "CorruptBackupError",
+    "FitSegment",
+    "ResumePoint",
+    "RunFingerprint",
+    "TrainingBackup",
+    "WorkerSync",
+    "has_atomic_rename",
+    "model_variable_paths",
+    "optimizer_variable_keys",
+]

@@ -16,8 +16,7 @@ from typing import Mapping, Sequence
 
 import keras
 
-from tfdist.backups.paths import (model_variable_paths, optimizer_class_name,
-                                        optimizer_variable_keys)
+from tfdist.backups.paths import model_variable_paths, optimizer_class_name, optimizer_variable_keys
 from tfdist.errors import BackupMismatchError, UsageError
 
 _log = logging.getLogger(__name__)
@@ -35,8 +34,10 @@ def _json_value(value, name: str):
     try:
         return json.loads(json.dumps(value, allow_nan=False, sort_keys=True))
     except (TypeError, ValueError) as error:
-        raise UsageError(f"{name} is {value!r}, expected a JSON value (numbers, strings, "
-                         f"booleans, None, lists, string-keyed dicts; no NaN): {error}") from None
+        raise UsageError(
+            f"{name} is {value!r}, expected a JSON value (numbers, strings, "
+            f"booleans, None, lists, string-keyed dicts; no NaN): {error}"
+        ) from None
 
 
 def check_run_settings(run_settings: Mapping | None) -> dict:
@@ -48,10 +49,13 @@ def check_run_settings(run_settings: Mapping | None) -> dict:
     if run_settings is None:
         return {}
     if not isinstance(run_settings, Mapping) or not all(isinstance(k, str) for k in run_settings):
-        raise UsageError(f"run_settings is {run_settings!r}, expected a mapping of setting "
-                         f"names (str) to JSON values, e.g. {{'global_batch_size': 64}}")
-    return {key: _json_value(value, f"run_settings[{key!r}]")
-            for key, value in run_settings.items()}
+        raise UsageError(
+            f"run_settings is {run_settings!r}, expected a mapping of setting "
+            f"names (str) to JSON values, e.g. {{'global_batch_size': 64}}"
+        )
+    return {
+        key: _json_value(value, f"run_settings[{key!r}]") for key, value in run_settings.items()
+    }
 
 
 def check_changeable(changeable: Mapping | None) -> dict[str, str]:
@@ -63,10 +67,13 @@ def check_changeable(changeable: Mapping | None) -> dict[str, str]:
     if changeable is None:
         return {}
     if not isinstance(changeable, Mapping) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in changeable.items()):
-        raise UsageError(f"changeable is {changeable!r}, expected a mapping of field names "
-                         f"to the reason a change is safe, e.g. {{'epochs': 'constant "
-                         f"learning rate'}}")
+        isinstance(k, str) and isinstance(v, str) for k, v in changeable.items()
+    ):
+        raise UsageError(
+            f"changeable is {changeable!r}, expected a mapping of field names "
+            f"to the reason a change is safe, e.g. {{'epochs': 'constant "
+            f"learning rate'}}"
+        )
     return dict(changeable)
 
 
@@ -91,10 +98,14 @@ class RunFingerprint:
     optimizer_variables: tuple[VariableEntry, ...]
 
     def to_json(self) -> dict:
-        return {"version": VERSION, "run": dict(self.run), "dtype_policy": self.dtype_policy,
-                "optimizer": self.optimizer,
-                "model_variables": [list(entry) for entry in self.model_variables],
-                "optimizer_variables": [list(entry) for entry in self.optimizer_variables]}
+        return {
+            "version": VERSION,
+            "run": dict(self.run),
+            "dtype_policy": self.dtype_policy,
+            "optimizer": self.optimizer,
+            "model_variables": [list(entry) for entry in self.model_variables],
+            "optimizer_variables": [list(entry) for entry in self.optimizer_variables],
+        }
 
     @classmethod
     def from_json(cls, record, *, where: str) -> "RunFingerprint":
@@ -108,28 +119,36 @@ class RunFingerprint:
             raise BackupMismatchError(
                 f"the backup {where} has a run fingerprint of version {version!r}, this "
                 f"tfdist reads version {VERSION}; resume it with the tfdist that wrote it or "
-                f"use a new backup directory", field="fingerprint version",
-                backup_value=repr(version), run_value=str(VERSION))
+                f"use a new backup directory",
+                field="fingerprint version",
+                backup_value=repr(version),
+                run_value=str(VERSION),
+            )
 
         def entries(name):
             return tuple((path, list(shape), dtype) for path, shape, dtype in record[name])
 
         try:
-            return cls(run=dict(record.get("run") or {}),
-                       dtype_policy=record.get("dtype_policy"),
-                       optimizer=record.get("optimizer"),
-                       model_variables=entries("model_variables"),
-                       optimizer_variables=entries("optimizer_variables"))
+            return cls(
+                run=dict(record.get("run") or {}),
+                dtype_policy=record.get("dtype_policy"),
+                optimizer=record.get("optimizer"),
+                model_variables=entries("model_variables"),
+                optimizer_variables=entries("optimizer_variables"),
+            )
         except (KeyError, TypeError, ValueError) as error:
             raise BackupMismatchError(
                 f"the backup {where} has a malformed run fingerprint ({error!r}); resume it "
                 f"with the tfdist that wrote it or use a new backup directory",
-                field="fingerprint") from None
+                field="fingerprint",
+            ) from None
 
 
 def _entries(variables: Sequence, paths: Sequence) -> tuple[VariableEntry, ...]:
-    return tuple((path, [int(d) for d in variable.shape], str(variable.dtype))
-                 for variable, path in zip(variables, paths))
+    return tuple(
+        (path, [int(d) for d in variable.shape], str(variable.dtype))
+        for variable, path in zip(variables, paths)
+    )
 
 
 def fingerprint_of(model, *, run_settings: Mapping) -> RunFingerprint:
@@ -137,15 +156,15 @@ def fingerprint_of(model, *, run_settings: Mapping) -> RunFingerprint:
     optimizer = getattr(model, "optimizer", None)
     optimizer_entries = ()
     if optimizer is not None:
-        optimizer_entries = _entries(optimizer.variables,
-                                     optimizer_variable_keys(optimizer, model))
+        optimizer_entries = _entries(optimizer.variables, optimizer_variable_keys(optimizer, model))
     policy = getattr(model, "dtype_policy", None)
     return RunFingerprint(
         run=dict(run_settings),
         dtype_policy=getattr(policy, "name", None) or keras.config.dtype_policy().name,
         optimizer=optimizer_class_name(optimizer),
         model_variables=_entries(model.variables, model_variable_paths(model)),
-        optimizer_variables=optimizer_entries)
+        optimizer_variables=optimizer_entries,
+    )
 
 
 def _show(value) -> str:
@@ -157,7 +176,10 @@ def _show(value) -> str:
 def _mismatch(backup_dir: str, field: str, old: str, new: str, hint: str = _SAME_VALUE):
     return BackupMismatchError(
         f"the backup in {backup_dir} was made with {field}={old}, this run has {new}; {hint}",
-        field=field, backup_value=old, run_value=new)
+        field=field,
+        backup_value=old,
+        run_value=new,
+    )
 
 
 def _describe(entry: VariableEntry | None) -> str:
@@ -166,8 +188,9 @@ def _describe(entry: VariableEntry | None) -> str:
     return f"{entry[1]} {entry[2]}"
 
 
-def variable_order(saved: Sequence[VariableEntry], current: Sequence[VariableEntry], *,
-                   what: str, backup_dir: str) -> tuple[list[int], bool]:
+def variable_order(
+    saved: Sequence[VariableEntry], current: Sequence[VariableEntry], *, what: str, backup_dir: str
+) -> tuple[list[int], bool]:
     """Which current variable restores each saved one, in saved order.
 
     By stable path when both sides have a unique path for every variable;
@@ -192,29 +215,45 @@ def variable_order(saved: Sequence[VariableEntry], current: Sequence[VariableEnt
         for entry in saved:
             other = current[index[entry[0]]] if entry[0] in index else None
             if other is None or list(other[1:]) != list(entry[1:]):
-                raise _mismatch(backup_dir, f"{what} {entry[0]}", _describe(entry),
-                                _describe(other), hint)
+                raise _mismatch(
+                    backup_dir, f"{what} {entry[0]}", _describe(entry), _describe(other), hint
+                )
         known = set(saved_paths)
         for entry in current:
             if entry[0] not in known:
-                raise _mismatch(backup_dir, f"{what} {entry[0]}", _NO_VARIABLE,
-                                _describe(entry), hint)
+                raise _mismatch(
+                    backup_dir, f"{what} {entry[0]}", _NO_VARIABLE, _describe(entry), hint
+                )
         return [index[path] for path in saved_paths], True
     side = "the backup" if not unique(saved_paths) else "this run"
-    _log.warning("Restoring the %ss by position: %s has %s without a unique stable path; "
-                 "a reordering of same-shape variables would go unnoticed.", what, side, what)
+    _log.warning(
+        "Restoring the %ss by position: %s has %s without a unique stable path; "
+        "a reordering of same-shape variables would go unnoticed.",
+        what,
+        side,
+        what,
+    )
     if len(saved) != len(current):
-        raise _mismatch(backup_dir, f"number of {what}s", str(len(saved)), str(len(current)),
-                        hint)
+        raise _mismatch(backup_dir, f"number of {what}s", str(len(saved)), str(len(current)), hint)
     for position, (old, new) in enumerate(zip(saved, current)):
         if list(old[1:]) != list(new[1:]):
-            raise _mismatch(backup_dir, f"{what} #{position} ({old[0] or new[0] or '?'})",
-                            _describe(old), _describe(new), hint)
+            raise _mismatch(
+                backup_dir,
+                f"{what} #{position} ({old[0] or new[0] or '?'})",
+                _describe(old),
+                _describe(new),
+                hint,
+            )
     return list(range(len(current))), False
 
 
-def compare(saved: RunFingerprint, current: RunFingerprint, *, backup_dir: str,
-            changeable: Mapping[str, str]) -> tuple[list[int], list[int]]:
+def compare(
+    saved: RunFingerprint,
+    current: RunFingerprint,
+    *,
+    backup_dir: str,
+    changeable: Mapping[str, str],
+) -> tuple[list[int], list[int]]:
     """Checks that `current` may resume a backup made with `saved`.
 
     Fields in `changeable` (run settings, `dtype_policy`, `optimizer`) may
@@ -227,10 +266,14 @@ def compare(saved: RunFingerprint, current: RunFingerprint, *, backup_dir: str,
     Raises:
         BackupMismatchError: The first difference, in one line.
     """
-    fields = [(key, saved.run.get(key, _NOT_SET), current.run.get(key, _NOT_SET))
-              for key in [*saved.run, *sorted(set(current.run) - set(saved.run))]]
-    fields += [("dtype_policy", saved.dtype_policy, current.dtype_policy),
-               ("optimizer", saved.optimizer, current.optimizer)]
+    fields = [
+        (key, saved.run.get(key, _NOT_SET), current.run.get(key, _NOT_SET))
+        for key in [*saved.run, *sorted(set(current.run) - set(saved.run))]
+    ]
+    fields += [
+        ("dtype_policy", saved.dtype_policy, current.dtype_policy),
+        ("optimizer", saved.optimizer, current.optimizer),
+    ]
     allowed = []
     for field, old, new in fields:
         if old == new and isinstance(old, bool) == isinstance(new, bool):
@@ -239,11 +282,19 @@ def compare(saved: RunFingerprint, current: RunFingerprint, *, backup_dir: str,
             allowed.append(f"{field}={_show(old)} -> {_show(new)} ({changeable[field]})")
             continue
         raise _mismatch(backup_dir, field, _show(old), _show(new))
-    model_order, _ = variable_order(saved.model_variables, current.model_variables,
-                                    what="model variable", backup_dir=backup_dir)
-    optimizer_order, _ = variable_order(saved.optimizer_variables, current.optimizer_variables,
-                                        what="optimizer variable", backup_dir=backup_dir)
+    model_order, _ = variable_order(
+        saved.model_variables, current.model_variables, what="model variable", backup_dir=backup_dir
+    )
+    optimizer_order, _ = variable_order(
+        saved.optimizer_variables,
+        current.optimizer_variables,
+        what="optimizer variable",
+        backup_dir=backup_dir,
+    )
     if allowed:
-        _log.info("Resuming %s with changed settings the caller allows: %s", backup_dir,
-                     "; ".join(allowed))
+        _log.info(
+            "Resuming %s with changed settings the caller allows: %s",
+            backup_dir,
+            "; ".join(allowed),
+        )
     return model_order, optimizer_order

@@ -15,14 +15,21 @@ class FiniteCheck:
     """
 
     def __init__(self, named_variables: Sequence[tuple[str, object]]):
-        floats = [(name, variable) for name, variable in named_variables
-                  if keras.backend.is_float_dtype(str(variable.dtype))]
+        floats = [
+            (name, variable)
+            for name, variable in named_variables
+            if keras.backend.is_float_dtype(str(variable.dtype))
+        ]
         self._names = [name for name, _ in floats]
         variables = [variable for _, variable in floats]
 
         def flags():
-            return tf.stack([tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(variable)))
-                             for variable in variables])
+            return tf.stack(
+                [
+                    tf.reduce_all(tf.math.is_finite(tf.convert_to_tensor(variable)))
+                    for variable in variables
+                ]
+            )
 
         self._flags = tf.function(flags, autograph=False) if variables else None
 

@@ -34,12 +34,14 @@ import keras
 # Names Keras gives unnamed variables from a per-process counter.
 _AUTO_VARIABLE_NAME = re.compile(r"^variable(_\d+)?$")
 
+
 @functools.lru_cache(maxsize=1)
 def _keras_bookkeeping() -> frozenset:
     """Instance attributes every Keras layer and model has: not the user's."""
     # Named, so that Keras's per-process name counters are left alone.
-    return (frozenset(vars(keras.layers.Layer(name="tfdist_reference_layer")))
-            | frozenset(vars(keras.Model(name="tfdist_reference_model"))))
+    return frozenset(vars(keras.layers.Layer(name="tfdist_reference_layer"))) | frozenset(
+        vars(keras.Model(name="tfdist_reference_model"))
+    )
 
 
 def _snake_case(name: str) -> str:
@@ -51,7 +53,8 @@ def _is_graph_model(layer) -> bool:
     """Sequential or Functional: the layer list, not attributes, is the structure."""
     return isinstance(layer, keras.Sequential) or any(
         cls.__name__ == "Functional" and cls.__module__.startswith("keras")
-        for cls in type(layer).__mro__)
+        for cls in type(layer).__mro__
+    )
 
 
 def _collect_layers(prefix: str, value, found: list, seen: set) -> None:
@@ -85,9 +88,10 @@ def _child_layers(layer) -> list[tuple[str, object]]:
     attributes = vars(layer)
     skip = _keras_bookkeeping()
     # Public attributes first, then private ones, as Keras's own saving does.
-    names = sorted((name for name in attributes
-                    if name not in skip and not (graph and name.startswith("_"))),
-                   key=lambda name: (name.startswith("_"), name))
+    names = sorted(
+        (name for name in attributes if name not in skip and not (graph and name.startswith("_"))),
+        key=lambda name: (name.startswith("_"), name),
+    )
     seen = set()
     for name in names:
         _collect_layers(name, attributes[name], children, seen)
@@ -115,8 +119,9 @@ def model_variable_paths(model) -> list[str | None]:
         own = [variable for variable in layer.variables if id(variable) not in in_children]
         counts = collections.Counter(variable.name for variable in own)
         holders = {}
-        for name, value in sorted(vars(layer).items(),
-                                  key=lambda item: (item[0].startswith("_"), item[0])):
+        for name, value in sorted(
+            vars(layer).items(), key=lambda item: (item[0].startswith("_"), item[0])
+        ):
             if isinstance(value, keras.Variable):
                 holders.setdefault(id(value), name)
         for variable in own:
@@ -163,7 +168,7 @@ def optimizer_variable_keys(optimizer, model) -> list[str | None]:
             return name
         prefix = max(matches, key=len)
         path = by_prefix[prefix]
-        return None if path is None else f"{name[len(prefix):]}@{path}"
+        return None if path is None else f"{name[len(prefix) :]}@{path}"
 
     keys = {}
     own, inner = _own_optimizer_variables(optimizer)

@@ -24,13 +24,18 @@ from typing import Mapping
 
 import tensorflow as tf
 
-from tfdist.backups.fingerprint import (RunFingerprint, check_changeable,
-                                              check_run_settings, compare, fingerprint_of)
+from tfdist._internal.preconditions import check_whole_number
+from tfdist.backups.fingerprint import (
+    RunFingerprint,
+    check_changeable,
+    check_run_settings,
+    compare,
+    fingerprint_of,
+)
 from tfdist.backups.finite import FiniteCheck
 from tfdist.backups.store import BackupInfo, BackupStore
 from tfdist.backups.sync import WorkerSync
 from tfdist.errors import BackupMismatchError, NonFiniteError, UsageError
-from tfdist._internal.preconditions import check_whole_number
 
 _log = logging.getLogger(__name__)
 
@@ -63,8 +68,11 @@ class FitSegment:
 
     def fit_kwargs(self) -> dict:
         """`initial_epoch`, `epochs` and `steps_per_epoch` for `model.fit`."""
-        return {"initial_epoch": self.initial_epoch, "epochs": self.epochs,
-                "steps_per_epoch": self.steps_per_epoch}
+        return {
+            "initial_epoch": self.initial_epoch,
+            "epochs": self.epochs,
+            "steps_per_epoch": self.steps_per_epoch,
+        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,27 +132,39 @@ class ResumePoint:
                     f"the backup at step {self.global_step} stops {self.step_in_epoch} "
                     f"steps into epoch {self.epoch} of unknown length, expected "
                     f"steps_per_epoch to resume there exactly; pass steps_per_epoch=N "
-                    f"(the number of batches in one epoch) to fit")
+                    f"(the number of batches in one epoch) to fit"
+                )
             if self.epoch >= epochs:
                 return ()
             if self.step_in_epoch:
                 rest = self.steps_per_epoch - self.step_in_epoch
-                return (FitSegment(self.epoch, self.epoch + 1, rest, self.global_step,
-                                   self.step_in_epoch),
-                        *((FitSegment(self.epoch + 1, epochs, None,
-                                      self.global_step + rest, 0),)
-                          if self.epoch + 1 < epochs else ()))
+                return (
+                    FitSegment(
+                        self.epoch, self.epoch + 1, rest, self.global_step, self.step_in_epoch
+                    ),
+                    *(
+                        (FitSegment(self.epoch + 1, epochs, None, self.global_step + rest, 0),)
+                        if self.epoch + 1 < epochs
+                        else ()
+                    ),
+                )
             return (FitSegment(self.epoch, epochs, None, self.global_step, 0),)
         _check_positive("steps_per_epoch", steps_per_epoch)
         epoch, step_in_epoch = divmod(self.global_step, steps_per_epoch)
         result = []
         if step_in_epoch and epoch < epochs:
-            result.append(FitSegment(epoch, epoch + 1, steps_per_epoch - step_in_epoch,
-                                     self.global_step, step_in_epoch))
+            result.append(
+                FitSegment(
+                    epoch,
+                    epoch + 1,
+                    steps_per_epoch - step_in_epoch,
+                    self.global_step,
+                    step_in_epoch,
+                )
+            )
             epoch += 1
         if epoch < epochs:
-            result.append(FitSegment(epoch, epochs, steps_per_epoch,
-                                     epoch * steps_per_epoch, 0))
+            result.append(FitSegment(epoch, epochs, steps_per_epoch, epoch * steps_per_epoch, 0))
         return tuple(result)
 
 
@@ -174,11 +194,18 @@ class TrainingBackup:
         check_finite: Refuse to back up NaN/Inf variables (`NonFiniteError`).
     """
 
-    def __init__(self, store: BackupStore, model, *, sync: WorkerSync | None = None,
-                 extra_state: Mapping[str, object] | None = None,
-                 strategy: tf.distribute.Strategy | None = None,
-                 run_settings: Mapping | None = None, changeable: Mapping | None = None,
-                 check_finite: bool = True):
+    def __init__(
+        self,
+        store: BackupStore,
+        model,
+        *,
+        sync: WorkerSync | None = None,
+        extra_state: Mapping[str, object] | None = None,
+        strategy: tf.distribute.Strategy | None = None,
+        run_settings: Mapping | None = None,
+        changeable: Mapping | None = None,
+        check_finite: bool = True,
+    ):
         self._run_settings = check_run_settings(run_settings)
         self._changeable = check_changeable(changeable)
         self._check_finite = bool(check_finite)
@@ -208,7 +235,8 @@ class TrainingBackup:
         if not self.model.built:
             raise UsageError(
                 f"model {self.model.name!r} is not built, expected a built model to back up; "
-                f"build it (call it on a batch or give it an Input) before training")
+                f"build it (call it on a batch or give it an Input) before training"
+            )
         optimizer = self.optimizer
         parts = {"model_variables": list(self.model.variables)}
         if optimizer is not None:
@@ -227,11 +255,13 @@ class TrainingBackup:
         self._ensure_checkpoint()
         return self._fingerprint
 
-    def _reading_checkpoint(self, model_order: list[int],
-                            optimizer_order: list[int]) -> tf.train.Checkpoint:
+    def _reading_checkpoint(
+        self, model_order: list[int], optimizer_order: list[int]
+    ) -> tf.train.Checkpoint:
         """A checkpoint whose variable lists are in the backup's order."""
-        identity = (model_order == list(range(len(model_order)))
-                    and optimizer_order == list(range(len(optimizer_order))))
+        identity = model_order == list(range(len(model_order))) and optimizer_order == list(
+            range(len(optimizer_order))
+        )
         if identity:
             return self._checkpoint
         model_variables = list(self.model.variables)
@@ -239,14 +269,20 @@ class TrainingBackup:
         if self.optimizer is not None:
             optimizer_variables = list(self.optimizer.variables)
             parts["optimizer_variables"] = [optimizer_variables[i] for i in optimizer_order]
-        _log.info("The model's variables are in another order than in the backup (layers "
-                  "created in another order); restoring them by stable path.")
+        _log.info(
+            "The model's variables are in another order than in the backup (layers "
+            "created in another order); restoring them by stable path."
+        )
         return tf.train.Checkpoint(**parts, **self._extra_state)
 
     def _check_legacy(self, info: BackupInfo) -> None:
-        _log.warning("The backup at step %d in %s has no run fingerprint (written by an "
-                     "older tfdist): its settings cannot be checked and its variables are "
-                     "restored by position.", info.step, self.store.backup_dir)
+        _log.warning(
+            "The backup at step %d in %s has no run fingerprint (written by an "
+            "older tfdist): its settings cannot be checked and its variables are "
+            "restored by position.",
+            info.step,
+            self.store.backup_dir,
+        )
         saved = info.metadata.get("model_variable_shapes")
         if saved is not None and saved != self._variable_shapes():
             raise BackupMismatchError(
@@ -254,7 +290,8 @@ class TrainingBackup:
                 f"{len(saved)} model variables whose shapes differ from this model's "
                 f"{len(self.model.variables)}; it belongs to another model: point the "
                 f"backup directory at a new path or delete the old one",
-                field="model variable shapes")
+                field="model variable shapes",
+            )
 
     def _read(self, info: BackupInfo) -> None:
         """Checks `info` against this run, then loads it; raises before loading."""
@@ -265,19 +302,23 @@ class TrainingBackup:
             checkpoint = self._checkpoint
         else:
             saved = RunFingerprint.from_json(record, where=where)
-            orders = compare(saved, self._fingerprint, backup_dir=self.store.backup_dir,
-                             changeable=self._changeable)
+            orders = compare(
+                saved,
+                self._fingerprint,
+                backup_dir=self.store.backup_dir,
+                changeable=self._changeable,
+            )
             checkpoint = self._reading_checkpoint(*orders)
         try:
             checkpoint.read(info.checkpoint_prefix).assert_existing_objects_matched()
-        except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError,
-                AssertionError) as error:
+        except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError, AssertionError) as error:
             # The files passed their checks: this is a mismatch, not damage.
             reason = " ".join(str(error).split())[:300]
             raise BackupMismatchError(
                 f"the backup {where} cannot be loaded into this run: {reason}; restart "
                 f"with the settings it was made with or use a new backup directory",
-                field="checkpoint") from error
+                field="checkpoint",
+            ) from error
 
     def restore(self, *, load_when_completed: bool = False) -> ResumePoint:
         """Loads the newest good backup; call once, on every worker, before training.
@@ -299,8 +340,11 @@ class TrainingBackup:
         """
         completion = self.store.completion()
         if completion is not None:
-            _log.info("Training already completed at step %d (%s); nothing to resume.",
-                      completion["step"], self.store.backup_dir)
+            _log.info(
+                "Training already completed at step %d (%s); nothing to resume.",
+                completion["step"],
+                self.store.backup_dir,
+            )
             info = None
             if load_when_completed and completion["step"] in self.store.committed_steps():
                 self._ensure_checkpoint()
@@ -319,7 +363,8 @@ class TrainingBackup:
             raise RuntimeError(
                 f"workers restored different backups (steps {steps}); every worker must "
                 f"read the chief's backups: use a backup directory on storage they all "
-                f"share, such as gs://")
+                f"share, such as gs://"
+            )
         if info is None:
             return ResumePoint()
         metadata = info.metadata
@@ -327,8 +372,11 @@ class TrainingBackup:
         if iterations is not None and self.optimizer is not None:
             restored = int(self.optimizer.iterations.numpy())
             if restored != iterations:
-                _log.warning("Restored optimizer.iterations=%d but the backup recorded %d.",
-                             restored, iterations)
+                _log.warning(
+                    "Restored optimizer.iterations=%d but the backup recorded %d.",
+                    restored,
+                    iterations,
+                )
         _log.info("Resuming from the backup at step %d (%s).", info.step, info.path)
         return self._point(info)
 
@@ -336,17 +384,28 @@ class TrainingBackup:
     def _point(info: BackupInfo, completed: bool = False) -> ResumePoint:
         metadata = info.metadata
         steps_per_epoch = metadata.get("steps_per_epoch")
-        return ResumePoint(global_step=info.step, epoch=int(metadata.get("epoch", 0)),
-                           step_in_epoch=int(metadata.get("step_in_epoch", 0)),
-                           completed=completed, backup_path=info.path,
-                           epoch_logs=metadata.get("epoch_logs"),
-                           stopped=bool(metadata.get("stopped", False)),
-                           steps_per_epoch=int(steps_per_epoch) if steps_per_epoch else None,
-                           metadata=dict(metadata))
+        return ResumePoint(
+            global_step=info.step,
+            epoch=int(metadata.get("epoch", 0)),
+            step_in_epoch=int(metadata.get("step_in_epoch", 0)),
+            completed=completed,
+            backup_path=info.path,
+            epoch_logs=metadata.get("epoch_logs"),
+            stopped=bool(metadata.get("stopped", False)),
+            steps_per_epoch=int(steps_per_epoch) if steps_per_epoch else None,
+            metadata=dict(metadata),
+        )
 
-    def save(self, *, global_step: int, epoch: int, step_in_epoch: int,
-             steps_per_epoch: int | None = None, extra_metadata: Mapping | None = None,
-             extra_files: Mapping[str, bytes] | None = None) -> BackupInfo | None:
+    def save(
+        self,
+        *,
+        global_step: int,
+        epoch: int,
+        step_in_epoch: int,
+        steps_per_epoch: int | None = None,
+        extra_metadata: Mapping | None = None,
+        extra_files: Mapping[str, bytes] | None = None,
+    ) -> BackupInfo | None:
         """Backs up the current state; every worker calls it at the same step.
 
         Returns once the chief's backup has committed on every worker.
@@ -360,14 +419,19 @@ class TrainingBackup:
         checkpoint = self._ensure_checkpoint()
         if self._check_finite:
             self._assert_finite(global_step)
-        metadata = {"global_step": global_step, "epoch": epoch,
-                    "step_in_epoch": step_in_epoch, "steps_per_epoch": steps_per_epoch,
-                    "num_workers": self.sync.num_workers,
-                    "model_variable_shapes": self._variable_shapes(),
-                    "fingerprint": self._fingerprint.to_json(),
-                    **dict(extra_metadata or {})}
+        metadata = {
+            "global_step": global_step,
+            "epoch": epoch,
+            "step_in_epoch": step_in_epoch,
+            "steps_per_epoch": steps_per_epoch,
+            "num_workers": self.sync.num_workers,
+            "model_variable_shapes": self._variable_shapes(),
+            "fingerprint": self._fingerprint.to_json(),
+            **dict(extra_metadata or {}),
+        }
         if self.optimizer is not None:
             metadata["optimizer_iterations"] = int(self.optimizer.iterations.numpy())
+
         def write(prefix: str) -> None:
             checkpoint.write(prefix)
             directory = prefix.rsplit("/", 1)[0] if "/" in prefix else "."
@@ -385,22 +449,34 @@ class TrainingBackup:
     def _assert_finite(self, global_step: int) -> None:
         if self._finite_check is None:
             fingerprint = self._fingerprint
-            named = [(path or variable.path, variable) for (path, _, _), variable in
-                     zip(fingerprint.model_variables, self.model.variables)]
+            named = [
+                (path or variable.path, variable)
+                for (path, _, _), variable in zip(fingerprint.model_variables, self.model.variables)
+            ]
             if self.optimizer is not None:
-                named += [(f"optimizer {key or variable.path}", variable)
-                          for (key, _, _), variable in
-                          zip(fingerprint.optimizer_variables, self.optimizer.variables)]
+                named += [
+                    (f"optimizer {key or variable.path}", variable)
+                    for (key, _, _), variable in zip(
+                        fingerprint.optimizer_variables, self.optimizer.variables
+                    )
+                ]
             self._finite_check = FiniteCheck(named)
         bad = self._finite_check.non_finite()
         if self.sync.any(bool(bad)):
-            where = (f"{bad[0]}" + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")
-                     if bad else "another worker's variables")
-            last = (f"the last backup (step {self.last_saved_step}) holds finite values"
-                    if self.last_saved_step is not None else "no backup was made")
+            where = (
+                f"{bad[0]}" + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")
+                if bad
+                else "another worker's variables"
+            )
+            last = (
+                f"the last backup (step {self.last_saved_step}) holds finite values"
+                if self.last_saved_step is not None
+                else "no backup was made"
+            )
             raise NonFiniteError(
                 f"non-finite values (NaN or Inf) in {where} at step {global_step}; not "
-                f"backed up, {last}; lower the learning rate or check the input data")
+                f"backed up, {last}; lower the learning rate or check the input data"
+            )
 
     def finish(self, *, global_step: int, delete_backups: bool) -> None:
         """Records completion (then deletes backups if asked); the chief writes."""

@@ -47,8 +47,8 @@ from typing import Callable, Mapping
 import tensorflow as tf
 
 from tfdist._internal.files import write_atomically
-from tfdist.errors import UsageError
 from tfdist._internal.preconditions import check_whole_number
+from tfdist.errors import UsageError
 
 FORMAT = "tfdist-backup/1"
 CHECKPOINT_NAME = "ckpt"
@@ -157,28 +157,40 @@ class BackupStore:
             the local temporary directory.
     """
 
-    def __init__(self, backup_dir: str, *, is_chief: bool = True, task_name: str = "chief-0",
-                 keep: int = 2, commit: str = "auto", verify_checksums: bool = True,
-                 scratch_root: str | None = None):
+    def __init__(
+        self,
+        backup_dir: str,
+        *,
+        is_chief: bool = True,
+        task_name: str = "chief-0",
+        keep: int = 2,
+        commit: str = "auto",
+        verify_checksums: bool = True,
+        scratch_root: str | None = None,
+    ):
         if not isinstance(backup_dir, str) or not backup_dir.strip():
             raise UsageError(
                 f"backup_dir is {backup_dir!r}, expected a directory path such as "
-                f"/tmp/backups or gs://bucket/backups; pass where backups should go")
-        check_whole_number("keep", keep, minimum=2,
-                           hint="a torn newest backup falls back to the previous one")
+                f"/tmp/backups or gs://bucket/backups; pass where backups should go"
+            )
+        check_whole_number(
+            "keep", keep, minimum=2, hint="a torn newest backup falls back to the previous one"
+        )
         if commit not in ("auto", "rename", "marker"):
             raise UsageError(f"commit is {commit!r}, expected one of: auto, rename, marker")
         if commit == "rename" and not has_atomic_rename(backup_dir):
             raise UsageError(
                 f"commit='rename' needs a local backup_dir, got {backup_dir!r}; object "
                 f"stores and Cloud Storage FUSE mounts have no atomic rename, use "
-                f"commit='auto' or 'marker'")
+                f"commit='auto' or 'marker'"
+            )
         self.backup_dir = backup_dir.rstrip("/") or "/"
         self.is_chief = is_chief
         self.task_name = re.sub(r"[^A-Za-z0-9_.-]", "_", task_name)
         self.keep = keep
-        self.atomic_rename = (commit == "rename"
-                              or (commit == "auto" and has_atomic_rename(backup_dir)))
+        self.atomic_rename = commit == "rename" or (
+            commit == "auto" and has_atomic_rename(backup_dir)
+        )
         self.verify_checksums = verify_checksums
         self.scratch_root = scratch_root or tempfile.gettempdir()
 
@@ -215,8 +227,11 @@ class BackupStore:
 
         A listed backup may still fail validation; `restore` checks.
         """
-        return sorted(step for step, path in self._step_dirs().items()
-                      if tf.io.gfile.exists(_join(path, MARKER_NAME)))
+        return sorted(
+            step
+            for step, path in self._step_dirs().items()
+            if tf.io.gfile.exists(_join(path, MARKER_NAME))
+        )
 
     # --------------------------------------------------------------- cleanup
 
@@ -235,8 +250,9 @@ class BackupStore:
         removed = []
         for name in self._names():
             path = self._path(name)
-            uncommitted = (_BACKUP_PATTERN.match(name)
-                           and not tf.io.gfile.exists(_join(path, MARKER_NAME)))
+            uncommitted = _BACKUP_PATTERN.match(name) and not tf.io.gfile.exists(
+                _join(path, MARKER_NAME)
+            )
             if name.startswith(_TMP_PREFIX) or uncommitted:
                 _log.warning("Removing leftover of an interrupted backup: %s", path)
                 self._remove(path)
@@ -259,8 +275,9 @@ class BackupStore:
 
     # ------------------------------------------------------------------ save
 
-    def save(self, write_fn: Callable[[str], object], *, step: int,
-             metadata: Mapping) -> BackupInfo | None:
+    def save(
+        self, write_fn: Callable[[str], object], *, step: int, metadata: Mapping
+    ) -> BackupInfo | None:
         """Writes and commits one backup; every task calls it at the same step.
 
         Args:
@@ -284,20 +301,28 @@ class BackupStore:
         tf.io.gfile.makedirs(self.backup_dir)
         final_path = self._path(_backup_name(step))
         if self.atomic_rename:
-            work_path = self._path(
-                f"{_TMP_PREFIX}{_backup_name(step)}-{uuid.uuid4().hex[:8]}")
+            work_path = self._path(f"{_TMP_PREFIX}{_backup_name(step)}-{uuid.uuid4().hex[:8]}")
         else:
             work_path = final_path
             if tf.io.gfile.exists(final_path):
                 self._remove(final_path)
         tf.io.gfile.makedirs(work_path)
         write_fn(_join(work_path, CHECKPOINT_NAME))
-        record = {"format": FORMAT, "step": step, "saved_at": time.time(),
-                  "files": self._describe_files(work_path), "user": dict(metadata)}
+        record = {
+            "format": FORMAT,
+            "step": step,
+            "saved_at": time.time(),
+            "files": self._describe_files(work_path),
+            "user": dict(metadata),
+        }
         metadata_bytes = json.dumps(record, indent=1, sort_keys=True).encode()
         _write_bytes(_join(work_path, METADATA_NAME), metadata_bytes)
-        marker = {"format": FORMAT, "step": step, "metadata_size": len(metadata_bytes),
-                  "metadata_crc32": zlib.crc32(metadata_bytes)}
+        marker = {
+            "format": FORMAT,
+            "step": step,
+            "metadata_size": len(metadata_bytes),
+            "metadata_crc32": zlib.crc32(metadata_bytes),
+        }
         _write_bytes(_join(work_path, MARKER_NAME), json.dumps(marker).encode())
         if self.atomic_rename:
             if tf.io.gfile.exists(final_path):
@@ -311,7 +336,7 @@ class BackupStore:
         for directory, _, names in tf.io.gfile.walk(root):
             for name in names:
                 path = _join(directory, name)
-                relative = path[len(root):].lstrip("/")
+                relative = path[len(root) :].lstrip("/")
                 entry = {"size": tf.io.gfile.stat(path).length}
                 if self.verify_checksums:
                     entry["crc32"] = _file_crc32(path)
@@ -328,33 +353,39 @@ class BackupStore:
         steps = self.committed_steps()
         for step in steps:
             if step > newest_step:
-                self._quarantine(step, f"it is newer than the backup just saved at step "
-                                       f"{newest_step}")
+                self._quarantine(
+                    step, f"it is newer than the backup just saved at step {newest_step}"
+                )
         older = [step for step in steps if step <= newest_step]
-        for step in older[:-self.keep]:
+        for step in older[: -self.keep]:
             self._remove(self._path(_backup_name(step)))
 
     def _quarantine(self, step: int, reason: str) -> str:
         """Moves a backup out of the way without deleting it; returns where to."""
         source = self._path(_backup_name(step))
         stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        target = self._path(
-            f"{QUARANTINE_PREFIX}{step:012d}-{stamp}-{uuid.uuid4().hex[:4]}")
+        target = self._path(f"{QUARANTINE_PREFIX}{step:012d}-{stamp}-{uuid.uuid4().hex[:4]}")
         if self.atomic_rename:
             tf.io.gfile.rename(source, target)
         else:
             # No atomic directory rename: copy every file, then delete the
             # original, marker first (an interruption leaves a readable copy).
             for directory, _, names in tf.io.gfile.walk(source):
-                relative = directory[len(source):].strip("/")
+                relative = directory[len(source) :].strip("/")
                 destination = _join(target, relative) if relative else target
                 tf.io.gfile.makedirs(destination)
                 for name in names:
-                    tf.io.gfile.copy(_join(directory, name), _join(destination, name),
-                                     overwrite=True)
+                    tf.io.gfile.copy(
+                        _join(directory, name), _join(destination, name), overwrite=True
+                    )
             self._remove(source)
-        _log.warning("Quarantined the backup at step %d as %s (%s); it is kept, not read "
-                     "again: inspect or delete it yourself.", step, target, reason)
+        _log.warning(
+            "Quarantined the backup at step %d as %s (%s); it is kept, not read "
+            "again: inspect or delete it yourself.",
+            step,
+            target,
+            reason,
+        )
         return target
 
     # ------------------------------------------------------------ validation
@@ -377,8 +408,9 @@ class BackupStore:
             raise CorruptBackupError(f"{path}: unreadable marker or metadata ({error})") from None
         if not isinstance(marker, dict) or marker.get("format") != FORMAT:
             raise CorruptBackupError(f"{path}: marker is not a {FORMAT} marker")
-        if (len(metadata_bytes) != marker.get("metadata_size")
-                or zlib.crc32(metadata_bytes) != marker.get("metadata_crc32")):
+        if len(metadata_bytes) != marker.get("metadata_size") or zlib.crc32(
+            metadata_bytes
+        ) != marker.get("metadata_crc32"):
             raise CorruptBackupError(f"{path}: {METADATA_NAME} does not match its marker")
         try:
             record = json.loads(metadata_bytes)
@@ -393,7 +425,8 @@ class BackupStore:
             size = tf.io.gfile.stat(file_path).length
             if size != expected.get("size"):
                 raise CorruptBackupError(
-                    f"{path}: {relative} has {size} bytes, expected {expected.get('size')}")
+                    f"{path}: {relative} has {size} bytes, expected {expected.get('size')}"
+                )
             if "crc32" in expected and self.verify_checksums:
                 if _file_crc32(file_path) != expected["crc32"]:
                     raise CorruptBackupError(f"{path}: {relative} fails its checksum")
@@ -422,18 +455,29 @@ class BackupStore:
                 read_fn(info)
             except (CorruptBackupError, *_CORRUPT_DATA_ERRORS) as error:
                 reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-                _log.warning("Backup at step %d is unusable, falling back to the previous "
-                             "one: %s", step, reason)
+                _log.warning(
+                    "Backup at step %d is unusable, falling back to the previous one: %s",
+                    step,
+                    reason,
+                )
                 invalid.append(step)
                 continue
             if invalid:
-                _log.warning("Restored the backup at step %d instead of the newer, unusable "
-                             "one(s) at step(s) %s", step, invalid)
+                _log.warning(
+                    "Restored the backup at step %d instead of the newer, unusable "
+                    "one(s) at step(s) %s",
+                    step,
+                    invalid,
+                )
                 self._quarantine_all(invalid)
             return info
         if invalid:
-            _log.warning("No usable backup in %s (all of steps %s are unusable); starting "
-                         "from the beginning", self.backup_dir, invalid)
+            _log.warning(
+                "No usable backup in %s (all of steps %s are unusable); starting "
+                "from the beginning",
+                self.backup_dir,
+                invalid,
+            )
             self._quarantine_all(invalid)
         return None
 
@@ -448,14 +492,21 @@ class BackupStore:
         """Records that training finished at `step`; the chief only."""
         if not self.is_chief:
             return
-        record = {"format": FORMAT, "step": _check_step(step), "finished_at": time.time(),
-                  "user": dict(metadata or {})}
+        record = {
+            "format": FORMAT,
+            "step": _check_step(step),
+            "finished_at": time.time(),
+            "user": dict(metadata or {}),
+        }
         data = json.dumps(record, indent=1, sort_keys=True).encode()
         tf.io.gfile.makedirs(self.backup_dir)
         target = self._path(COMPLETED_NAME)
         if self.atomic_rename:
-            write_atomically(target, data, temporary=self._path(
-                f"{_TMP_PREFIX}{COMPLETED_NAME}-{uuid.uuid4().hex[:8]}"))
+            write_atomically(
+                target,
+                data,
+                temporary=self._path(f"{_TMP_PREFIX}{COMPLETED_NAME}-{uuid.uuid4().hex[:8]}"),
+            )
         else:
             # An object store makes a single object visible only once complete.
             # Remove first: some filesystems (ram://) append to existing files.

@@ -52,7 +52,7 @@ class WorkerSync:
             return [int(value)]
         gathered = self._gather_fn(tf.constant(int(value), dtype=tf.int64)).numpy()
         # Replicas of one worker are adjacent and all carry the worker's value.
-        return [int(item) for item in gathered[::self._local_replicas]]
+        return [int(item) for item in gathered[:: self._local_replicas]]
 
     def any(self, flag: bool) -> bool:
         """Whether any worker passed `True`; a collective call."""

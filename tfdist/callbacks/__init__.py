@@ -16,5 +16,11 @@ from tfdist.callbacks.hypertune import HypertuneCallback
 from tfdist.callbacks.non_finite import NonFiniteGuard
 from tfdist.callbacks.tensorboard import EpochTensorBoard
 
-__all__ = ["BackupAndRestore", "CheckpointExporter", "EpochTensorBoard", "HypertuneCallback",
-           "NonFiniteGuard", "check_save_freq"]
+__all__ = [
+    "BackupAndRestore",
+    "CheckpointExporter",
+    "EpochTensorBoard",
+    "HypertuneCallback",
+    "NonFiniteGuard",
+    "check_save_freq",
+]

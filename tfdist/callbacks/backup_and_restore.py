@@ -35,15 +35,19 @@ import os
 import keras
 import numpy as np
 
-from tfdist.callbacks.callback_state import (ARRAYS_FILE, CallbackStates, arrays_from_file,
-                                             arrays_to_bytes)
-from tfdist.callbacks.non_finite import check_loss
+from tfdist._internal.preconditions import require
 from tfdist.backups import BackupStore, ResumePoint, TrainingBackup, WorkerSync
 from tfdist.backups.fingerprint import check_changeable, check_run_settings
 from tfdist.backups.state import FitSegment
+from tfdist.callbacks.callback_state import (
+    ARRAYS_FILE,
+    CallbackStates,
+    arrays_from_file,
+    arrays_to_bytes,
+)
+from tfdist.callbacks.non_finite import check_loss
 from tfdist.distribute.cluster import Cluster, resolve_cluster
 from tfdist.errors import NonFiniteError, UsageError
-from tfdist._internal.preconditions import require
 from tfdist.preemption import PreemptionOptions, PreemptionWatcher
 
 _log = logging.getLogger(__name__)
@@ -57,9 +61,11 @@ def check_save_freq(save_freq) -> int | str:
     """
     if save_freq == "epoch" and isinstance(save_freq, str):
         return save_freq
-    require(isinstance(save_freq, int) and not isinstance(save_freq, bool) and save_freq > 0,
-            f"save_freq is {save_freq!r}, expected 'epoch' or a whole number of steps > 0; "
-            f"use save_freq='epoch' to back up once per epoch")
+    require(
+        isinstance(save_freq, int) and not isinstance(save_freq, bool) and save_freq > 0,
+        f"save_freq is {save_freq!r}, expected 'epoch' or a whole number of steps > 0; "
+        f"use save_freq='epoch' to back up once per epoch",
+    )
     return save_freq
 
 
@@ -118,13 +124,25 @@ class BackupAndRestore(keras.callbacks.Callback):
             holds the trained weights (see `restored_final_backup`).
     """
 
-    def __init__(self, backup_dir: str, *, save_freq="epoch", delete_checkpoint: bool = True,
-                 complete_on_train_end: bool = True, keep: int = 2,
-                 preemption: PreemptionOptions | None = PreemptionOptions(),
-                 extra_state=None, strategy=None, cluster: Cluster | None = None,
-                 verify_checksums: bool = True, scratch_dir: str | None = None,
-                 run_settings=None, changeable=None, check_finite: bool = True,
-                 restore_completed: bool = False):
+    def __init__(
+        self,
+        backup_dir: str,
+        *,
+        save_freq="epoch",
+        delete_checkpoint: bool = True,
+        complete_on_train_end: bool = True,
+        keep: int = 2,
+        preemption: PreemptionOptions | None = PreemptionOptions(),
+        extra_state=None,
+        strategy=None,
+        cluster: Cluster | None = None,
+        verify_checksums: bool = True,
+        scratch_dir: str | None = None,
+        run_settings=None,
+        changeable=None,
+        check_finite: bool = True,
+        restore_completed: bool = False,
+    ):
         super().__init__()
         self.save_freq = check_save_freq(save_freq)
         self._run_settings = check_run_settings(run_settings)
@@ -133,15 +151,21 @@ class BackupAndRestore(keras.callbacks.Callback):
         if not isinstance(delete_checkpoint, bool):
             raise UsageError(f"delete_checkpoint is {delete_checkpoint!r}, expected True or False")
         if preemption is not None and not isinstance(preemption, PreemptionOptions):
-            raise UsageError(f"preemption is {preemption!r}, expected a "
-                             f"tfdist.preemption.PreemptionOptions or None")
+            raise UsageError(
+                f"preemption is {preemption!r}, expected a "
+                f"tfdist.preemption.PreemptionOptions or None"
+            )
         cluster = cluster or resolve_cluster(os.environ)
         self.delete_checkpoint = delete_checkpoint
         self.complete_on_train_end = bool(complete_on_train_end)
         self.store = BackupStore(
-            backup_dir, is_chief=cluster.is_chief,
-            task_name=f"{cluster.task_type or 'single'}-{cluster.task_index}", keep=keep,
-            verify_checksums=verify_checksums, scratch_root=scratch_dir)
+            backup_dir,
+            is_chief=cluster.is_chief,
+            task_name=f"{cluster.task_type or 'single'}-{cluster.task_index}",
+            keep=keep,
+            verify_checksums=verify_checksums,
+            scratch_root=scratch_dir,
+        )
         self._preemption_options = preemption
         self._extra_state = extra_state
         self._strategy = strategy
@@ -215,9 +239,10 @@ class BackupAndRestore(keras.callbacks.Callback):
         `{"epoch": [0, 1, ...], "history": {"loss": [...], ...}}`, as
         `keras.callbacks.History` holds them (non-finite values as None).
         """
-        return {"epoch": list(self._history["epoch"]),
-                "history": {name: list(values)
-                            for name, values in self._history["history"].items()}}
+        return {
+            "epoch": list(self._history["epoch"]),
+            "history": {name: list(values) for name, values in self._history["history"].items()},
+        }
 
     def restore(self, model=None) -> ResumePoint:
         """Loads the newest good backup into `model`; idempotent.
@@ -232,11 +257,16 @@ class BackupAndRestore(keras.callbacks.Callback):
         model = self.model
         strategy = self._strategy or getattr(model, "distribute_strategy", None)
         sync = WorkerSync(strategy)
-        self._backup = TrainingBackup(self.store, model, sync=sync,
-                                      extra_state=self._extra_state, strategy=strategy,
-                                      run_settings=self._run_settings,
-                                      changeable=self._changeable,
-                                      check_finite=self._check_finite)
+        self._backup = TrainingBackup(
+            self.store,
+            model,
+            sync=sync,
+            extra_state=self._extra_state,
+            strategy=strategy,
+            run_settings=self._run_settings,
+            changeable=self._changeable,
+            check_finite=self._check_finite,
+        )
         if self._preemption_options is not None:
             self._watcher = PreemptionWatcher(self._preemption_options, sync=sync)
             self._watcher.install()
@@ -248,9 +278,12 @@ class BackupAndRestore(keras.callbacks.Callback):
         self._resume_point = point
         self._epoch_logs = dict(point.epoch_logs or {})
         history = point.metadata.get("history") or {}
-        self._history = {"epoch": list(history.get("epoch", [])),
-                         "history": {name: list(values) for name, values in
-                                     (history.get("history") or {}).items()}}
+        self._history = {
+            "epoch": list(history.get("epoch", [])),
+            "history": {
+                name: list(values) for name, values in (history.get("history") or {}).items()
+            },
+        }
         self._completed = point.completed
         if point.completed:
             self.close()  # nothing will train: leave SIGTERM to its default
@@ -258,8 +291,9 @@ class BackupAndRestore(keras.callbacks.Callback):
         self._epoch, self._step_in_epoch = point.epoch, point.step_in_epoch
         return point
 
-    def resume(self, model, *, epochs: int, steps_per_epoch: int | None,
-               callbacks=None) -> tuple[FitSegment, ...]:
+    def resume(
+        self, model, *, epochs: int, steps_per_epoch: int | None, callbacks=None
+    ) -> tuple[FitSegment, ...]:
         """Restores, then returns the `fit` calls that finish the job exactly once.
 
         Args:
@@ -294,8 +328,11 @@ class BackupAndRestore(keras.callbacks.Callback):
             if point.completed or not segments:
                 self._states.restore_pending()
         if not segments and not point.completed:
-            _log.info("The backup is at step %d, past the %d planned steps; nothing to run.",
-                      point.global_step, self._total_steps or 0)
+            _log.info(
+                "The backup is at step %d, past the %d planned steps; nothing to run.",
+                point.global_step,
+                self._total_steps or 0,
+            )
         return segments
 
     def complete(self) -> None:
@@ -306,8 +343,9 @@ class BackupAndRestore(keras.callbacks.Callback):
         if self._backup is None:
             raise RuntimeError("complete() called before restore() or resume()")
         if not self._completed:
-            self._backup.finish(global_step=self._global_step,
-                                delete_backups=self.delete_checkpoint)
+            self._backup.finish(
+                global_step=self._global_step, delete_backups=self.delete_checkpoint
+            )
         self._completed = True
         self.close()
 
@@ -324,7 +362,8 @@ class BackupAndRestore(keras.callbacks.Callback):
             raise UsageError(
                 f"{self.backup_dir} records that training completed at step "
                 f"{point.global_step}, so fit will not train again; use a new backup "
-                f"directory to train anew")
+                f"directory to train anew"
+            )
         if self._steps_per_epoch is None and not self._step_in_epoch:
             self._steps_per_epoch = self.params.get("steps")
         if self._watcher is not None:
@@ -339,7 +378,8 @@ class BackupAndRestore(keras.callbacks.Callback):
                 f"fit starts epoch {epoch} but training resumes at epoch {self._epoch} "
                 f"(step {self._step_in_epoch} of it, global step {self._global_step}); "
                 f"run fit once per segment of callback.resume(model, epochs=..., "
-                f"steps_per_epoch=...) with segment.fit_kwargs()")
+                f"steps_per_epoch=...) with segment.fit_kwargs()"
+            )
         if self._step_in_epoch:
             remaining = (self._steps_per_epoch or 0) - self._step_in_epoch
             if self.params.get("steps") != remaining:
@@ -347,7 +387,8 @@ class BackupAndRestore(keras.callbacks.Callback):
                     f"fit runs {self.params.get('steps')} steps in epoch {epoch} but "
                     f"{self._step_in_epoch} of its {self._steps_per_epoch} steps were "
                     f"already applied, expected steps_per_epoch={remaining}; use "
-                    f"callback.resume(...) and segment.fit_kwargs()")
+                    f"callback.resume(...) and segment.fit_kwargs()"
+                )
         self._batch_offset = self._step_in_epoch
 
     def _epoch_steps(self) -> int | None:
@@ -364,8 +405,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         self._step_in_epoch = done_in_epoch
         if self._check_finite:
             try:
-                check_loss(logs, where=f"step {self._global_step}",
-                           after=self._last_backup_note())
+                check_loss(logs, where=f"step {self._global_step}", after=self._last_backup_note())
             except NonFiniteError:
                 self.close()
                 raise
@@ -396,8 +436,11 @@ class BackupAndRestore(keras.callbacks.Callback):
         self._history["epoch"].append(epoch)
         for name, value in self._epoch_logs.items():
             self._history["history"].setdefault(name, []).append(value)
-        if (self._steps_per_epoch is None and not self._batch_offset
-                and not self.model.stop_training):
+        if (
+            self._steps_per_epoch is None
+            and not self._batch_offset
+            and not self.model.stop_training
+        ):
             self._steps_per_epoch = self._step_in_epoch
         self._epoch = epoch + 1
         self._step_in_epoch = 0
@@ -432,14 +475,19 @@ class BackupAndRestore(keras.callbacks.Callback):
     # -------------------------------------------------------------- internal
 
     def _early_stoppers(self) -> list:
-        return [callback for callback in self._states.callbacks
-                if isinstance(callback, keras.callbacks.EarlyStopping)
-                and callback.restore_best_weights and callback.best_weights is not None]
+        return [
+            callback
+            for callback in self._states.callbacks
+            if isinstance(callback, keras.callbacks.EarlyStopping)
+            and callback.restore_best_weights
+            and callback.best_weights is not None
+        ]
 
     def _hide_best_weights(self) -> None:
         """Keeps EarlyStopping from restoring its best weights when one fit call of several ends."""
-        self._hidden_best_weights = [(callback, callback.best_weights)
-                                     for callback in self._early_stoppers()]
+        self._hidden_best_weights = [
+            (callback, callback.best_weights) for callback in self._early_stoppers()
+        ]
         for callback, _ in self._hidden_best_weights:
             callback.best_weights = None
 
@@ -458,8 +506,11 @@ class BackupAndRestore(keras.callbacks.Callback):
         saved, self._pending_metrics = self._pending_metrics, None
         variables = list(self.model.metrics_variables)
         if [tuple(v.shape) for v in variables] != [value.shape for value in saved]:
-            _log.warning("The model's metrics differ from the backup's; the logs of "
-                         "epoch %d cover only the steps run after the restart.", self._epoch)
+            _log.warning(
+                "The model's metrics differ from the backup's; the logs of "
+                "epoch %d cover only the steps run after the restart.",
+                self._epoch,
+            )
             return
         for variable, value in zip(variables, saved):
             # Every worker assigns the same total: a sum-on-read variable splits
@@ -470,25 +521,33 @@ class BackupAndRestore(keras.callbacks.Callback):
 
     def _last_backup_note(self) -> str:
         if self._last_saved_step:
-            return (f" before backing it up: the last backup (step {self._last_saved_step}) "
-                    f"holds finite values")
+            return (
+                f" before backing it up: the last backup (step {self._last_saved_step}) "
+                f"holds finite values"
+            )
         return " before backing it up"
 
     def _save(self, final: bool = False) -> None:
         states, arrays = self._states.capture()
-        metadata = {"epoch_logs": self._epoch_logs, "history": self._history,
-                    "callbacks": states, "stopped": final and bool(self.model.stop_training)}
+        metadata = {
+            "epoch_logs": self._epoch_logs,
+            "history": self._history,
+            "callbacks": states,
+            "stopped": final and bool(self.model.stop_training),
+        }
         if self._step_in_epoch and not final:
             values = [np.asarray(variable.numpy()) for variable in self.model.metrics_variables]
             metadata["metric_arrays"] = [f"metric{index}" for index in range(len(values))]
             arrays.update(zip(metadata["metric_arrays"], values))
         try:
-            self._backup.save(global_step=self._global_step, epoch=self._epoch,
-                              step_in_epoch=self._step_in_epoch,
-                              steps_per_epoch=self._steps_per_epoch,
-                              extra_metadata=metadata,
-                              extra_files={ARRAYS_FILE: arrays_to_bytes(arrays)} if arrays
-                              else None)
+            self._backup.save(
+                global_step=self._global_step,
+                epoch=self._epoch,
+                step_in_epoch=self._step_in_epoch,
+                steps_per_epoch=self._steps_per_epoch,
+                extra_metadata=metadata,
+                extra_files={ARRAYS_FILE: arrays_to_bytes(arrays)} if arrays else None,
+            )
         except NonFiniteError:
             self.close()
             raise

@@ -31,10 +31,15 @@ ARRAYS_FILE = "callbacks.npz"
 _ARRAY_KEY = "__tfdist_array__"
 
 # Keras callbacks whose behaviour on resume depends on nothing they hold.
-_STATELESS = (keras.callbacks.History, keras.callbacks.ProgbarLogger,
-              keras.callbacks.TerminateOnNaN, keras.callbacks.LambdaCallback,
-              keras.callbacks.LearningRateScheduler, keras.callbacks.RemoteMonitor,
-              keras.callbacks.TensorBoard)
+_STATELESS = (
+    keras.callbacks.History,
+    keras.callbacks.ProgbarLogger,
+    keras.callbacks.TerminateOnNaN,
+    keras.callbacks.LambdaCallback,
+    keras.callbacks.LearningRateScheduler,
+    keras.callbacks.RemoteMonitor,
+    keras.callbacks.TensorBoard,
+)
 
 
 def _number(value):
@@ -42,10 +47,17 @@ def _number(value):
 
 
 def _early_stopping_state(callback) -> dict:
-    return {"wait": int(callback.wait), "stopped_epoch": int(callback.stopped_epoch),
-            "best": _number(callback.best), "best_epoch": int(getattr(callback, "best_epoch", 0)),
-            "best_weights": (None if callback.best_weights is None
-                             else [np.asarray(w) for w in callback.best_weights])}
+    return {
+        "wait": int(callback.wait),
+        "stopped_epoch": int(callback.stopped_epoch),
+        "best": _number(callback.best),
+        "best_epoch": int(getattr(callback, "best_epoch", 0)),
+        "best_weights": (
+            None
+            if callback.best_weights is None
+            else [np.asarray(w) for w in callback.best_weights]
+        ),
+    }
 
 
 def _set_early_stopping_state(callback, state: dict) -> None:
@@ -55,8 +67,11 @@ def _set_early_stopping_state(callback, state: dict) -> None:
 
 
 def _plateau_state(callback) -> dict:
-    return {"wait": int(callback.wait), "cooldown_counter": int(callback.cooldown_counter),
-            "best": _number(callback.best)}
+    return {
+        "wait": int(callback.wait),
+        "cooldown_counter": int(callback.cooldown_counter),
+        "best": _number(callback.best),
+    }
 
 
 def _set_plateau_state(callback, state: dict) -> None:
@@ -95,7 +110,8 @@ _KNOWN = (
 def _handlers(callback):
     """`(get, set)` for `callback`, or None when it has no state tfdist knows of."""
     if callable(getattr(callback, "get_state", None)) and callable(
-            getattr(callback, "set_state", None)):
+        getattr(callback, "set_state", None)
+    ):
         return type(callback).get_state, type(callback).set_state
     for cls, getter, setter in _KNOWN:
         if isinstance(callback, cls):
@@ -125,15 +141,19 @@ def _encode(value, arrays: dict, where: str):
         return value.item()
     if isinstance(value, dict):
         if not all(isinstance(key, str) for key in value):
-            raise UsageError(f"{where} has a key that is not a string, expected a dict with "
-                             f"string keys; convert the keys with str()")
+            raise UsageError(
+                f"{where} has a key that is not a string, expected a dict with "
+                f"string keys; convert the keys with str()"
+            )
         return {key: _encode(item, arrays, f"{where}[{key!r}]") for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_encode(item, arrays, f"{where}[{i}]") for i, item in enumerate(value)]
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
-    raise UsageError(f"{where} is a {type(value).__name__}, which a backup cannot hold; "
-                     f"expected JSON values (numbers, strings, lists, dicts) or numpy arrays")
+    raise UsageError(
+        f"{where} is a {type(value).__name__}, which a backup cannot hold; "
+        f"expected JSON values (numbers, strings, lists, dicts) or numpy arrays"
+    )
 
 
 def _decode(value, arrays):
@@ -147,8 +167,11 @@ def _decode(value, arrays):
 
 
 def _public_attributes(callback) -> dict:
-    return {name: value for name, value in vars(callback).items()
-            if not name.startswith("_") and name not in ("model", "params", "validation_data")}
+    return {
+        name: value
+        for name, value in vars(callback).items()
+        if not name.startswith("_") and name not in ("model", "params", "validation_data")
+    }
 
 
 def _same(a, b) -> bool:
@@ -186,10 +209,11 @@ class CallbackStates:
                 continue
             value = handlers[0](callback)
             if not isinstance(value, dict):
-                raise UsageError(f"{type(callback).__name__}.get_state() returned a "
-                                 f"{type(value).__name__}, expected a dict")
-            state[key] = _encode(value, arrays, f"{type(callback).__name__}.get_state()"
-                                                f"[{key!r}]")
+                raise UsageError(
+                    f"{type(callback).__name__}.get_state() returned a "
+                    f"{type(value).__name__}, expected a dict"
+                )
+            state[key] = _encode(value, arrays, f"{type(callback).__name__}.get_state()[{key!r}]")
         self._warn_unknown()
         return state, arrays
 
@@ -199,15 +223,21 @@ class CallbackStates:
                 continue
             callback = self.callbacks[index]
             now = _public_attributes(callback)
-            changed = sorted(name for name in set(before) | set(now)
-                             if not _same(before.get(name), now.get(name)))
+            changed = sorted(
+                name
+                for name in set(before) | set(now)
+                if not _same(before.get(name), now.get(name))
+            )
             if changed:
                 self._warned.add(index)
                 _log.warning(
                     "Callback %s changed %s while training, which tfdist cannot save: a "
                     "resumed run starts it afresh. Define get_state() -> dict and "
                     "set_state(dict) on it to keep its state across a resume (see "
-                    "docs/fault_tolerance.md).", type(callback).__name__, ", ".join(changed))
+                    "docs/fault_tolerance.md).",
+                    type(callback).__name__,
+                    ", ".join(changed),
+                )
 
     # ------------------------------------------------------------ restore
 
@@ -231,14 +261,18 @@ class CallbackStates:
             if handlers is None:
                 continue
             if key not in state:
-                _log.warning("The backup holds no state for callback %s (added since?): it "
-                             "starts afresh.", key)
+                _log.warning(
+                    "The backup holds no state for callback %s (added since?): it starts afresh.",
+                    key,
+                )
                 continue
             handlers[1](callback, state[key])
             restored.add(key)
         for key in sorted(set(state) - restored):
-            _log.warning("The backup holds the state of callback %s, which this run does "
-                         "not have; ignored.", key)
+            _log.warning(
+                "The backup holds the state of callback %s, which this run does not have; ignored.",
+                key,
+            )
 
     # ---------------------------------------------------------------- CSV
 
@@ -252,16 +286,24 @@ class CallbackStates:
             size = _file_size(callback.filename)
             if saved is None or size is None or size < saved:
                 if is_chief and saved:
-                    _log.warning("%s has %s bytes but had %d at the backup; appending to "
-                                 "it as it is.", callback.filename, size, saved)
+                    _log.warning(
+                        "%s has %s bytes but had %d at the backup; appending to it as it is.",
+                        callback.filename,
+                        size,
+                        saved,
+                    )
                 continue
             if size > saved:
                 with tf.io.gfile.GFile(callback.filename, "rb") as handle:
                     kept = handle.read(saved)
                 with tf.io.gfile.GFile(callback.filename, "wb") as handle:
                     handle.write(kept)
-                _log.info("Cut %s back to the %d bytes it had at the backup (rows of "
-                          "steps that run again).", callback.filename, saved)
+                _log.info(
+                    "Cut %s back to the %d bytes it had at the backup (rows of "
+                    "steps that run again).",
+                    callback.filename,
+                    saved,
+                )
 
     def keep_appending_csv(self) -> None:
         """Between two `fit` calls of one run: the next one appends."""

@@ -9,8 +9,12 @@ import tensorflow as tf
 from tfdist._internal.files import write_json_atomically
 from tfdist._internal.preconditions import check_whole_number
 from tfdist.errors import UsageError
-from tfdist.outputs.evaluation import (CHECKPOINT_NAME, DONE_MARKER, _position_checkpoint,
-                                       checkpoint_step)
+from tfdist.outputs.evaluation import (
+    CHECKPOINT_NAME,
+    DONE_MARKER,
+    _position_checkpoint,
+    checkpoint_step,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -26,8 +30,10 @@ class CheckpointExporter(keras.callbacks.Callback):
     def __init__(self, directory: str, *, max_to_keep: int = 5):
         super().__init__()
         if not directory:
-            raise UsageError("directory is empty, expected where to export checkpoints for "
-                             "the evaluator, e.g. <model_dir>/checkpoints")
+            raise UsageError(
+                "directory is empty, expected where to export checkpoints for "
+                "the evaluator, e.g. <model_dir>/checkpoints"
+            )
         check_whole_number("max_to_keep", max_to_keep, minimum=1)
         self.directory = directory
         self.max_to_keep = max_to_keep
@@ -44,8 +50,11 @@ class CheckpointExporter(keras.callbacks.Callback):
             tf.io.gfile.remove(marker)
         if self._manager is None:
             self._manager = tf.train.CheckpointManager(
-                _position_checkpoint(self.model), self.directory, max_to_keep=self.max_to_keep,
-                checkpoint_name=CHECKPOINT_NAME)
+                _position_checkpoint(self.model),
+                self.directory,
+                max_to_keep=self.max_to_keep,
+                checkpoint_name=CHECKPOINT_NAME,
+            )
 
     def export(self) -> str:
         """Saves now, at the optimizer's current step; returns the path."""
@@ -69,7 +78,8 @@ class CheckpointExporter(keras.callbacks.Callback):
         several `fit` calls, and the evaluator stops at the marker.
         """
         path = self.export()
-        write_json_atomically(os.path.join(self.directory, DONE_MARKER),
-                               {"last_checkpoint": os.path.basename(path),
-                                "step": checkpoint_step(path)})
+        write_json_atomically(
+            os.path.join(self.directory, DONE_MARKER),
+            {"last_checkpoint": os.path.basename(path), "step": checkpoint_step(path)},
+        )
         return path

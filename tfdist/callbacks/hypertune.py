@@ -28,8 +28,10 @@ class HypertuneCallback(keras.callbacks.Callback):
     def __init__(self, metric: str, *, is_chief: bool, reporter: MetricReporter | None = None):
         super().__init__()
         if not metric or not isinstance(metric, str):
-            raise UsageError(f"--hparam_metric is {str(metric)[:100]!r}, expected a "
-                             f"metric name from the epoch logs such as val_accuracy")
+            raise UsageError(
+                f"--hparam_metric is {str(metric)[:100]!r}, expected a "
+                f"metric name from the epoch logs such as val_accuracy"
+            )
         self.metric = metric
         self.is_chief = bool(is_chief)
         self._reporter = reporter
@@ -49,15 +51,18 @@ class HypertuneCallback(keras.callbacks.Callback):
             validated = any(key.startswith("val_") for key in logs)
             if self.metric.startswith("val_") and not validated:
                 return  # no validation this epoch
-            raise UsageError(f"--hparam_metric={self.metric[:100]} is not in the epoch "
-                             f"logs, expected one of: {', '.join(sorted(logs))}")
-        step = int(self.model.optimizer.iterations.numpy()) \
-            if self.model is not None else epoch + 1
+            raise UsageError(
+                f"--hparam_metric={self.metric[:100]} is not in the epoch "
+                f"logs, expected one of: {', '.join(sorted(logs))}"
+            )
+        step = int(self.model.optimizer.iterations.numpy()) if self.model is not None else epoch + 1
         self.reporter.report(self.metric, float(logs[self.metric]), step)
         self.reports += 1
 
     def on_train_end(self, logs: Mapping[str, Any] | None = None):
         if self.is_chief and not self.reports:
-            raise UsageError(f"--hparam_metric={self.metric[:100]} was never reported: no "
-                             f"epoch ran a validation; expected validation data (e.g. "
-                             f"--validation_steps > 0) or a training metric such as loss")
+            raise UsageError(
+                f"--hparam_metric={self.metric[:100]} was never reported: no "
+                f"epoch ran a validation; expected validation data (e.g. "
+                f"--validation_steps > 0) or a training metric such as loss"
+            )

@@ -33,7 +33,8 @@ def check_loss(logs, *, where: str, after: str = "") -> None:
     if not math.isfinite(value):
         raise NonFiniteError(
             f"the training loss is {value} at {where}; stopped{after}; lower the learning "
-            f"rate or check the input data")
+            f"rate or check the input data"
+        )
 
 
 class NonFiniteGuard(keras.callbacks.Callback):
@@ -60,12 +61,15 @@ class NonFiniteGuard(keras.callbacks.Callback):
         if not self._check_variables:
             return
         if self._finite_check is None:
-            named = [(path or variable.path, variable) for path, variable in
-                     zip(model_variable_paths(self.model), self.model.variables)]
+            named = [
+                (path or variable.path, variable)
+                for path, variable in zip(model_variable_paths(self.model), self.model.variables)
+            ]
             optimizer = getattr(self.model, "optimizer", None)
             if optimizer is not None:
-                named += [(f"optimizer {variable.path}", variable)
-                          for variable in optimizer.variables]
+                named += [
+                    (f"optimizer {variable.path}", variable) for variable in optimizer.variables
+                ]
             self._finite_check = FiniteCheck(named)
         bad = self._finite_check.non_finite()
         if bad:
@@ -73,4 +77,5 @@ class NonFiniteGuard(keras.callbacks.Callback):
                 f"non-finite values (NaN or Inf) in {bad[0]}"
                 + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")
                 + f" at the end of epoch {epoch}; lower the learning rate or check the "
-                  f"input data")
+                f"input data"
+            )

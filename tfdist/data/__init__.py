@@ -10,16 +10,41 @@
 
 from tfdist.data.inputs import TaskInput
 from tfdist.data.shards import Shard, batches_per_pass
-from tfdist.data.sources import (DECODED_SHUFFLE_BYTES, DEFAULT_SHUFFLE_BYTES, ArraySource,
-                                 FileSource, RandomAccessSource, is_source)
-from tfdist.data.streaming import (MAX_CACHED_BYTES, MAX_SHUFFLE_BUFFER, count_examples,
-                                   evaluation_batches, per_replica_batch_size, shuffle_window,
-                                   training_batches, with_shard_policy)
+from tfdist.data.sources import (
+    DECODED_SHUFFLE_BYTES,
+    DEFAULT_SHUFFLE_BYTES,
+    ArraySource,
+    FileSource,
+    RandomAccessSource,
+    is_source,
+)
+from tfdist.data.streaming import (
+    MAX_CACHED_BYTES,
+    MAX_SHUFFLE_BUFFER,
+    count_examples,
+    evaluation_batches,
+    per_replica_batch_size,
+    shuffle_window,
+    training_batches,
+    with_shard_policy,
+)
 
 __all__ = [
-    "ArraySource", "DECODED_SHUFFLE_BYTES", "DEFAULT_SHUFFLE_BYTES", "FileSource",
+    "ArraySource",
+    "DECODED_SHUFFLE_BYTES",
+    "DEFAULT_SHUFFLE_BYTES",
+    "FileSource",
     "MAX_CACHED_BYTES",
-    "MAX_SHUFFLE_BUFFER", "RandomAccessSource", "Shard", "TaskInput", "batches_per_pass",
-    "count_examples", "evaluation_batches", "is_source", "per_replica_batch_size",
-    "shuffle_window", "training_batches", "with_shard_policy",
+    "MAX_SHUFFLE_BUFFER",
+    "RandomAccessSource",
+    "Shard",
+    "TaskInput",
+    "batches_per_pass",
+    "count_examples",
+    "evaluation_batches",
+    "is_source",
+    "per_replica_batch_size",
+    "shuffle_window",
+    "training_batches",
+    "with_shard_policy",
 ]

@@ -57,9 +57,12 @@ class PadToShape:
         shapes = self.features.values() if isinstance(self.features, dict) else [self.features]
         for shape in shapes:
             if not isinstance(shape, (tuple, list)) or not all(
-                    d is None or (isinstance(d, int) and d > 0) for d in shape):
-                raise UsageError(f"PadToShape(features={self.features!r}): expected a tuple "
-                                 f"of positive ints or None per feature, e.g. (128,)")
+                d is None or (isinstance(d, int) and d > 0) for d in shape
+            ):
+                raise UsageError(
+                    f"PadToShape(features={self.features!r}): expected a tuple "
+                    f"of positive ints or None per feature, e.g. (128,)"
+                )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,10 +90,15 @@ class BucketByLength:
 
     def __post_init__(self):
         bounds = tuple(self.boundaries)
-        if not bounds or any(not isinstance(b, int) or b <= 0 for b in bounds) or list(
-                bounds) != sorted(set(bounds)):
-            raise UsageError(f"BucketByLength(boundaries={self.boundaries!r}): expected "
-                             f"increasing positive ints, e.g. (32, 64, 128)")
+        if (
+            not bounds
+            or any(not isinstance(b, int) or b <= 0 for b in bounds)
+            or list(bounds) != sorted(set(bounds))
+        ):
+            raise UsageError(
+                f"BucketByLength(boundaries={self.boundaries!r}): expected "
+                f"increasing positive ints, e.g. (32, 64, 128)"
+            )
 
 
 Batching = PadToLongest | PadToShape | BucketByLength
@@ -109,7 +117,8 @@ def declared_batching(task, spec: str = "the task") -> Batching | None:
         raise UsageError(
             f"--task {spec!r}: batching() returned {type(declared).__name__}, expected None, "
             f"tfdist.data.batching.PadToLongest(), PadToShape(features=...) or "
-            f"BucketByLength(boundaries=...)")
+            f"BucketByLength(boundaries=...)"
+        )
     return declared
 
 
@@ -118,8 +127,11 @@ def _variable_components(element_spec) -> list[str]:
     names = ("features", "labels", "sample_weights")
     found = []
     for name, part in zip(names, element_spec):
-        flat = (sorted(part.items()) if isinstance(part, dict)
-                else [(index, c) for index, c in enumerate(tf.nest.flatten(part))])
+        flat = (
+            sorted(part.items())
+            if isinstance(part, dict)
+            else [(index, c) for index, c in enumerate(tf.nest.flatten(part))]
+        )
         for path, component in flat:
             label = f"{name}[{path!r}]" if len(flat) > 1 or isinstance(part, dict) else name
             if not isinstance(component, tf.TensorSpec):
@@ -129,8 +141,9 @@ def _variable_components(element_spec) -> list[str]:
     return found
 
 
-def check_declared(examples: tf.data.Dataset, batching: Batching | None,
-                   spec: str = "the task") -> None:
+def check_declared(
+    examples: tf.data.Dataset, batching: Batching | None, spec: str = "the task"
+) -> None:
     """Refuses ragged or sparse components when no batching is declared.
 
     Raises:
@@ -138,18 +151,19 @@ def check_declared(examples: tf.data.Dataset, batching: Batching | None,
     """
     if batching is not None:
         return
-    structural = [name for name in _variable_components(examples.element_spec)
-                  if "Spec)" in name]
+    structural = [name for name in _variable_components(examples.element_spec) if "Spec)" in name]
     if structural:
         raise UsageError(undeclared_message(spec, structural))
 
 
 def undeclared_message(spec: str, components: list[str]) -> str:
-    return (f"--task {spec!r}: the examples have variable-length components "
-            f"({', '.join(components)}) and the task declares no batching; pad or densify "
-            f"them in build_inputs, or declare padding: add a batching() method returning "
-            f"tfdist.data.batching.PadToLongest(), PadToShape(features=...) or "
-            f"BucketByLength(boundaries=...) (docs/tasks.md)")
+    return (
+        f"--task {spec!r}: the examples have variable-length components "
+        f"({', '.join(components)}) and the task declares no batching; pad or densify "
+        f"them in build_inputs, or declare padding: add a batching() method returning "
+        f"tfdist.data.batching.PadToLongest(), PadToShape(features=...) or "
+        f"BucketByLength(boundaries=...) (docs/tasks.md)"
+    )
 
 
 def variable_components(examples: tf.data.Dataset) -> list[str]:
@@ -169,8 +183,11 @@ def densify(examples: tf.data.Dataset) -> tf.data.Dataset:
     """Each example's ragged and sparse components as dense tensors."""
     if all(isinstance(s, tf.TensorSpec) for s in tf.nest.flatten(examples.element_spec)):
         return examples
-    return examples.map(lambda *parts: tf.nest.map_structure(_dense, parts),
-                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    return examples.map(
+        lambda *parts: tf.nest.map_structure(_dense, parts),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
 
 
 def _padded_shapes(element_spec, batching: Batching):
@@ -180,17 +197,21 @@ def _padded_shapes(element_spec, batching: Batching):
         declared = batching.features
         if isinstance(features, dict):
             if not isinstance(declared, dict):
-                raise UsageError(f"PadToShape(features={declared!r}): the features are a dict "
-                                 f"with keys {sorted(features)}, expected a dict of shapes")
-            feature_shapes = {k: tf.TensorShape(declared.get(k, v.shape))
-                              for k, v in features.items()}
+                raise UsageError(
+                    f"PadToShape(features={declared!r}): the features are a dict "
+                    f"with keys {sorted(features)}, expected a dict of shapes"
+                )
+            feature_shapes = {
+                k: tf.TensorShape(declared.get(k, v.shape)) for k, v in features.items()
+            }
         else:
             feature_shapes = tf.TensorShape(declared)
             if feature_shapes.rank != features.shape.rank:
                 raise UsageError(
                     f"PadToShape(features={declared!r}) has rank {feature_shapes.rank}, but "
                     f"one example's features have shape {features.shape}; declare a shape of "
-                    f"rank {features.shape.rank}")
+                    f"rank {features.shape.rank}"
+                )
         shapes = (feature_shapes, *shapes[1:])
     return shapes
 
@@ -200,6 +221,7 @@ def _padding_values(element_spec, value):
         if spec.dtype == tf.string:
             return tf.constant("", tf.string)
         return tf.cast(tf.constant(value), spec.dtype)
+
     return tf.nest.map_structure(one, element_spec)
 
 
@@ -214,9 +236,12 @@ def batch_function(batching: Batching | None) -> Callable | None:
 
     def pad(dataset, batch_size, drop_remainder):
         spec = dataset.element_spec
-        return dataset.padded_batch(batch_size, padded_shapes=_padded_shapes(spec, batching),
-                                    padding_values=_padding_values(spec, batching.padding_value),
-                                    drop_remainder=drop_remainder)
+        return dataset.padded_batch(
+            batch_size,
+            padded_shapes=_padded_shapes(spec, batching),
+            padding_values=_padding_values(spec, batching.padding_value),
+            drop_remainder=drop_remainder,
+        )
 
     return pad
 
@@ -229,17 +254,28 @@ def _length_function(element_spec, batching: BucketByLength):
             variable = [k for k, s in features.items() if not s.shape.is_fully_defined()]
             key = (variable or sorted(features))[0]
         if key not in features:
-            raise UsageError(f"BucketByLength(length_of={key!r}): the features have no such "
-                             f"key, expected one of {sorted(features)}")
+            raise UsageError(
+                f"BucketByLength(length_of={key!r}): the features have no such "
+                f"key, expected one of {sorted(features)}"
+            )
         return lambda *parts: tf.shape(parts[0][key])[0]
     if features.shape.rank == 0:
-        raise UsageError("BucketByLength: the features are scalars, which have no length; "
-                         "bucket a sequence feature (length_of=...) or use PadToLongest()")
+        raise UsageError(
+            "BucketByLength: the features are scalars, which have no length; "
+            "bucket a sequence feature (length_of=...) or use PadToLongest()"
+        )
     return lambda *parts: tf.shape(parts[0])[0]
 
 
-def training_batches(examples: tf.data.Dataset, batching: Batching, *, global_batch_size: int,
-                     seed: int, num_examples: int, first_step: int = 0) -> tf.data.Dataset:
+def training_batches(
+    examples: tf.data.Dataset,
+    batching: Batching,
+    *,
+    global_batch_size: int,
+    seed: int,
+    num_examples: int,
+    first_step: int = 0,
+) -> tf.data.Dataset:
     """The endless, deterministic stream of padded (or bucketed) global batches.
 
     The examples follow tfdist's seeded passes (`tfdist.data.training_batches`),
@@ -257,29 +293,40 @@ def training_batches(examples: tf.data.Dataset, batching: Batching, *, global_ba
     dense = densify(examples)
 
     def examples_from(first_example: int) -> tf.data.Dataset:
-        return data_lib.training_batches(dense, global_batch_size=1, seed=seed,
-                                         num_examples=num_examples,
-                                         first_step=first_example).unbatch()
+        return data_lib.training_batches(
+            dense,
+            global_batch_size=1,
+            seed=seed,
+            num_examples=num_examples,
+            first_step=first_example,
+        ).unbatch()
 
     if isinstance(batching, BucketByLength):
-        stream = bucketed_training_batches(examples_from(0), batching,
-                                           global_batch_size=global_batch_size,
-                                           first_step=first_step)
+        stream = bucketed_training_batches(
+            examples_from(0), batching, global_batch_size=global_batch_size, first_step=first_step
+        )
     else:
-        stream = batch_function(batching)(examples_from(first_step * global_batch_size),
-                                          global_batch_size, True)
+        stream = batch_function(batching)(
+            examples_from(first_step * global_batch_size), global_batch_size, True
+        )
     return data_lib.with_shard_policy(stream.prefetch(tf.data.AUTOTUNE))
 
 
-def evaluation_batches(examples: tf.data.Dataset, batching: Batching, *,
-                       global_batch_size: int) -> tf.data.Dataset:
+def evaluation_batches(
+    examples: tf.data.Dataset, batching: Batching, *, global_batch_size: int
+) -> tf.data.Dataset:
     """One pass over evaluation examples in padded global batches (the last may be partial)."""
     batches = batch_function(batching)(densify(examples), global_batch_size, False)
     return data_lib.with_shard_policy(batches.prefetch(tf.data.AUTOTUNE))
 
 
-def bucketed_training_batches(stream_of_examples: tf.data.Dataset, batching: BucketByLength,
-                              *, global_batch_size: int, first_step: int) -> tf.data.Dataset:
+def bucketed_training_batches(
+    stream_of_examples: tf.data.Dataset,
+    batching: BucketByLength,
+    *,
+    global_batch_size: int,
+    first_step: int,
+) -> tf.data.Dataset:
     """Global batches of similar-length examples from the endless example stream.
 
     Args:
@@ -292,8 +339,11 @@ def bucketed_training_batches(stream_of_examples: tf.data.Dataset, batching: Buc
     spec = stream_of_examples.element_spec
     buckets = len(batching.boundaries) + 1
     batches = stream_of_examples.bucket_by_sequence_length(
-        _length_function(spec, batching), bucket_boundaries=list(batching.boundaries),
+        _length_function(spec, batching),
+        bucket_boundaries=list(batching.boundaries),
         bucket_batch_sizes=[global_batch_size] * buckets,
         padded_shapes=_padded_shapes(spec, batching),
-        padding_values=_padding_values(spec, batching.padding_value), drop_remainder=True)
+        padding_values=_padding_values(spec, batching.padding_value),
+        drop_remainder=True,
+    )
     return batches.skip(first_step) if first_step else batches

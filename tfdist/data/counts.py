@@ -13,8 +13,8 @@ import os
 
 import tensorflow as tf
 
-from tfdist.data.inputs import FILES, TaskInput
 from tfdist._internal.files import write_json_atomically
+from tfdist.data.inputs import FILES, TaskInput
 
 COUNT_FILE = "input_count.json"
 _log = logging.getLogger(__name__)
@@ -43,8 +43,9 @@ def count_once(split: TaskInput, *, identity: str, directory: str, is_chief: boo
         with tf.io.gfile.GFile(path) as handle:
             record = json.load(handle)
         if record.get("key") == key and isinstance(record.get("count"), int):
-            _log.info("Training data size %d read from %s (not counted again).",
-                      record["count"], path)
+            _log.info(
+                "Training data size %d read from %s (not counted again).", record["count"], path
+            )
             return record["count"]
     count = split.count()
     if path and is_chief:

@@ -51,7 +51,7 @@ def plan(source: FileSource, shard: Shard) -> FilePlan:
     """Matches the files, chooses the sharding and sizes the shuffle window."""
     paths = source.paths()
     sharding = FILES if len(paths) >= shard.count > 1 else RECORDS
-    mine = tuple(paths[shard.index::shard.count]) if sharding == FILES else tuple(paths)
+    mine = tuple(paths[shard.index :: shard.count]) if sharding == FILES else tuple(paths)
     return FilePlan(paths=mine, sharding=sharding, window=_window(source, paths[0]))
 
 
@@ -61,10 +61,14 @@ def describe(source: FileSource, num_pipelines: int) -> str:
     if num_pipelines == 1:
         return f"{count} file(s) read by one input pipeline"
     if count >= num_pipelines:
-        return (f"{count} files sharded among {num_pipelines} workers (each reads and decodes "
-                f"only its files; the order depends on the number of workers)")
-    return (f"{count} file(s), fewer than the {num_pipelines} workers: every worker reads every "
-            f"record and decodes only its replicas' part of each batch")
+        return (
+            f"{count} files sharded among {num_pipelines} workers (each reads and decodes "
+            f"only its files; the order depends on the number of workers)"
+        )
+    return (
+        f"{count} file(s), fewer than the {num_pipelines} workers: every worker reads every "
+        f"record and decodes only its replicas' part of each batch"
+    )
 
 
 def _reader(source: FileSource):
@@ -77,14 +81,19 @@ def _reader(source: FileSource):
 
 def _window(source: FileSource, first_path: str) -> int:
     """Records in a window of `source.shuffle_bytes`, from the sizes of the first records."""
-    sizes = [len(record) for record in
-             _reader(source)(tf.constant(first_path)).take(_SIZE_SAMPLE).as_numpy_iterator()]
+    sizes = [
+        len(record)
+        for record in _reader(source)(tf.constant(first_path))
+        .take(_SIZE_SAMPLE)
+        .as_numpy_iterator()
+    ]
     mean = sum(sizes) / max(1, len(sizes)) + _RECORD_OVERHEAD_BYTES
     return int(max(1, min(_MAX_WINDOW, source.shuffle_bytes // mean)))
 
 
-def records(source: FileSource, file_plan: FilePlan, *, seed: int, shard: Shard,
-            first_record: int = 0) -> tf.data.Dataset:
+def records(
+    source: FileSource, file_plan: FilePlan, *, seed: int, shard: Shard, first_record: int = 0
+) -> tf.data.Dataset:
     """This pipeline's endless stream of records, from record `first_record` on."""
     paths = tf.constant(file_plan.paths)
     read = _reader(source)
@@ -92,36 +101,48 @@ def records(source: FileSource, file_plan: FilePlan, *, seed: int, shard: Shard,
 
     def one_pass(pass_index):
         order = tf.random.experimental.stateless_shuffle(
-            paths, seed=tf.stack([tf.constant(seed, tf.int64), pass_index]))
+            paths, seed=tf.stack([tf.constant(seed, tf.int64), pass_index])
+        )
         cycle = min(_CYCLE_LENGTH, len(file_plan.paths))
         stream = tf.data.Dataset.from_tensor_slices(order).interleave(
-            read, cycle_length=cycle, block_length=1, num_parallel_calls=cycle,
-            deterministic=True)
+            read, cycle_length=cycle, block_length=1, num_parallel_calls=cycle, deterministic=True
+        )
         return _seeded_shuffle(stream, file_plan.window, seed * 1009 + salt, pass_index)
 
     stream = tf.data.Dataset.range(tf.int64.max).flat_map(one_pass)
     return stream.skip(first_record) if first_record else stream
 
 
-def replica_batches(source: FileSource, *, global_batch_size: int, seed: int,
-                    first_step: int = 0, shard: Shard = Shard()) -> tf.data.Dataset:
+def replica_batches(
+    source: FileSource,
+    *,
+    global_batch_size: int,
+    seed: int,
+    first_step: int = 0,
+    shard: Shard = Shard(),
+) -> tf.data.Dataset:
     """The endless stream of this shard's per-replica batches, from step `first_step`."""
     per_replica = check_global_batch(global_batch_size, shard.num_replicas)
     span = per_replica * shard.local_replicas
     file_plan = plan(source, shard)
     if file_plan.sharding == FILES:
-        mine = records(source, file_plan, seed=seed, shard=shard,
-                       first_record=first_step * span)
+        mine = records(source, file_plan, seed=seed, shard=shard, first_record=first_step * span)
     else:
         start = shard.first_replica * per_replica
-        everything = records(source, file_plan, seed=seed, shard=shard,
-                             first_record=first_step * global_batch_size)
-        mine = everything if shard.count == 1 else (
-            everything.batch(global_batch_size, drop_remainder=True)
-            .map(lambda batch: batch[start:start + span]).unbatch())
+        everything = records(
+            source, file_plan, seed=seed, shard=shard, first_record=first_step * global_batch_size
+        )
+        mine = (
+            everything
+            if shard.count == 1
+            else (
+                everything.batch(global_batch_size, drop_remainder=True)
+                .map(lambda batch: batch[start : start + span])
+                .unbatch()
+            )
+        )
     if source.preprocess is not None:
-        mine = mine.map(source.preprocess, num_parallel_calls=tf.data.AUTOTUNE,
-                        deterministic=True)
+        mine = mine.map(source.preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return mine.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
 
 
@@ -130,8 +151,9 @@ def examples(source: FileSource) -> tf.data.Dataset:
     read = _reader(source)
     stream = tf.data.Dataset.from_tensor_slices(source.paths()).flat_map(read)
     if source.preprocess is not None:
-        stream = stream.map(source.preprocess, num_parallel_calls=tf.data.AUTOTUNE,
-                            deterministic=True)
+        stream = stream.map(
+            source.preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
     return stream
 
 

@@ -13,8 +13,7 @@ import logging
 import tensorflow as tf
 
 from tfdist.data import files as files_lib
-from tfdist.data import random_access
-from tfdist.data import streaming
+from tfdist.data import random_access, streaming
 from tfdist.data.shards import Shard
 from tfdist.data.sources import RANDOM_ACCESS, ArraySource, FileSource, is_source
 
@@ -57,11 +56,15 @@ class TaskInput:
         if size is not None:
             return size
         if self.kind == FILES:
-            _log.info("Counting the records of the training files (no decoding; give "
-                      "--steps_per_epoch to skip this).")
+            _log.info(
+                "Counting the records of the training files (no decoding; give "
+                "--steps_per_epoch to skip this)."
+            )
             return files_lib.count_records(self.value)
-        _log.info("Counting the training examples: the task's dataset has no known size "
-                  "(give --steps_per_epoch, or return a tfdist.data source, to skip this).")
+        _log.info(
+            "Counting the training examples: the task's dataset has no known size "
+            "(give --steps_per_epoch, or return a tfdist.data source, to skip this)."
+        )
         return streaming.count_examples(self.value)
 
     def examples(self) -> tf.data.Dataset:
@@ -86,7 +89,8 @@ class TaskInput:
             raise UsageError(
                 "the task returned a RandomAccessSource, whose records are read in Python, "
                 "which parameter-server workers cannot run; use a synchronous strategy, an "
-                "ArraySource or a FileSource")
+                "ArraySource or a FileSource"
+            )
         return self.examples()
 
     def element_spec(self):
@@ -106,8 +110,11 @@ class TaskInput:
         """
         size = self.known_size()
         if size is None:
-            size = int(self.first_examples(global_batch_size).reduce(
-                tf.constant(0, tf.int64), lambda count, _: count + 1))
+            size = int(
+                self.first_examples(global_batch_size).reduce(
+                    tf.constant(0, tf.int64), lambda count, _: count + 1
+                )
+            )
         streaming.batches_per_pass(size, global_batch_size)
 
     def sharded_by_file(self, num_pipelines: int) -> "TaskInput":
@@ -120,8 +127,11 @@ class TaskInput:
         """
         from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
 
-        if (self.kind != DATASET or num_pipelines < 2
-                or not keras_compat.can_shard_by_file(self.value, num_pipelines)):
+        if (
+            self.kind != DATASET
+            or num_pipelines < 2
+            or not keras_compat.can_shard_by_file(self.value, num_pipelines)
+        ):
             return self
         return dataclasses.replace(self, file_shards=num_pipelines)
 
@@ -140,35 +150,64 @@ class TaskInput:
     def describe(self, num_pipelines: int) -> str:
         """One line for the log: what each worker reads and decodes."""
         if self.kind == RANDOM:
-            return (f"random-access source of {len(self.value)} examples: each worker reads "
-                    f"and decodes only its replicas' examples; resume is index arithmetic")
+            return (
+                f"random-access source of {len(self.value)} examples: each worker reads "
+                f"and decodes only its replicas' examples; resume is index arithmetic"
+            )
         if self.kind == FILES:
             return files_lib.describe(self.value, num_pipelines)
         if self.file_shards:
-            return (f"the task's tf.data.Dataset, sharded by file among {self.file_shards} "
-                    f"workers (each reads and decodes only its files; the order depends on the "
-                    f"number of workers)")
+            return (
+                f"the task's tf.data.Dataset, sharded by file among {self.file_shards} "
+                f"workers (each reads and decodes only its files; the order depends on the "
+                f"number of workers)"
+            )
         if num_pipelines > 1:
-            return ("the task's tf.data.Dataset reads fewer files than workers (or no files): "
-                    "every worker builds the whole pipeline and keeps its part of each global "
-                    "batch (it decodes the whole batch); use more files or return a tfdist.data "
-                    "source so that each worker decodes only its own (docs/data.md)")
+            return (
+                "the task's tf.data.Dataset reads fewer files than workers (or no files): "
+                "every worker builds the whole pipeline and keeps its part of each global "
+                "batch (it decodes the whole batch); use more files or return a tfdist.data "
+                "source so that each worker decodes only its own (docs/data.md)"
+            )
         return "the task's tf.data.Dataset of examples"
 
-    def replica_batches(self, *, global_batch_size: int, seed: int, first_step: int,
-                        shard: Shard, num_examples: int | None) -> tf.data.Dataset:
+    def replica_batches(
+        self,
+        *,
+        global_batch_size: int,
+        seed: int,
+        first_step: int,
+        shard: Shard,
+        num_examples: int | None,
+    ) -> tf.data.Dataset:
         """This shard's per-replica batches (a source's own pipeline)."""
         if self.kind == RANDOM:
-            return random_access.replica_batches(self.value, global_batch_size=global_batch_size,
-                                                 seed=seed, first_step=first_step, shard=shard)
+            return random_access.replica_batches(
+                self.value,
+                global_batch_size=global_batch_size,
+                seed=seed,
+                first_step=first_step,
+                shard=shard,
+            )
         if self.kind == FILES:
-            return files_lib.replica_batches(self.value, global_batch_size=global_batch_size,
-                                             seed=seed, first_step=first_step, shard=shard)
+            return files_lib.replica_batches(
+                self.value,
+                global_batch_size=global_batch_size,
+                seed=seed,
+                first_step=first_step,
+                shard=shard,
+            )
         raise TypeError("a tf.data.Dataset input is batched by streaming.training_batches")
 
-    def training_stream(self, strategy: tf.distribute.Strategy | None, *,
-                        global_batch_size: int, seed: int, first_step: int = 0,
-                        num_examples: int | None = None):
+    def training_stream(
+        self,
+        strategy: tf.distribute.Strategy | None,
+        *,
+        global_batch_size: int,
+        seed: int,
+        first_step: int = 0,
+        num_examples: int | None = None,
+    ):
         """What `fit` takes: global batches, or per-worker batches already distributed.
 
         A source under a strategy with several replicas is distributed with
@@ -177,18 +216,32 @@ class TaskInput:
         if self.kind == DATASET and self.file_shards:
             return strategy.distribute_datasets_from_function(
                 lambda context: streaming.file_sharded_batches(
-                    self.value, shard=Shard.of(context), global_batch_size=global_batch_size,
-                    seed=seed, first_step=first_step))
+                    self.value,
+                    shard=Shard.of(context),
+                    global_batch_size=global_batch_size,
+                    seed=seed,
+                    first_step=first_step,
+                )
+            )
         if self.kind == DATASET:
             return streaming.training_batches(
-                self.value, global_batch_size=global_batch_size, seed=seed,
-                num_examples=num_examples, first_step=first_step)
-        options = dict(global_batch_size=global_batch_size, seed=seed, first_step=first_step,
-                       num_examples=num_examples)
+                self.value,
+                global_batch_size=global_batch_size,
+                seed=seed,
+                num_examples=num_examples,
+                first_step=first_step,
+            )
+        options = dict(
+            global_batch_size=global_batch_size,
+            seed=seed,
+            first_step=first_step,
+            num_examples=num_examples,
+        )
         if strategy is None or strategy.num_replicas_in_sync == 1:
             return self.replica_batches(shard=Shard(), **options)
         return strategy.distribute_datasets_from_function(
-            lambda context: self.replica_batches(shard=Shard.of(context), **options))
+            lambda context: self.replica_batches(shard=Shard.of(context), **options)
+        )
 
     def evaluation_stream(self, global_batch_size: int) -> tf.data.Dataset:
         return streaming.evaluation_batches(self.examples(), global_batch_size=global_batch_size)

@@ -12,7 +12,7 @@ Starting at step `s` is arithmetic: nothing before it is read.
 import numpy as np
 import tensorflow as tf
 
-from tfdist.data.shards import Shard, check_global_batch, batches_per_pass
+from tfdist.data.shards import Shard, batches_per_pass, check_global_batch
 from tfdist.data.sources import ArraySource, RandomAccessSource
 from tfdist.errors import UsageError
 
@@ -57,12 +57,16 @@ class _Reader:
     def __init__(self, source: RandomAccessSource | ArraySource):
         self.source = source
         if len(source) == 0:
-            raise UsageError(f"the {type(source).__name__} holds no records, expected at least "
-                             f"one global batch of them")
+            raise UsageError(
+                f"the {type(source).__name__} holds no records, expected at least "
+                f"one global batch of them"
+            )
         if isinstance(source, ArraySource):
             self.structure = source.arrays
-            self.specs = [tf.TensorSpec(leaf.shape[1:], tf.as_dtype(leaf.dtype))
-                          for leaf in _flatten(source.arrays)]
+            self.specs = [
+                tf.TensorSpec(leaf.shape[1:], tf.as_dtype(leaf.dtype))
+                for leaf in _flatten(source.arrays)
+            ]
         else:
             first = source.read([0])[0]
             self.structure = first
@@ -76,18 +80,24 @@ class _Reader:
         out = []
         for spec, column in zip(self.specs, columns):
             if spec.dtype == tf.string:
-                out.append(np.array([_as_bytes(v) for v in column], dtype=object)
-                           .reshape((len(records),) + tuple(spec.shape)))
+                out.append(
+                    np.array([_as_bytes(v) for v in column], dtype=object).reshape(
+                        (len(records),) + tuple(spec.shape)
+                    )
+                )
             else:
                 out.append(np.stack([np.asarray(v, spec.dtype.as_numpy_dtype) for v in column]))
         return out
 
     def records(self, indices: tf.Tensor):
         """The records at a vector of indices, as tensors with a leading batch dimension."""
-        leaves = tf.numpy_function(self.read_flat, [indices],
-                                   [spec.dtype for spec in self.specs], stateful=False)
-        leaves = [tf.ensure_shape(leaf, [None] + spec.shape.as_list())
-                  for leaf, spec in zip(leaves, self.specs)]
+        leaves = tf.numpy_function(
+            self.read_flat, [indices], [spec.dtype for spec in self.specs], stateful=False
+        )
+        leaves = [
+            tf.ensure_shape(leaf, [None] + spec.shape.as_list())
+            for leaf, spec in zip(leaves, self.specs)
+        ]
         return _pack(self.structure, leaves)
 
 
@@ -102,12 +112,17 @@ def _as_bytes(value):
 def _preprocessed(records: tf.data.Dataset, source) -> tf.data.Dataset:
     if source.preprocess is None:
         return records
-    return records.map(source.preprocess, num_parallel_calls=tf.data.AUTOTUNE,
-                       deterministic=True)
+    return records.map(source.preprocess, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
-def replica_batches(source: RandomAccessSource | ArraySource, *, global_batch_size: int,
-                    seed: int, first_step: int = 0, shard: Shard = Shard()) -> tf.data.Dataset:
+def replica_batches(
+    source: RandomAccessSource | ArraySource,
+    *,
+    global_batch_size: int,
+    seed: int,
+    first_step: int = 0,
+    shard: Shard = Shard(),
+) -> tf.data.Dataset:
     """The endless stream of this shard's per-replica batches, from step `first_step`.
 
     Each step yields `shard.local_replicas` consecutive batches of
@@ -126,15 +141,22 @@ def replica_batches(source: RandomAccessSource | ArraySource, *, global_batch_si
         pass_index, batch = step // per_pass, step % per_pass
         positions = batch * global_batch_size + start + tf.range(span, dtype=tf.int64)
         return tf.random.experimental.index_shuffle(
-            positions, tf.stack([tf.constant(seed, tf.int64), pass_index]),
-            tf.fill([span], last_index))
+            positions,
+            tf.stack([tf.constant(seed, tf.int64), pass_index]),
+            tf.fill([span], last_index),
+        )
 
     steps = tf.data.Dataset.range(first_step, tf.int64.max)
-    records = steps.map(lambda step: reader.records(indices(step)),
-                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).unbatch()
-    return (_preprocessed(records, source)
-            .batch(per_replica, drop_remainder=True)
-            .prefetch(tf.data.AUTOTUNE))
+    records = steps.map(
+        lambda step: reader.records(indices(step)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    ).unbatch()
+    return (
+        _preprocessed(records, source)
+        .batch(per_replica, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
 
 
 def examples(source: RandomAccessSource | ArraySource) -> tf.data.Dataset:
@@ -142,9 +164,11 @@ def examples(source: RandomAccessSource | ArraySource) -> tf.data.Dataset:
     reader = _Reader(source)
     num_examples = len(source)
     chunks = tf.data.Dataset.range(0, num_examples, _SEQUENTIAL_READ).map(
-        lambda first: tf.range(first, tf.minimum(first + _SEQUENTIAL_READ, num_examples)))
-    records = chunks.map(reader.records, num_parallel_calls=tf.data.AUTOTUNE,
-                         deterministic=True).unbatch()
+        lambda first: tf.range(first, tf.minimum(first + _SEQUENTIAL_READ, num_examples))
+    )
+    records = chunks.map(
+        reader.records, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    ).unbatch()
     records = records.apply(tf.data.experimental.assert_cardinality(num_examples))
     return _preprocessed(records, source)
 
@@ -152,8 +176,9 @@ def examples(source: RandomAccessSource | ArraySource) -> tf.data.Dataset:
 def first_examples(source: RandomAccessSource | ArraySource, count: int) -> tf.data.Dataset:
     """Examples `0 .. count - 1`, reading no other record (the structure, the one-batch check)."""
     reader = _Reader(source)
-    records = tf.data.Dataset.from_tensors(tf.range(count, dtype=tf.int64)).map(
-        reader.records).unbatch()
+    records = (
+        tf.data.Dataset.from_tensors(tf.range(count, dtype=tf.int64)).map(reader.records).unbatch()
+    )
     return _preprocessed(records, source)
 
 

@@ -16,7 +16,8 @@ def check_global_batch(global_batch_size: int, num_replicas: int) -> int:
         raise UsageError(
             f"--global_batch_size={global_batch_size} does not divide among "
             f"{num_replicas} replicas, expected a multiple of {num_replicas}; use "
-            f"{lower or num_replicas} or {lower + num_replicas}")
+            f"{lower or num_replicas} or {lower + num_replicas}"
+        )
     return global_batch_size // num_replicas
 
 
@@ -29,7 +30,8 @@ def batches_per_pass(num_examples: int, global_batch_size: int) -> int:
     if num_examples < global_batch_size:
         raise UsageError(
             f"the training data has {num_examples} examples, fewer than one global batch "
-            f"of {global_batch_size}; lower --global_batch_size or provide more examples")
+            f"of {global_batch_size}; lower --global_batch_size or provide more examples"
+        )
     return num_examples // global_batch_size
 
 
@@ -48,8 +50,10 @@ class Shard:
 
     def __post_init__(self):
         if not 0 <= self.index < self.count or self.local_replicas < 1:
-            raise ValueError(f"Shard(index={self.index}, count={self.count}, "
-                             f"local_replicas={self.local_replicas}) is not a shard")
+            raise ValueError(
+                f"Shard(index={self.index}, count={self.count}, "
+                f"local_replicas={self.local_replicas}) is not a shard"
+            )
 
     @property
     def num_replicas(self) -> int:
@@ -63,5 +67,8 @@ class Shard:
     def of(cls, input_context) -> "Shard":
         """The shard a `tf.distribute.InputContext` describes."""
         count = input_context.num_input_pipelines
-        return cls(index=input_context.input_pipeline_id, count=count,
-                   local_replicas=input_context.num_replicas_in_sync // count)
+        return cls(
+            index=input_context.input_pipeline_id,
+            count=count,
+            local_replicas=input_context.num_replicas_in_sync // count,
+        )

@@ -44,8 +44,10 @@ READERS = ("tfrecord", "text")
 
 def _check_preprocess(preprocess, kind: str) -> None:
     if preprocess is not None and not callable(preprocess):
-        raise UsageError(f"{kind}(preprocess=...) is a {type(preprocess).__name__}, expected a "
-                         f"function from one record to (features, labels[, sample_weights])")
+        raise UsageError(
+            f"{kind}(preprocess=...) is a {type(preprocess).__name__}, expected a "
+            f"function from one record to (features, labels[, sample_weights])"
+        )
 
 
 def _check_bytes(name: str, value) -> None:
@@ -82,7 +84,8 @@ class RandomAccessSource:
             raise UsageError(
                 f"RandomAccessSource(records=...) is a {type(self.records).__name__}, expected "
                 f"an object with __len__ and __getitem__ (ArrayRecord, tfds.data_source, a "
-                f"Grain source); use FileSource for files without random access")
+                f"Grain source); use FileSource for files without random access"
+            )
         _check_preprocess(self.preprocess, "RandomAccessSource")
 
     def __len__(self) -> int:
@@ -117,17 +120,23 @@ class ArraySource:
         import numpy as np  # pylint: disable=g-import-not-at-top
 
         if not isinstance(self.arrays, (tuple, list)) or len(self.arrays) not in (2, 3):
-            raise UsageError(f"ArraySource(arrays=...) is a {type(self.arrays).__name__}, "
-                             f"expected a tuple (features, labels[, sample_weights])")
+            raise UsageError(
+                f"ArraySource(arrays=...) is a {type(self.arrays).__name__}, "
+                f"expected a tuple (features, labels[, sample_weights])"
+            )
         lengths = {len(leaf) for leaf in _leaves(self.arrays)}
         if len(lengths) != 1:
-            raise UsageError(f"ArraySource arrays have lengths {sorted(lengths)}, expected one "
-                             f"length: example i is element i of every array")
+            raise UsageError(
+                f"ArraySource arrays have lengths {sorted(lengths)}, expected one "
+                f"length: example i is element i of every array"
+            )
         object.__setattr__(self, "arrays", tuple(self.arrays))
         for leaf in _leaves(self.arrays):
             if not isinstance(leaf, np.ndarray):
-                raise UsageError(f"ArraySource holds a {type(leaf).__name__}, expected NumPy "
-                                 f"arrays (np.asarray them first)")
+                raise UsageError(
+                    f"ArraySource holds a {type(leaf).__name__}, expected NumPy "
+                    f"arrays (np.asarray them first)"
+                )
         _check_preprocess(self.preprocess, "ArraySource")
 
     def __len__(self) -> int:
@@ -164,15 +173,21 @@ class FileSource:
     def __post_init__(self):
         patterns = [self.files] if isinstance(self.files, (str, os.PathLike)) else self.files
         if not patterns or not all(isinstance(p, (str, os.PathLike)) for p in patterns):
-            raise UsageError(f"FileSource(files=...) is {self.files!r}, expected a path, a glob "
-                             f"pattern or a list of them")
+            raise UsageError(
+                f"FileSource(files=...) is {self.files!r}, expected a path, a glob "
+                f"pattern or a list of them"
+            )
         object.__setattr__(self, "files", tuple(os.fspath(p) for p in patterns))
         if not callable(self.reader) and self.reader not in READERS:
-            raise UsageError(f"FileSource(reader=...) is {self.reader!r}, expected one of "
-                             f"{', '.join(READERS)} or a function path -> tf.data.Dataset")
+            raise UsageError(
+                f"FileSource(reader=...) is {self.reader!r}, expected one of "
+                f"{', '.join(READERS)} or a function path -> tf.data.Dataset"
+            )
         if self.compression not in ("", "GZIP", "ZLIB"):
-            raise UsageError(f"FileSource(compression=...) is {self.compression!r}, expected "
-                             f"'', 'GZIP' or 'ZLIB'")
+            raise UsageError(
+                f"FileSource(compression=...) is {self.compression!r}, expected "
+                f"'', 'GZIP' or 'ZLIB'"
+            )
         _check_preprocess(self.preprocess, "FileSource")
         _check_bytes("FileSource(shuffle_bytes=...)", self.shuffle_bytes)
 
@@ -186,12 +201,17 @@ class FileSource:
 
         matched = set()
         for pattern in self.files:
-            found = tf.io.gfile.glob(pattern) if _is_glob(pattern) else (
-                [pattern] if tf.io.gfile.exists(pattern) else [])
+            found = (
+                tf.io.gfile.glob(pattern)
+                if _is_glob(pattern)
+                else ([pattern] if tf.io.gfile.exists(pattern) else [])
+            )
             if not found:
-                raise UsageError(f"FileSource file pattern {pattern!r} matches no file; "
-                                 f"expected existing record files (check the path and the "
-                                 f"bucket's permissions)")
+                raise UsageError(
+                    f"FileSource file pattern {pattern!r} matches no file; "
+                    f"expected existing record files (check the path and the "
+                    f"bucket's permissions)"
+                )
             matched.update(found)
         return sorted(matched)
 

@@ -18,8 +18,9 @@ from tfdist.errors import UsageError
 per_replica_batch_size = check_global_batch
 
 
-def with_shard_policy(dataset: tf.data.Dataset,
-                      policy=tf.data.experimental.AutoShardPolicy.DATA) -> tf.data.Dataset:
+def with_shard_policy(
+    dataset: tf.data.Dataset, policy=tf.data.experimental.AutoShardPolicy.DATA
+) -> tf.data.Dataset:
     """Sets the auto-shard policy explicitly (which also silences TF's warning)."""
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = policy
@@ -43,9 +44,15 @@ def count_examples(examples: tf.data.Dataset) -> int:
     return int(examples.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
 
 
-def training_batches(examples: tf.data.Dataset, *, global_batch_size: int, seed: int,
-                     num_examples: int | None, first_step: int = 0,
-                     shuffle_buffer: int = MAX_SHUFFLE_BUFFER) -> tf.data.Dataset:
+def training_batches(
+    examples: tf.data.Dataset,
+    *,
+    global_batch_size: int,
+    seed: int,
+    num_examples: int | None,
+    first_step: int = 0,
+    shuffle_buffer: int = MAX_SHUFFLE_BUFFER,
+) -> tf.data.Dataset:
     """The endless, deterministic stream of global training batches.
 
     Pass `p` over the examples is a permutation drawn with seed `(seed, p)`,
@@ -81,23 +88,35 @@ def training_batches(examples: tf.data.Dataset, *, global_batch_size: int, seed:
         shuffled = _seeded_shuffle(examples, buffer, seed, pass_index)
         if skipped_examples:
             shuffled = shuffled.skip(skipped_examples)
-        return shuffled.batch(global_batch_size, drop_remainder=True,
-                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        return shuffled.batch(
+            global_batch_size,
+            drop_remainder=True,
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
 
     rest = tf.data.Dataset.range(first_pass + 1, tf.int64.max).flat_map(one_pass)
-    stream = one_pass(tf.constant(first_pass, tf.int64), offset * global_batch_size).concatenate(rest)
+    stream = one_pass(tf.constant(first_pass, tf.int64), offset * global_batch_size).concatenate(
+        rest
+    )
     if num_examples is None and first_step:
         stream = stream.skip(first_step)
     return with_shard_policy(stream.prefetch(tf.data.AUTOTUNE))
 
 
-def shuffle_window(examples: tf.data.Dataset, num_examples: int,
-                   max_examples: int = MAX_SHUFFLE_BUFFER,
-                   max_bytes: int = DECODED_SHUFFLE_BYTES) -> int:
+def shuffle_window(
+    examples: tf.data.Dataset,
+    num_examples: int,
+    max_examples: int = MAX_SHUFFLE_BUFFER,
+    max_bytes: int = DECODED_SHUFFLE_BYTES,
+) -> int:
     """Examples in the shuffle window: at most `max_examples` and `max_bytes` of them."""
     example_bytes = _pass_bytes(examples, 1)
-    by_bytes = max_examples if example_bytes == float("inf") else max(
-        1, int(max_bytes // max(1.0, example_bytes)))
+    by_bytes = (
+        max_examples
+        if example_bytes == float("inf")
+        else max(1, int(max_bytes // max(1.0, example_bytes)))
+    )
     return max(1, min(num_examples, max_examples, by_bytes))
 
 
@@ -116,11 +135,13 @@ def _check_dense(examples: tf.data.Dataset) -> None:
         if not isinstance(spec, tf.TensorSpec):
             raise UsageError(
                 f"the training examples hold a {type(spec).__name__}, expected dense tensors "
-                f"only; pad or densify ragged and sparse features in build_inputs")
+                f"only; pad or densify ragged and sparse features in build_inputs"
+            )
 
 
-def _seeded_shuffle(examples: tf.data.Dataset, buffer_size: int, seed: int,
-                    pass_index: tf.Tensor) -> tf.data.Dataset:
+def _seeded_shuffle(
+    examples: tf.data.Dataset, buffer_size: int, seed: int, pass_index: tf.Tensor
+) -> tf.data.Dataset:
     """`examples.shuffle` with the seed pair `(seed, pass_index)`, whatever the global seed.
 
     `Dataset.shuffle` combines a tensor seed with TensorFlow's global seed in
@@ -130,11 +151,14 @@ def _seeded_shuffle(examples: tf.data.Dataset, buffer_size: int, seed: int,
     flat_specs = tf.nest.flatten(examples.element_spec)
     variant = tf.raw_ops.ShuffleDataset(
         input_dataset=tf.data.experimental.to_variant(examples),
-        buffer_size=tf.constant(buffer_size, tf.int64), seed=tf.constant(seed, tf.int64),
+        buffer_size=tf.constant(buffer_size, tf.int64),
+        seed=tf.constant(seed, tf.int64),
         # (0, 0) would mean "unseeded" to the op.
-        seed2=tf.cast(pass_index, tf.int64) + 1, reshuffle_each_iteration=False,
+        seed2=tf.cast(pass_index, tf.int64) + 1,
+        reshuffle_each_iteration=False,
         output_types=[spec.dtype for spec in flat_specs],
-        output_shapes=[spec.shape for spec in flat_specs])
+        output_shapes=[spec.shape for spec in flat_specs],
+    )
     return tf.data.experimental.from_variant(variant, examples.element_spec)
 
 
@@ -143,9 +167,15 @@ def evaluation_batches(examples: tf.data.Dataset, *, global_batch_size: int) -> 
     return with_shard_policy(examples.batch(global_batch_size).prefetch(tf.data.AUTOTUNE))
 
 
-def file_sharded_batches(examples: tf.data.Dataset, *, shard, global_batch_size: int, seed: int,
-                         first_step: int = 0,
-                         shuffle_buffer: int = MAX_SHUFFLE_BUFFER) -> tf.data.Dataset:
+def file_sharded_batches(
+    examples: tf.data.Dataset,
+    *,
+    shard,
+    global_batch_size: int,
+    seed: int,
+    first_step: int = 0,
+    shuffle_buffer: int = MAX_SHUFFLE_BUFFER,
+) -> tf.data.Dataset:
     """This input pipeline's per-replica batches of the examples of its share of the files.
 
     The task's pipeline is rewritten to read only file shard `shard.index` of
@@ -163,7 +193,8 @@ def file_sharded_batches(examples: tf.data.Dataset, *, shard, global_batch_size:
     mine = keras_compat.shard_by_file(examples, shard.count, shard.index)
     window = shuffle_window(mine, shuffle_buffer, shuffle_buffer)
     stream = tf.data.Dataset.range(tf.int64.max).flat_map(
-        lambda pass_index: _seeded_shuffle(mine, window, seed * 1009 + shard.index, pass_index))
+        lambda pass_index: _seeded_shuffle(mine, window, seed * 1009 + shard.index, pass_index)
+    )
     if first_step:
         stream = stream.skip(first_step * span)
     return stream.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)

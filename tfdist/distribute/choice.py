@@ -3,8 +3,7 @@
 from tfdist.distribute.cluster import Cluster
 from tfdist.errors import UsageError
 
-STRATEGIES = ("auto", "default", "one_device", "mirrored", "multiworker",
-              "parameter_server", "tpu")
+STRATEGIES = ("auto", "default", "one_device", "mirrored", "multiworker", "parameter_server", "tpu")
 # Collective implementations (`--all_reduce`, `tfdist.distribute.strategy.StrategyOptions`).
 ALL_REDUCE = ("auto", "ring", "nccl")
 
@@ -13,8 +12,9 @@ def check_strategy_name(name: str) -> str:
     """Returns `name` lowercased, or raises a `UsageError` listing valid names."""
     normalized = str(name).strip().lower()
     if normalized not in STRATEGIES:
-        raise UsageError(f"Unrecognized strategy {name!r}, expected one of: "
-                         f"{', '.join(STRATEGIES)}")
+        raise UsageError(
+            f"Unrecognized strategy {name!r}, expected one of: {', '.join(STRATEGIES)}"
+        )
     return normalized
 
 
@@ -34,8 +34,9 @@ def choose_strategy(cluster: Cluster, *, num_gpus: int, tpu: str = "") -> tuple[
     if cluster.num_ps:
         return "parameter_server", f"the cluster has {cluster.num_ps} ps task(s)"
     if cluster.num_workers > 1:
-        return "multiworker", (f"the cluster has {cluster.num_workers} training tasks "
-                               f"(chief and workers)")
+        return "multiworker", (
+            f"the cluster has {cluster.num_workers} training tasks (chief and workers)"
+        )
     if num_gpus > 1:
         return "mirrored", f"this machine has {num_gpus} GPUs"
     if num_gpus == 1:

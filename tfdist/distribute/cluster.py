@@ -16,8 +16,8 @@ import re
 import types
 from typing import Mapping
 
-from tfdist.errors import ClusterConfigError
 from tfdist._internal.preconditions import check_whole_number
+from tfdist.errors import ClusterConfigError
 
 CHIEF = "chief"
 WORKER = "worker"
@@ -43,11 +43,16 @@ _REDUCTION_SERVER_IMAGE = re.compile(r"/reductionserver(?::[^/]*)?(?:@sha256:[0-
 # Vertex AI worker pools, in order: primary replica, workers, parameter
 # servers (or Reduction Server), evaluators.
 VERTEX_POOLS = ("workerpool0", "workerpool1", "workerpool2", "workerpool3")
-_POOL_ROLES = {"workerpool0": CHIEF, "workerpool1": WORKER, "workerpool2": PS,
-               "workerpool3": EVALUATOR}
+_POOL_ROLES = {
+    "workerpool0": CHIEF,
+    "workerpool1": WORKER,
+    "workerpool2": PS,
+    "workerpool3": EVALUATOR,
+}
 
-_TF_CONFIG_EXAMPLE = ('{"cluster": {"worker": ["host0:2222", "host1:2222"]}, '
-                      '"task": {"type": "worker", "index": 0}}')
+_TF_CONFIG_EXAMPLE = (
+    '{"cluster": {"worker": ["host0:2222", "host1:2222"]}, "task": {"type": "worker", "index": 0}}'
+)
 
 _log = logging.getLogger(__name__)
 
@@ -71,7 +76,8 @@ class Cluster:
     task_type: str | None = None
     task_index: int = 0
     addresses: Mapping[str, tuple[str, ...]] = dataclasses.field(
-        default_factory=lambda: types.MappingProxyType({}))
+        default_factory=lambda: types.MappingProxyType({})
+    )
     source: str = "none"
     num_reduction_servers: int = 0
 
@@ -126,22 +132,28 @@ class Cluster:
 
     def tf_config(self) -> dict:
         """This task's `TF_CONFIG`, as TensorFlow reads it."""
-        return {"cluster": self.cluster_dict(),
-                "task": {"type": self.task_type, "index": self.task_index}}
+        return {
+            "cluster": self.cluster_dict(),
+            "task": {"type": self.task_type, "index": self.task_index},
+        }
 
     def describe(self) -> str:
         """A one-line summary safe to log: roles, counts and this task."""
         if not self.is_distributed:
             return "single process (no TF_CONFIG or CLUSTER_SPEC)"
         counts = ", ".join(f"{role}={self.count(role)}" for role in ROLES if self.count(role))
-        extra = (f", reduction_server={self.num_reduction_servers}"
-                 if self.num_reduction_servers else "")
-        return (f"task {self.task_type}:{self.task_index} of cluster "
-                f"[{counts}{extra}] from {self.source}")
+        extra = (
+            f", reduction_server={self.num_reduction_servers}" if self.num_reduction_servers else ""
+        )
+        return (
+            f"task {self.task_type}:{self.task_index} of cluster "
+            f"[{counts}{extra}] from {self.source}"
+        )
 
 
-def resolve_cluster(environ: Mapping[str, str], *,
-                    pool2_is_reduction_server: bool = False) -> Cluster:
+def resolve_cluster(
+    environ: Mapping[str, str], *, pool2_is_reduction_server: bool = False
+) -> Cluster:
     """Reads the cluster from `TF_CONFIG` or `CLUSTER_SPEC` in `environ`.
 
     When both are set, `TF_CONFIG` wins: TensorFlow's own cluster resolvers read
@@ -167,15 +179,18 @@ def resolve_cluster(environ: Mapping[str, str], *,
     if tf_config:
         if not cluster_spec:
             return _parse_tf_config(tf_config)
-        _log.info("Both TF_CONFIG and CLUSTER_SPEC are set; using TF_CONFIG because "
-                  "TensorFlow's own resolvers read it.")
+        _log.info(
+            "Both TF_CONFIG and CLUSTER_SPEC are set; using TF_CONFIG because "
+            "TensorFlow's own resolvers read it."
+        )
         cluster = _parse_tf_config(tf_config)
         if pool2_is_reduction_server and cluster.num_ps:
             # Vertex may list a Reduction Server pool as "ps" in TF_CONFIG; it runs
             # Vertex's reducer, not a parameter server of ours.
             addresses = {role: hosts for role, hosts in cluster.addresses.items() if role != PS}
-            return dataclasses.replace(cluster, addresses=addresses,
-                                       num_reduction_servers=cluster.num_ps)
+            return dataclasses.replace(
+                cluster, addresses=addresses, num_reduction_servers=cluster.num_ps
+            )
         return cluster
     if cluster_spec:
         return _parse_cluster_spec(cluster_spec, pool2_is_reduction_server)
@@ -218,7 +233,8 @@ def pool2_is_reduction_server(environ: Mapping[str, str], strategy: str) -> bool
         if role not in POOL2_ROLES:
             raise ClusterConfigError(
                 f"{POOL2_ROLE} is {role[:40]!r}, expected {' or '.join(POOL2_ROLES)}; "
-                f"fix or unset it (trainer.submit sets it)")
+                f"fix or unset it (trainer.submit sets it)"
+            )
         return role == POOL2_REDUCTION_SERVER
     if strategy == "parameter_server":
         return False
@@ -229,10 +245,11 @@ def pool2_is_reduction_server(environ: Mapping[str, str], strategy: str) -> bool
     if not isinstance(cluster, dict) or not cluster.get("workerpool2"):
         return True  # No pool 2 (or no CLUSTER_SPEC): nothing to decide.
     task = spec.get("task") if isinstance(spec.get("task"), dict) else {}
-    tf_task = (_json_or_none(environ.get(TF_CONFIG)) or {})
+    tf_task = _json_or_none(environ.get(TF_CONFIG)) or {}
     tf_task = tf_task.get("task") if isinstance(tf_task, dict) else None
     if task.get("type") == "workerpool2" or (
-            isinstance(tf_task, dict) and tf_task.get("type") == PS):
+        isinstance(tf_task, dict) and tf_task.get("type") == PS
+    ):
         return False  # This replica runs our code in pool 2: a parameter server.
     from_job = _pool2_image_is_reduction_server(spec.get("job"))
     if from_job is not None:
@@ -241,13 +258,15 @@ def pool2_is_reduction_server(environ: Mapping[str, str], strategy: str) -> bool
         f"--strategy=auto found {len(cluster['workerpool2'])} replica(s) in CLUSTER_SPEC's "
         f"workerpool2 and nothing saying whether they are parameter servers or Reduction "
         f"Server, expected {POOL2_ROLE}=parameter_server or reduction_server (trainer.submit "
-        f"sets it); pass --strategy=parameter_server or --strategy=multiworker")
+        f"sets it); pass --strategy=parameter_server or --strategy=multiworker"
+    )
 
 
 def resolve_cluster_for_strategy(environ: Mapping[str, str], strategy: str) -> Cluster:
     """`resolve_cluster` with pool 2 read by `pool2_is_reduction_server`."""
     return resolve_cluster(
-        environ, pool2_is_reduction_server=pool2_is_reduction_server(environ, strategy))
+        environ, pool2_is_reduction_server=pool2_is_reduction_server(environ, strategy)
+    )
 
 
 def _json_or_none(text):
@@ -268,8 +287,11 @@ def _pool2_image_is_reduction_server(job) -> bool | None:
     if isinstance(pool.get("python_package_spec", pool.get("pythonPackageSpec")), dict):
         return False
     container = pool.get("container_spec", pool.get("containerSpec"))
-    image = container.get("image_uri", container.get("imageUri")) \
-        if isinstance(container, dict) else None
+    image = (
+        container.get("image_uri", container.get("imageUri"))
+        if isinstance(container, dict)
+        else None
+    )
     if not isinstance(image, str) or not image:
         return None
     return bool(_REDUCTION_SERVER_IMAGE.search(image))
@@ -282,11 +304,13 @@ def _load_json_object(text: str, variable: str) -> dict:
         raise ClusterConfigError(
             f"{variable} is not valid JSON ({error.msg} at line {error.lineno} column "
             f"{error.colno}); expected a JSON object such as {_TF_CONFIG_EXAMPLE}; "
-            f"fix the variable or unset it to train in one process") from None
+            f"fix the variable or unset it to train in one process"
+        ) from None
     if not isinstance(value, dict):
         raise ClusterConfigError(
             f"{variable} holds a JSON {type(value).__name__}, expected a JSON object "
-            f"with 'cluster' and 'task' keys such as {_TF_CONFIG_EXAMPLE}")
+            f"with 'cluster' and 'task' keys such as {_TF_CONFIG_EXAMPLE}"
+        )
     return value
 
 
@@ -295,16 +319,21 @@ def _require_mapping(parent: dict, key: str, variable: str) -> dict:
     if not isinstance(value, dict):
         found = "missing" if value is None else f"a {type(value).__name__}"
         raise ClusterConfigError(
-            f"{variable}['{key}'] is {found}, expected a JSON object; "
-            f"see {_TF_CONFIG_EXAMPLE}")
+            f"{variable}['{key}'] is {found}, expected a JSON object; see {_TF_CONFIG_EXAMPLE}"
+        )
     return value
 
 
 def _check_index(value, field: str) -> int:
     if isinstance(value, str) and re.fullmatch(r"[0-9]+", value.strip()):
         value = int(value)
-    return check_whole_number(field, value, minimum=0, error=ClusterConfigError,
-                              hint="set it to the task's position in its role's address list")
+    return check_whole_number(
+        field,
+        value,
+        minimum=0,
+        error=ClusterConfigError,
+        hint="set it to the task's position in its role's address list",
+    )
 
 
 def _check_address(address, field: str) -> str:
@@ -312,22 +341,27 @@ def _check_address(address, field: str) -> str:
         raise ClusterConfigError(f"{field} is {address!r}, expected a 'host:port' string")
     host, sep, port = address.rpartition(":")
     if address.startswith("[") and "]" in address:
-        host = address[:address.index("]") + 1]
-        sep, port = (":", address[len(host) + 1:]) if address[len(host):].startswith(":") else ("", "")
+        host = address[: address.index("]") + 1]
+        sep, port = (
+            (":", address[len(host) + 1 :]) if address[len(host) :].startswith(":") else ("", "")
+        )
     if not sep or not host or not port or (":" in host and not host.startswith("[")):
         raise ClusterConfigError(
             f"{field} is {address!r}, expected 'host:port' such as 'localhost:2222' "
-            f"(IPv6 as '[::1]:2222'); add the port the task listens on")
+            f"(IPv6 as '[::1]:2222'); add the port the task listens on"
+        )
     if not re.fullmatch(r"[0-9]+", port) or not 1 <= int(port) <= 65535:
         raise ClusterConfigError(
-            f"{field} has port {port!r} in {address!r}, expected a port from 1 to 65535")
+            f"{field} has port {port!r} in {address!r}, expected a port from 1 to 65535"
+        )
     return address
 
 
 def _check_addresses(hosts, field: str) -> tuple[str, ...]:
     if not isinstance(hosts, list):
         raise ClusterConfigError(
-            f"{field} is a {type(hosts).__name__}, expected a list of 'host:port' strings")
+            f"{field} is a {type(hosts).__name__}, expected a list of 'host:port' strings"
+        )
     return tuple(_check_address(host, f"{field}[{i}]") for i, host in enumerate(hosts))
 
 
@@ -339,7 +373,8 @@ def _check_unique(addresses: Mapping[str, tuple[str, ...]], variable: str) -> No
             if host in seen:
                 raise ClusterConfigError(
                     f"{variable} lists address {host!r} for both {seen[host]} and {here}, "
-                    f"expected one address per task; give each task its own port")
+                    f"expected one address per task; give each task its own port"
+                )
             seen[host] = here
 
 
@@ -352,7 +387,8 @@ def _check_task(task_type: str, task_index: int, addresses, variable: str) -> No
         raise ClusterConfigError(
             f"{variable}['task']['index'] is {task_index} but the cluster lists "
             f"{len(hosts)} '{task_type}' task(s), expected an index from 0 to "
-            f"{max(len(hosts) - 1, 0)}; fix the index or add the task's address")
+            f"{max(len(hosts) - 1, 0)}; fix the index or add the task's address"
+        )
 
 
 def _parse_tf_config(text: str) -> Cluster:
@@ -363,23 +399,26 @@ def _parse_tf_config(text: str) -> Cluster:
         if role not in ROLES:
             raise ClusterConfigError(
                 f"TF_CONFIG['cluster'] has unknown role {role!r}, expected one of "
-                f"{', '.join(ROLES)}; rename it (the legacy 'master' is 'chief')")
+                f"{', '.join(ROLES)}; rename it (the legacy 'master' is 'chief')"
+            )
         addresses[role] = _check_addresses(hosts, f"TF_CONFIG['cluster']['{role}']")
     if len(addresses.get(CHIEF, ())) > 1:
         raise ClusterConfigError(
             f"TF_CONFIG lists {len(addresses[CHIEF])} chief tasks, expected at most 1; "
-            f"make the others 'worker' tasks")
+            f"make the others 'worker' tasks"
+        )
     _check_unique(addresses, TF_CONFIG)
     task = _require_mapping(config, "task", TF_CONFIG)
     task_type = task.get("type")
     if task_type not in ROLES:
         raise ClusterConfigError(
-            f"TF_CONFIG['task']['type'] is {task_type!r}, expected one of "
-            f"{', '.join(ROLES)}")
+            f"TF_CONFIG['task']['type'] is {task_type!r}, expected one of {', '.join(ROLES)}"
+        )
     task_index = _check_index(task.get("index", 0), "TF_CONFIG['task']['index']")
     _check_task(task_type, task_index, addresses, TF_CONFIG)
-    return Cluster(task_type=task_type, task_index=task_index, addresses=addresses,
-                   source=TF_CONFIG)
+    return Cluster(
+        task_type=task_type, task_index=task_index, addresses=addresses, source=TF_CONFIG
+    )
 
 
 def _parse_cluster_spec(text: str, pool2_is_reduction_server: bool) -> Cluster:
@@ -390,13 +429,15 @@ def _parse_cluster_spec(text: str, pool2_is_reduction_server: bool) -> Cluster:
         if pool not in _POOL_ROLES:
             raise ClusterConfigError(
                 f"CLUSTER_SPEC['cluster'] has unknown pool {pool!r}, expected one of "
-                f"{', '.join(VERTEX_POOLS)}")
+                f"{', '.join(VERTEX_POOLS)}"
+            )
         pools[pool] = _check_addresses(hosts, f"CLUSTER_SPEC['cluster']['{pool}']")
     if len(pools.get("workerpool0", ())) != 1:
         raise ClusterConfigError(
             f"CLUSTER_SPEC['cluster']['workerpool0'] lists "
             f"{len(pools.get('workerpool0', ()))} replicas, expected exactly 1 primary "
-            f"replica; set replica_count=1 on worker pool 0")
+            f"replica; set replica_count=1 on worker pool 0"
+        )
     num_reduction_servers = 0
     if pool2_is_reduction_server:
         num_reduction_servers = len(pools.pop("workerpool2", ()))
@@ -406,18 +447,24 @@ def _parse_cluster_spec(text: str, pool2_is_reduction_server: bool) -> Cluster:
     pool = task.get("type")
     if pool not in _POOL_ROLES:
         raise ClusterConfigError(
-            f"CLUSTER_SPEC['task']['type'] is {pool!r}, expected one of "
-            f"{', '.join(VERTEX_POOLS)}")
+            f"CLUSTER_SPEC['task']['type'] is {pool!r}, expected one of {', '.join(VERTEX_POOLS)}"
+        )
     if pool == "workerpool2" and pool2_is_reduction_server:
         raise ClusterConfigError(
             "CLUSTER_SPEC['task']['type'] is 'workerpool2', which runs Reduction Server "
             "in this job, expected our trainer only in pools 0, 1 and 3; run the "
-            "Reduction Server image in pool 2")
+            "Reduction Server image in pool 2"
+        )
     task_type = _POOL_ROLES[pool]
     task_index = _check_index(task.get("index", 0), "CLUSTER_SPEC['task']['index']")
     _check_task(task_type, task_index, addresses, CLUSTER_SPEC)
-    return Cluster(task_type=task_type, task_index=task_index, addresses=addresses,
-                   source=CLUSTER_SPEC, num_reduction_servers=num_reduction_servers)
+    return Cluster(
+        task_type=task_type,
+        task_index=task_index,
+        addresses=addresses,
+        source=CLUSTER_SPEC,
+        num_reduction_servers=num_reduction_servers,
+    )
 
 
 def check_cluster_for_strategy(cluster: Cluster, strategy: str) -> None:
@@ -437,21 +484,25 @@ def check_cluster_for_strategy(cluster: Cluster, strategy: str) -> None:
             raise ClusterConfigError(
                 "strategy 'parameter_server' needs a cluster, but neither TF_CONFIG nor "
                 "CLUSTER_SPEC is set; expected a chief, workers and ps tasks; run under "
-                "`python -m tfdist.launch --chief --workers 2 --ps 1 -- ...` or set TF_CONFIG")
+                "`python -m tfdist.launch --chief --workers 2 --ps 1 -- ...` or set TF_CONFIG"
+            )
         for role, needed in ((PS, "ps"), (WORKER, "worker")):
             if not cluster.count(role):
                 raise ClusterConfigError(
                     f"strategy 'parameter_server' found 0 {needed} tasks in {cluster.source}, "
-                    f"expected at least 1; add {needed} tasks to the cluster")
+                    f"expected at least 1; add {needed} tasks to the cluster"
+                )
         if not cluster.count(CHIEF):
             raise ClusterConfigError(
                 f"strategy 'parameter_server' found no chief task in {cluster.source}, "
-                f"expected 1 chief to coordinate; add a chief (Vertex: worker pool 0)")
+                f"expected 1 chief to coordinate; add a chief (Vertex: worker pool 0)"
+            )
         return
     if cluster.num_ps:
         raise ClusterConfigError(
             f"strategy {strategy!r} found {cluster.num_ps} ps task(s) in {cluster.source}, "
-            f"expected none; use --strategy=parameter_server or remove the ps tasks")
+            f"expected none; use --strategy=parameter_server or remove the ps tasks"
+        )
 
 
 def has_evaluator(cluster: Cluster, environ: Mapping[str, str]) -> bool:

@@ -43,9 +43,9 @@ import statistics
 import time
 from typing import Sequence
 
-from absl import logging
 import keras
 import tensorflow as tf
+from absl import logging
 
 # Targets of the search; each is replaced by the largest valid divisor not above it.
 DEFAULT_TARGETS = (1, 4, 16, 64)
@@ -86,8 +86,13 @@ class TuningResult:
     budget_seconds: float = 0.0
 
 
-def step_granularity(*, steps_per_epoch: int, backup_every_steps: int = 0,
-                     first_step: int = 0, other_step_counts: Sequence[int] = ()) -> int:
+def step_granularity(
+    *,
+    steps_per_epoch: int,
+    backup_every_steps: int = 0,
+    first_step: int = 0,
+    other_step_counts: Sequence[int] = (),
+) -> int:
     """The number of steps every execution size must divide.
 
     Args:
@@ -100,8 +105,12 @@ def step_granularity(*, steps_per_epoch: int, backup_every_steps: int = 0,
     """
     if steps_per_epoch <= 0:
         raise ValueError(f"steps_per_epoch must be positive, got {steps_per_epoch}")
-    return math.gcd(steps_per_epoch, max(backup_every_steps, 0), first_step % steps_per_epoch,
-                    *(max(count, 0) for count in other_step_counts))
+    return math.gcd(
+        steps_per_epoch,
+        max(backup_every_steps, 0),
+        first_step % steps_per_epoch,
+        *(max(count, 0) for count in other_step_counts),
+    )
 
 
 def candidate_values(granularity: int, targets: Sequence[int] = DEFAULT_TARGETS) -> tuple:
@@ -147,8 +156,10 @@ class _ExecutionClock(keras.callbacks.Callback):
 
 
 def _snapshot(variables) -> list:
-    return [tf.identity(variable.value if hasattr(variable, "value") else variable)
-            for variable in variables]
+    return [
+        tf.identity(variable.value if hasattr(variable, "value") else variable)
+        for variable in variables
+    ]
 
 
 def _state_variables(model: keras.Model) -> list:
@@ -184,15 +195,21 @@ def _broadcast_flag(strategy: tf.distribute.Strategy, flag: bool) -> bool:
     return _broadcast_first_replica(strategy, float(flag)) > 0.5
 
 
-def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
-                             steps_per_epoch: int, backup_every_steps: int = 0,
-                             first_step: int = 0, other_step_counts: Sequence[int] = (),
-                             targets: Sequence[int] = DEFAULT_TARGETS,
-                             max_execution_seconds: float = MAX_EXECUTION_SECONDS,
-                             tolerance: float = TOLERANCE, run_steps: int | None = None,
-                             max_probe_fraction: float = MAX_PROBE_FRACTION,
-                             min_probe_budget_seconds: float = MIN_PROBE_BUDGET_SECONDS,
-                             ) -> TuningResult:
+def tune_steps_per_execution(
+    model: keras.Model,
+    dataset: tf.data.Dataset,
+    *,
+    steps_per_epoch: int,
+    backup_every_steps: int = 0,
+    first_step: int = 0,
+    other_step_counts: Sequence[int] = (),
+    targets: Sequence[int] = DEFAULT_TARGETS,
+    max_execution_seconds: float = MAX_EXECUTION_SECONDS,
+    tolerance: float = TOLERANCE,
+    run_steps: int | None = None,
+    max_probe_fraction: float = MAX_PROBE_FRACTION,
+    min_probe_budget_seconds: float = MIN_PROBE_BUDGET_SECONDS,
+) -> TuningResult:
     """Measures candidate steps per execution and sets the best on `model`.
 
     The model must be compiled (with any `steps_per_execution`), its weights
@@ -220,10 +237,12 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
         What was chosen and why (also logged as one line).
     """
     started = time.perf_counter()
-    granularity = step_granularity(steps_per_epoch=steps_per_epoch,
-                                   backup_every_steps=backup_every_steps,
-                                   first_step=first_step,
-                                   other_step_counts=other_step_counts)
+    granularity = step_granularity(
+        steps_per_epoch=steps_per_epoch,
+        backup_every_steps=backup_every_steps,
+        first_step=first_step,
+        other_step_counts=other_step_counts,
+    )
     candidates = candidate_values(granularity, targets)
     strategy = model.distribute_strategy
     if model.optimizer is not None and not model.optimizer.built:
@@ -243,16 +262,16 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
         if step_seconds:
             slowest = max(step_seconds.values())
             if value * slowest > max_execution_seconds:
-                stopped = (f"{value} would exceed the {max_execution_seconds:g} s bound per "
-                           f"execution")
+                stopped = (
+                    f"{value} would exceed the {max_execution_seconds:g} s bound per execution"
+                )
                 break
             best = min(step_seconds.values())
             executions = 1 + max(MIN_TIMED_EXECUTIONS, math.ceil(MIN_TIMED_STEPS / value))
             predicted = first_seconds + executions * value * best
             # Agreed on every worker: the inputs are broadcast measurements.
             if (time.perf_counter() - started) + predicted > budget(best):
-                stopped = (f"{value} would exceed the probing budget of "
-                           f"{budget(best):.1f} s")
+                stopped = f"{value} would exceed the probing budget of {budget(best):.1f} s"
                 break
         model.steps_per_execution = value
         model.make_train_function(force=True)
@@ -267,8 +286,14 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
 
         clock = _ExecutionClock(over_budget)
         executions = 1 + max(MIN_TIMED_EXECUTIONS, math.ceil(MIN_TIMED_STEPS / value))
-        model.fit(dataset, epochs=1, steps_per_epoch=executions * value, callbacks=[clock],
-                  verbose=0, shuffle=False)
+        model.fit(
+            dataset,
+            epochs=1,
+            steps_per_epoch=executions * value,
+            callbacks=[clock],
+            verbose=0,
+            shuffle=False,
+        )
         probed_steps += clock.executions * value
         first_seconds = _broadcast_first_replica(strategy, clock.first_seconds)
         traced_seconds[value] = first_seconds
@@ -294,22 +319,33 @@ def tune_steps_per_execution(model: keras.Model, dataset: tf.data.Dataset, *,
     model.train_function = functions[chosen]
     probe_seconds = time.perf_counter() - started
     measured_text = ", ".join(f"{c}: {1e3 * s:.2f}" for c, s in step_seconds.items())
-    reason = (f"steps_per_execution=auto chose {chosen}: ms/step measured {{{measured_text}}}; "
-              f"the largest within {100 * tolerance:g}% of the fastest; candidates "
-              f"{list(candidates)} divide {granularity} (epoch {steps_per_epoch}"
-              + (f", backup every {backup_every_steps}" if backup_every_steps else "")
-              + (f", resumed at step {first_step}" if first_step else "")
-              + (f", also {list(other_step_counts)}" if other_step_counts else "")
-              + f"); {'stopped: ' + stopped + '; ' if stopped else ''}an execution takes "
-              f"~{1e3 * chosen * step_seconds[chosen]:.0f} ms; probing took {probe_seconds:.1f} s "
-              f"({probed_steps} steps; {traced_seconds.get(chosen, 0.0):.1f} s of it tracing the "
-              f"step that training reuses"
-              + (f", budget {budget(best):.1f} s: {100 * max_probe_fraction:g}% of the "
-                 f"~{run_steps * best:.1f} s run or {min_probe_budget_seconds:g} s"
-                 if run_steps is not None else "") + ")")
+    reason = (
+        f"steps_per_execution=auto chose {chosen}: ms/step measured {{{measured_text}}}; "
+        f"the largest within {100 * tolerance:g}% of the fastest; candidates "
+        f"{list(candidates)} divide {granularity} (epoch {steps_per_epoch}"
+        + (f", backup every {backup_every_steps}" if backup_every_steps else "")
+        + (f", resumed at step {first_step}" if first_step else "")
+        + (f", also {list(other_step_counts)}" if other_step_counts else "")
+        + f"); {'stopped: ' + stopped + '; ' if stopped else ''}an execution takes "
+        f"~{1e3 * chosen * step_seconds[chosen]:.0f} ms; probing took {probe_seconds:.1f} s "
+        f"({probed_steps} steps; {traced_seconds.get(chosen, 0.0):.1f} s of it tracing the "
+        f"step that training reuses"
+        + (
+            f", budget {budget(best):.1f} s: {100 * max_probe_fraction:g}% of the "
+            f"~{run_steps * best:.1f} s run or {min_probe_budget_seconds:g} s"
+            if run_steps is not None
+            else ""
+        )
+        + ")"
+    )
     logging.info("%s", reason)
-    return TuningResult(steps_per_execution=chosen, step_seconds=dict(step_seconds),
-                        candidates=candidates, granularity=granularity,
-                        probe_seconds=probe_seconds, reason=reason,
-                        probed_steps=probed_steps,
-                        budget_seconds=budget(best))
+    return TuningResult(
+        steps_per_execution=chosen,
+        step_seconds=dict(step_seconds),
+        candidates=candidates,
+        granularity=granularity,
+        probe_seconds=probe_seconds,
+        reason=reason,
+        probed_steps=probed_steps,
+        budget_seconds=budget(best),
+    )

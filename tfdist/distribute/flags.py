@@ -1,27 +1,30 @@
 """absl flags for the strategy, for a user's own training script.
 
-    from absl import app
-    from tfdist.distribute import flags as tfdist_flags
+from absl import app
+from tfdist.distribute import flags as tfdist_flags
 
-    tfdist_flags.define_strategy_flags()
+tfdist_flags.define_strategy_flags()
 
-    def main(argv):
-        strategy = tfdist_flags.strategy_from_flags()
-        with strategy.scope():
-            model = ...
+def main(argv):
+    strategy = tfdist_flags.strategy_from_flags()
+    with strategy.scope():
+        model = ...
 
-    if __name__ == "__main__":
-        tfdist_flags.run(main)
+if __name__ == "__main__":
+    tfdist_flags.run(main)
 """
 
 import os
 
 from absl import flags
 
-from tfdist.cli import FlagSpec, define_flags
-from tfdist.cli import run  # re-exported: exit code 2 on usage errors  # noqa: F401
-from tfdist.distribute.cluster import resolve_cluster_for_strategy
+from tfdist.cli import (
+    FlagSpec,
+    define_flags,
+    run,  # re-exported: exit code 2 on usage errors  # noqa: F401
+)
 from tfdist.distribute.choice import ALL_REDUCE, STRATEGIES
+from tfdist.distribute.cluster import resolve_cluster_for_strategy
 
 __all__ = ["define_strategy_flags", "strategy_from_flags", "run"]
 
@@ -29,8 +32,11 @@ __all__ = ["define_strategy_flags", "strategy_from_flags", "run"]
 STRATEGY_FLAGS = (
     FlagSpec("strategy", "auto", f"Distribution strategy: {', '.join(STRATEGIES)}."),
     FlagSpec("all_reduce", "auto", f"Collective implementation: {', '.join(ALL_REDUCE)}."),
-    FlagSpec("num_cpu_devices", 0, "For --strategy=mirrored without GPUs: split the CPU into "
-             "this many logical devices."),
+    FlagSpec(
+        "num_cpu_devices",
+        0,
+        "For --strategy=mirrored without GPUs: split the CPU into this many logical devices.",
+    ),
     FlagSpec("tpu", "", "TPU name or grpc:// address; 'local' on a TPU VM."),
 )
 
@@ -49,7 +55,9 @@ def strategy_from_flags(flag_values: flags.FlagValues = flags.FLAGS):
     from tfdist.distribute import strategy as strategy_lib  # pylint: disable=g-import-not-at-top
 
     cluster = resolve_cluster_for_strategy(os.environ, flag_values.strategy)
-    options = strategy_lib.StrategyOptions(all_reduce=flag_values.all_reduce,
-                                           num_cpu_devices=flag_values.num_cpu_devices,
-                                           tpu=flag_values.tpu)
+    options = strategy_lib.StrategyOptions(
+        all_reduce=flag_values.all_reduce,
+        num_cpu_devices=flag_values.num_cpu_devices,
+        tpu=flag_values.tpu,
+    )
     return strategy_lib.make_strategy(flag_values.strategy, cluster, options)

@@ -8,13 +8,13 @@ configured before TensorFlow initializes its devices.
 import dataclasses
 import socket
 
-from absl import logging
 import tensorflow as tf
+from absl import logging
 
 from tfdist import keras_compat
+from tfdist.distribute.choice import ALL_REDUCE, check_strategy_name, choose_strategy
 from tfdist.distribute.cluster import CHIEF, WORKER, Cluster, check_cluster_for_strategy
 from tfdist.errors import UsageError
-from tfdist.distribute.choice import ALL_REDUCE, check_strategy_name, choose_strategy
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,15 +40,16 @@ class StrategyOptions:
 
     def __post_init__(self):
         if self.all_reduce not in ALL_REDUCE:
-            raise UsageError(f"--all_reduce is {self.all_reduce!r}, expected one of: "
-                             f"{', '.join(ALL_REDUCE)}")
+            raise UsageError(
+                f"--all_reduce is {self.all_reduce!r}, expected one of: {', '.join(ALL_REDUCE)}"
+            )
         if self.num_cpu_devices < 0:
-            raise UsageError(f"--num_cpu_devices is {self.num_cpu_devices}, expected a "
-                             f"number >= 0")
+            raise UsageError(f"--num_cpu_devices is {self.num_cpu_devices}, expected a number >= 0")
 
 
-def make_strategy(name: str, cluster: Cluster,
-                  options: StrategyOptions = StrategyOptions()) -> tf.distribute.Strategy:
+def make_strategy(
+    name: str, cluster: Cluster, options: StrategyOptions = StrategyOptions()
+) -> tf.distribute.Strategy:
     """Builds the named strategy for this task of `cluster`.
 
     Under `multiworker` it also applies `tfdist.keras_compat` so that Keras 3
@@ -70,8 +71,12 @@ def make_strategy(name: str, cluster: Cluster,
     check_cluster_for_strategy(cluster, name)
     builder = _BUILDERS[name]
     strategy = builder(cluster, options)
-    logging.info("Strategy %s with %d replica(s) in sync; %s.", name,
-                 strategy.num_replicas_in_sync, cluster.describe())
+    logging.info(
+        "Strategy %s with %d replica(s) in sync; %s.",
+        name,
+        strategy.num_replicas_in_sync,
+        cluster.describe(),
+    )
     return strategy
 
 
@@ -80,8 +85,9 @@ def resolve_strategy_name(name: str, cluster: Cluster, options: StrategyOptions)
     name = check_strategy_name(name)
     if name != "auto":
         return name
-    chosen, reason = choose_strategy(cluster, num_gpus=len(tf.config.list_physical_devices("GPU")),
-                                     tpu=options.tpu)
+    chosen, reason = choose_strategy(
+        cluster, num_gpus=len(tf.config.list_physical_devices("GPU")), tpu=options.tpu
+    )
     logging.info("--strategy=auto chose %r because %s.", chosen, reason)
     return chosen
 
@@ -130,7 +136,8 @@ def split_cpu(num_devices: int) -> list[str]:
             raise UsageError(
                 f"--num_cpu_devices={num_devices} cannot be applied: TensorFlow already "
                 f"initialized {len(existing)} CPU device(s); build the strategy before any "
-                f"other TensorFlow operation") from None
+                f"other TensorFlow operation"
+            ) from None
     return [device.name for device in tf.config.list_logical_devices("CPU")]
 
 
@@ -150,7 +157,8 @@ def _mirrored(cluster: Cluster, options: StrategyOptions) -> tf.distribute.Strat
     if options.all_reduce == "nccl":
         logging.warning("--all_reduce=nccl needs GPUs; reducing on the CPU instead.")
     return tf.distribute.MirroredStrategy(
-        devices=devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+        devices=devices, cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
 
 
 def cluster_resolver(cluster: Cluster, roles: tuple[str, ...]):
@@ -161,8 +169,11 @@ def cluster_resolver(cluster: Cluster, roles: tuple[str, ...]):
     """
     spec = {role: list(hosts) for role, hosts in cluster.addresses.items() if role in roles}
     return tf.distribute.cluster_resolver.SimpleClusterResolver(
-        tf.train.ClusterSpec(spec), task_type=cluster.task_type,
-        task_id=cluster.task_index, rpc_layer="grpc")
+        tf.train.ClusterSpec(spec),
+        task_type=cluster.task_type,
+        task_id=cluster.task_index,
+        rpc_layer="grpc",
+    )
 
 
 _IMPLEMENTATIONS = {
@@ -175,22 +186,27 @@ _IMPLEMENTATIONS = {
 def _multiworker(cluster: Cluster, options: StrategyOptions) -> tf.distribute.Strategy:
     keras_compat.apply()
     communication = tf.distribute.experimental.CommunicationOptions(
-        implementation=_IMPLEMENTATIONS[options.all_reduce])
+        implementation=_IMPLEMENTATIONS[options.all_reduce]
+    )
     if not cluster.is_distributed:
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=communication)
     if cluster.task_type not in (CHIEF, WORKER):
         raise UsageError(
             f"task type {cluster.task_type!r} cannot join a multiworker strategy, expected "
-            f"'chief' or 'worker'; evaluators evaluate checkpoints instead of training")
+            f"'chief' or 'worker'; evaluators evaluate checkpoints instead of training"
+        )
     return tf.distribute.MultiWorkerMirroredStrategy(
         cluster_resolver=cluster_resolver(cluster, (CHIEF, WORKER)),
-        communication_options=communication)
+        communication_options=communication,
+    )
 
 
 def _parameter_server(cluster: Cluster, options: StrategyOptions) -> tf.distribute.Strategy:
     from tfdist import parameter_server  # pylint: disable=g-import-not-at-top
+
     return parameter_server.make_parameter_server_strategy(
-        cluster, min_shard_bytes=options.ps_min_shard_bytes, max_shards=options.ps_max_shards)
+        cluster, min_shard_bytes=options.ps_min_shard_bytes, max_shards=options.ps_max_shards
+    )
 
 
 _TPU_CONNECT_SECONDS = 10.0
@@ -198,16 +214,16 @@ _TPU_CONNECT_SECONDS = 10.0
 
 def _check_tpu_address_answers(tpu: str) -> None:
     # Connecting to a grpc:// address nobody listens on blocks without a bound.
-    host, _, port = tpu[len("grpc://"):].rpartition(":")
+    host, _, port = tpu[len("grpc://") :].rpartition(":")
     try:
-        with socket.create_connection((host.strip("[]"), int(port)),
-                                      timeout=_TPU_CONNECT_SECONDS):
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=_TPU_CONNECT_SECONDS):
             pass
     except (OSError, ValueError) as error:
         raise UsageError(
             f"--strategy=tpu cannot reach --tpu={tpu!r} ({type(error).__name__}: {error}); "
             f"expected a TPU worker listening there; check the address or use the TPU's "
-            f"name") from None
+            f"name"
+        ) from None
 
 
 def _tpu(cluster: Cluster, options: StrategyOptions) -> tf.distribute.Strategy:
@@ -219,11 +235,14 @@ def _tpu(cluster: Cluster, options: StrategyOptions) -> tf.distribute.Strategy:
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except (ValueError, OSError, tf.errors.OpError) as error:  # OSError: no GCE metadata
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        first_line = (
+            str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        )
         raise UsageError(
             f"--strategy=tpu found no TPU for --tpu={options.tpu!r} ({first_line}); expected "
             f"a TPU VM (--tpu=local) or a TPU name or grpc:// address; run on a TPU or pick "
-            f"another --strategy") from None
+            f"another --strategy"
+        ) from None
     return tf.distribute.TPUStrategy(resolver)
 
 

@@ -66,5 +66,6 @@ def redirect_callbacks(callbacks, cluster: Cluster) -> None:
             callback.log_dir = write_path(callback.log_dir, cluster)
         else:
             continue
-        _log.debug("%s writes to this worker's scratch directory (not the chief).",
-                   type(callback).__name__)
+        _log.debug(
+            "%s writes to this worker's scratch directory (not the chief).", type(callback).__name__
+        )

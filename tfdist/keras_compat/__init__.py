@@ -72,23 +72,32 @@ exists, so this package can be retired when upstream fixes them.
 import keras
 from keras.src.backend.tensorflow import trainer as tf_trainer
 
-from tfdist.keras_compat import _multiworker
-from tfdist.keras_compat._eager_runtime import runtime_initialized  # noqa: F401
-from tfdist.keras_compat._eager_runtime import runtime_left_unstarted  # noqa: F401
-from tfdist.keras_compat._file_sharding import can_shard_by_file  # noqa: F401
-from tfdist.keras_compat._file_sharding import shard_by_file  # noqa: F401
-from tfdist.keras_compat import _parameter_server
-from tfdist.keras_compat import _patching
-from tfdist.keras_compat import _replica_jit
+from tfdist.keras_compat import _multiworker, _parameter_server, _patching, _replica_jit
+from tfdist.keras_compat._eager_runtime import (
+    runtime_initialized,  # noqa: F401
+    runtime_left_unstarted,  # noqa: F401
+)
+from tfdist.keras_compat._file_sharding import (
+    can_shard_by_file,  # noqa: F401
+    shard_by_file,  # noqa: F401
+)
+
 # Re-exported: the public names of the reduced-precision gradient all-reduce.
-from tfdist.keras_compat._reduced_precision import REDUCED_DTYPES  # noqa: F401
-from tfdist.keras_compat._reduced_precision import gradient_all_reduce_dtype  # noqa: F401
-from tfdist.keras_compat._reduced_precision import set_gradient_all_reduce_dtype  # noqa: F401
+from tfdist.keras_compat._reduced_precision import (
+    REDUCED_DTYPES,  # noqa: F401
+    gradient_all_reduce_dtype,  # noqa: F401
+    set_gradient_all_reduce_dtype,  # noqa: F401
+)
 
 # First Keras release assumed fixed; raise it while the upstream test still fails.
 FIRST_FIXED_KERAS = (3, 16)
-CORRECTIONS = ("symbolic_build", "reduce_per_replica", "steps_per_execution", "replica_jit",
-               "string_symbolic_build")
+CORRECTIONS = (
+    "symbolic_build",
+    "reduce_per_replica",
+    "steps_per_execution",
+    "replica_jit",
+    "string_symbolic_build",
+)
 
 
 def keras_version() -> tuple[int, int]:
@@ -108,9 +117,12 @@ def is_applied() -> bool:
 def _make_function(self, step_function):
     original = _patching.original(tf_trainer.TensorFlowTrainer, "_make_function")
     replica_jit = _patching.enabled("replica_jit") and _replica_jit.applies(self)
-    fused = (_patching.enabled("steps_per_execution") and self.steps_per_execution > 1
-             and not self.run_eagerly
-             and _multiworker.step_holds_collectives(self.distribute_strategy))
+    fused = (
+        _patching.enabled("steps_per_execution")
+        and self.steps_per_execution > 1
+        and not self.run_eagerly
+        and _multiworker.step_holds_collectives(self.distribute_strategy)
+    )
     if not replica_jit and not fused:
         return original(self, step_function)
     if replica_jit:
@@ -169,8 +181,7 @@ def make_parameter_server_updates_exact(model) -> None:
 
 def parameter_server_state_variables(model) -> list:
     """The variables `make_parameter_server_updates_exact` protects (counters, metric state)."""
-    return (_parameter_server.counter_variables(model)
-            + _parameter_server.metric_variables(model))
+    return _parameter_server.counter_variables(model) + _parameter_server.metric_variables(model)
 
 
 def remove() -> None:

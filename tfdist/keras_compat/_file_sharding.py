@@ -19,8 +19,15 @@ from tensorflow.python.data.experimental.ops import distribute as tf_data_distri
 # What a FILE-policy rewrite raises when it cannot shard the pipeline by file.
 UNSHARDABLE = (tf.errors.NotFoundError, tf.errors.InvalidArgumentError)
 # Reader datasets the FILE rewrite shards (their first input is the file names).
-READER_OPS = frozenset({"TFRecordDataset", "TFRecordDatasetV2", "TextLineDataset",
-                        "FixedLengthRecordDataset", "FixedLengthRecordDatasetV2"})
+READER_OPS = frozenset(
+    {
+        "TFRecordDataset",
+        "TFRecordDatasetV2",
+        "TextLineDataset",
+        "FixedLengthRecordDataset",
+        "FixedLengthRecordDatasetV2",
+    }
+)
 
 
 def reads_files(dataset: tf.data.Dataset) -> bool:
@@ -37,7 +44,8 @@ def shard_by_file(dataset: tf.data.Dataset, num_shards: int, index: int) -> tf.d
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.FILE
     sharded = tf_data_distribute._AutoShardDataset(  # pylint: disable=protected-access
-        dataset.with_options(options), num_shards, index, num_replicas=num_shards)
+        dataset.with_options(options), num_shards, index, num_replicas=num_shards
+    )
     # The rewrite ran; later strategies must not shard these examples again.
     off = tf.data.Options()
     off.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

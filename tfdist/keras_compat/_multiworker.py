@@ -3,16 +3,18 @@
 See the package docstring for the upstream failures these correct.
 """
 
-from keras.src.backend.tensorflow import trainer as tf_trainer
 import tensorflow as tf
+from keras.src.backend.tensorflow import trainer as tf_trainer
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
 
 from tfdist.keras_compat import _patching
 
 
 def is_multi_worker(strategy) -> bool:
-    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-            and strategy.extended._in_multi_worker_mode())  # pylint: disable=protected-access
+    return (
+        isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        and strategy.extended._in_multi_worker_mode()
+    )  # pylint: disable=protected-access
 
 
 def step_holds_collectives(strategy) -> bool:
@@ -24,9 +26,11 @@ def step_holds_collectives(strategy) -> bool:
     if is_multi_worker(strategy):
         return True
     cross_device_ops = getattr(strategy.extended, "_cross_device_ops", None)
-    return (isinstance(strategy, tf.distribute.MirroredStrategy)
-            and strategy.num_replicas_in_sync > 1
-            and isinstance(cross_device_ops, cross_device_ops_lib.CollectiveAllReduce))
+    return (
+        isinstance(strategy, tf.distribute.MirroredStrategy)
+        and strategy.num_replicas_in_sync > 1
+        and isinstance(cross_device_ops, cross_device_ops_lib.CollectiveAllReduce)
+    )
 
 
 def _first_local_value(value):
@@ -68,8 +72,10 @@ def batch_from_element_spec(epoch_iterator):
 
 
 def _holds_strings(element_spec) -> bool:
-    return any(getattr(spec, "dtype", None) == tf.string
-               for spec in tf.nest.flatten(element_spec, expand_composites=True))
+    return any(
+        getattr(spec, "dtype", None) == tf.string
+        for spec in tf.nest.flatten(element_spec, expand_composites=True)
+    )
 
 
 def _builds_from_first_replica(strategy, batches) -> bool:
@@ -81,8 +87,11 @@ def _builds_from_first_replica(strategy, batches) -> bool:
     """
     if _patching.enabled("symbolic_build") and is_multi_worker(strategy):
         return True
-    return (_patching.enabled("string_symbolic_build") and strategy.num_replicas_in_sync > 1
-            and _holds_strings(getattr(batches, "element_spec", None)))
+    return (
+        _patching.enabled("string_symbolic_build")
+        and strategy.num_replicas_in_sync > 1
+        and _holds_strings(getattr(batches, "element_spec", None))
+    )
 
 
 def maybe_symbolic_build(self, iterator=None, data_batch=None):
@@ -121,8 +130,7 @@ def reduce_per_replica(values, strategy, reduction):
     original = _patching.original(tf_trainer, "reduce_per_replica")
     if reduction not in ("auto", "mean") or not is_multi_worker(strategy):
         return original(values, strategy, reduction)
-    return tf.nest.map_structure(lambda value: strategy.reduce("MEAN", value, axis=None),
-                                 values)
+    return tf.nest.map_structure(lambda value: strategy.reduce("MEAN", value, axis=None), values)
 
 
 def make_fused_function(model, step_function, keras_function):
@@ -155,7 +163,8 @@ def make_fused_function(model, step_function, keras_function):
         return tf_trainer.reduce_per_replica(outputs, strategy, reduction="auto")
 
     one_step_on_data = model._autoconvert_optionals(  # pylint: disable=protected-access
-        tf.function(one_step_on_data, reduce_retracing=True))
+        tf.function(one_step_on_data, reduce_retracing=True)
+    )
 
     def multi_step_on_iterator(iterator):
         # The first batch is read like a single step: at the end of the data
@@ -172,13 +181,16 @@ def make_fused_function(model, step_function, keras_function):
             outputs = one_step_on_data(next_inputs.get_value())
             executed += 1
             # Read another batch only if it will be used in this execution.
-            next_inputs = tf.cond(executed < steps, iterator.get_next_as_optional,
-                                  lambda: next_inputs)
+            next_inputs = tf.cond(
+                executed < steps, iterator.get_next_as_optional, lambda: next_inputs
+            )
             return executed, outputs, next_inputs
 
         _, outputs, _ = tf.while_loop(
-            has_next_step, next_step,
-            loop_vars=(tf.constant(1), outputs, iterator.get_next_as_optional()))
+            has_next_step,
+            next_step,
+            loop_vars=(tf.constant(1), outputs, iterator.get_next_as_optional()),
+        )
         return outputs
 
     fused = tf.function(multi_step_on_iterator, reduce_retracing=True)

@@ -45,8 +45,8 @@ Keep such state in a `keras.metrics.Metric` tracked by the model.
 from typing import Iterable
 
 import keras
-from keras.src.metrics import reduction_metrics
 import tensorflow as tf
+from keras.src.metrics import reduction_metrics
 
 _MARK = "_tfdist_exact_under_parameter_servers"
 
@@ -106,8 +106,9 @@ def serialize_metric_updates(metrics: Iterable) -> int:
     Returns:
         How many metrics were changed by this call.
     """
-    metrics = [metric for metric in metrics
-               if metric.variables and not getattr(metric, _MARK, False)]
+    metrics = [
+        metric for metric in metrics if metric.variables and not getattr(metric, _MARK, False)
+    ]
     if not metrics:
         return 0
     with tf.device(metrics[0].variables[0].value.device):
@@ -133,15 +134,22 @@ def serialize_metric_updates(metrics: Iterable) -> int:
 
 # `update_state`s that change state only with `assign_add` (Keras's `Sum`, `Mean`
 # and the `MeanMetricWrapper`s: accuracy, mae, crossentropy, ...).
-_INCREMENT_ONLY_UPDATES = frozenset((reduction_metrics.Sum.update_state,
-                                     reduction_metrics.Mean.update_state,
-                                     reduction_metrics.MeanMetricWrapper.update_state))
+_INCREMENT_ONLY_UPDATES = frozenset(
+    (
+        reduction_metrics.Sum.update_state,
+        reduction_metrics.Mean.update_state,
+        reduction_metrics.MeanMetricWrapper.update_state,
+    )
+)
 
 
 def _leaf_metrics(metric) -> list:
     """The metrics that hold state under `metric` (`CompileMetrics` holds a list)."""
-    inner = [child for child in getattr(metric, "metrics", None) or ()
-             if isinstance(child, keras.metrics.Metric)]
+    inner = [
+        child
+        for child in getattr(metric, "metrics", None) or ()
+        if isinstance(child, keras.metrics.Metric)
+    ]
     if not inner:
         return [metric]
     return [leaf for child in inner for leaf in _leaf_metrics(child)]
@@ -149,8 +157,7 @@ def _leaf_metrics(metric) -> list:
 
 def only_increments(metric) -> bool:
     """Whether every state update under `metric` is an `assign_add` (Keras's own code)."""
-    return all(type(leaf).update_state in _INCREMENT_ONLY_UPDATES
-               for leaf in _leaf_metrics(metric))
+    return all(type(leaf).update_state in _INCREMENT_ONLY_UPDATES for leaf in _leaf_metrics(metric))
 
 
 def make_updates_exact(model) -> None:
@@ -161,8 +168,8 @@ def make_updates_exact(model) -> None:
     which cost nothing extra; every other metric runs under the lock.
     """
     increment_only = [metric for metric in model.metrics if only_increments(metric)]
-    make_increments_atomic(counter_variables(model)
-                           + [variable for metric in increment_only
-                              for variable in metric.variables])
-    serialize_metric_updates([metric for metric in model.metrics
-                              if not only_increments(metric)])
+    make_increments_atomic(
+        counter_variables(model)
+        + [variable for metric in increment_only for variable in metric.variables]
+    )
+    serialize_metric_updates([metric for metric in model.metrics if not only_increments(metric)])

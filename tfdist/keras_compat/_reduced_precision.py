@@ -26,8 +26,11 @@ REDUCED_DTYPES = ("float32", "bfloat16", "float16")
 
 def _supported(optimizer) -> bool:
     major = int(keras.__version__.split(".")[0])
-    return (major == 3 and keras.backend.backend() == "tensorflow"
-            and callable(getattr(type(optimizer), _METHOD, None)))
+    return (
+        major == 3
+        and keras.backend.backend() == "tensorflow"
+        and callable(getattr(type(optimizer), _METHOD, None))
+    )
 
 
 def set_gradient_all_reduce_dtype(optimizer, dtype: str = "bfloat16"):
@@ -50,14 +53,17 @@ def set_gradient_all_reduce_dtype(optimizer, dtype: str = "bfloat16"):
         NotImplementedError: This Keras has no `_all_reduce_sum_gradients`.
     """
     if dtype not in REDUCED_DTYPES:
-        raise ValueError(f"all-reduce dtype {dtype!r} is not supported, expected one of "
-                         f"{', '.join(REDUCED_DTYPES)}")
+        raise ValueError(
+            f"all-reduce dtype {dtype!r} is not supported, expected one of "
+            f"{', '.join(REDUCED_DTYPES)}"
+        )
     target = getattr(optimizer, "inner_optimizer", optimizer)
     if not _supported(target):
         raise NotImplementedError(
             f"reduced-precision all-reduce needs Keras 3 on TensorFlow with "
             f"{type(target).__name__}.{_METHOD}; this is Keras {keras.__version__} on "
-            f"{keras.backend.backend()}")
+            f"{keras.backend.backend()}"
+        )
     target.__dict__.pop(_METHOD, None)
     target.__dict__.pop(_DTYPE_ATTRIBUTE, None)
     if dtype == "float32":
@@ -75,9 +81,10 @@ def set_gradient_all_reduce_dtype(optimizer, dtype: str = "bfloat16"):
             original_dtypes.append(grad.dtype if dense else None)
             narrowed.append((tf.cast(grad, dtype) if dense else grad, variable))
         reduced = keras_method(narrowed)
-        return [(tf.cast(grad, wanted) if wanted is not None and grad is not None else grad,
-                 variable)
-                for (grad, variable), wanted in zip(reduced, original_dtypes)]
+        return [
+            (tf.cast(grad, wanted) if wanted is not None and grad is not None else grad, variable)
+            for (grad, variable), wanted in zip(reduced, original_dtypes)
+        ]
 
     setattr(target, _METHOD, all_reduce_narrow)
     setattr(target, _DTYPE_ATTRIBUTE, dtype)
@@ -85,6 +92,6 @@ def set_gradient_all_reduce_dtype(optimizer, dtype: str = "bfloat16"):
 
 
 def gradient_all_reduce_dtype(optimizer) -> str:
-    """"bfloat16"/"float16" when `set_gradient_all_reduce_dtype` narrowed it, else "float32"."""
+    """ "bfloat16"/"float16" when `set_gradient_all_reduce_dtype` narrowed it, else "float32"."""
     target = getattr(optimizer, "inner_optimizer", optimizer)
     return target.__dict__.get(_DTYPE_ATTRIBUTE, "float32")

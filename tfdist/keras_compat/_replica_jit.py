@@ -14,10 +14,10 @@ compiled function, as in Keras's own `train_step`.
 """
 
 import keras
+import tensorflow as tf
 from keras.src import tree
 from keras.src.backend.tensorflow import trainer as tf_trainer
 from keras.src.losses import loss as loss_module
-import tensorflow as tf
 
 from tfdist.errors import UsageError
 
@@ -26,8 +26,11 @@ _MIRRORED = (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredSt
 
 def applies(model) -> bool:
     """Whether `model` asked for XLA and runs under a mirrored strategy."""
-    return (bool(model.jit_compile) and not model.run_eagerly
-            and isinstance(model.distribute_strategy, _MIRRORED))
+    return (
+        bool(model.jit_compile)
+        and not model.run_eagerly
+        and isinstance(model.distribute_strategy, _MIRRORED)
+    )
 
 
 def _batch_size(x):
@@ -59,14 +62,16 @@ class _StatelessForward:
 
     def _stateless(self, trainable_values, non_trainable_values, x, y, sample_weight):
         model = self._model
-        mapping = (list(zip(model.trainable_variables, trainable_values))
-                   + list(zip(model.non_trainable_variables, non_trainable_values)))
+        mapping = list(zip(model.trainable_variables, trainable_values)) + list(
+            zip(model.non_trainable_variables, non_trainable_values)
+        )
         with tf.GradientTape() as tape:
             tape.watch(trainable_values)
             with keras.StatelessScope(state_mapping=mapping, collect_losses=True) as scope:
                 loss, scaled_loss, y_pred = self._compute(x, y, sample_weight)
-        gradients = (tape.gradient(scaled_loss, trainable_values)
-                     if scaled_loss is not None else None)
+        gradients = (
+            tape.gradient(scaled_loss, trainable_values) if scaled_loss is not None else None
+        )
         initial = {id(variable): value for variable, value in mapping}
         assigned = []
         for variable in [*model.non_trainable_variables, *model.metrics_variables]:
@@ -81,7 +86,10 @@ class _StatelessForward:
         loss, y_pred, gradients, new_values = self._function(
             [variable.value for variable in model.trainable_variables],
             [variable.value for variable in model.non_trainable_variables],
-            x, y, sample_weight)
+            x,
+            y,
+            sample_weight,
+        )
         for variable, value in zip(self._assigned, new_values):
             variable.assign(value)
         return loss, y_pred, gradients
@@ -91,7 +99,8 @@ def _make_train_step(model):
     def compute(x, y, sample_weight):
         y_pred = _call(model, x, training=True)
         loss = model._compute_loss(  # pylint: disable=protected-access
-            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True
+        )
         return loss, model.optimizer.scale_loss(loss), y_pred
 
     forward_backward = _StatelessForward(model, compute)
@@ -100,7 +109,8 @@ def _make_train_step(model):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         loss, y_pred, gradients = forward_backward(x, y, sample_weight)
         model._loss_tracker.update_state(  # pylint: disable=protected-access
-            loss_module.unscale_loss_for_distribution(loss), sample_weight=_batch_size(x))
+            loss_module.unscale_loss_for_distribution(loss), sample_weight=_batch_size(x)
+        )
         model.optimizer.apply_gradients(zip(gradients, model.trainable_weights))
         return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
@@ -111,7 +121,8 @@ def _make_test_step(model):
     def compute(x, y, sample_weight):
         y_pred = _call(model, x, training=False)
         loss = model._compute_loss(  # pylint: disable=protected-access
-            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False)
+            x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False
+        )
         return loss, None, y_pred
 
     forward = _StatelessForward(model, compute)
@@ -120,7 +131,8 @@ def _make_test_step(model):
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         loss, y_pred, _ = forward(x, y, sample_weight)
         model._loss_tracker.update_state(  # pylint: disable=protected-access
-            loss_module.unscale_loss_for_distribution(loss), sample_weight=_batch_size(x))
+            loss_module.unscale_loss_for_distribution(loss), sample_weight=_batch_size(x)
+        )
         return model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
     return test_step
@@ -147,4 +159,5 @@ def replica_step(model, step_function):
         f"{name}: tfdist compiles only Keras's own train_step/test_step per replica (XLA "
         f"cannot compile a step that holds the cross-replica all-reduce); compile with "
         f"jit_compile=False, or XLA-compile the per-replica part of your {name} yourself "
-        f"with tf.function(jit_compile=True)")
+        f"with tf.function(jit_compile=True)"
+    )

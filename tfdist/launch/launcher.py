@@ -28,28 +28,55 @@ EXIT_TIMEOUT = cli.EXIT_TIMEOUT
 
 _USAGE_EXAMPLE = "python -m tfdist.launch --workers 2 -- python -m trainer.task"
 
-_FLAGS = cli.define_flags((
-    cli.FlagSpec("workers", None, "Number of `worker` tasks.", kind="integer", lower_bound=0),
-    cli.FlagSpec("ps", 0, "Number of parameter-server (`ps`) tasks; needs --chief.",
-                 lower_bound=0),
-    cli.FlagSpec("chief", False, "Run a `chief` task."),
-    cli.FlagSpec("evaluator", False, "Run an `evaluator` task; the launcher waits for it "
-                 "after the chief."),
-    cli.FlagSpec("restart_on_failure", 0, "Restart the whole cluster up to this many times "
-                 "after a task fails (any non-zero exit, including 143 after a preemption).",
-                 lower_bound=0),
-    cli.FlagSpec("timeout", None, "Stop every task and exit 124 after this many seconds.",
-                 kind="float", lower_bound=0),
-    cli.FlagSpec("grace_period", 10.0, "Seconds between SIGTERM and SIGKILL when stopping "
-                 "tasks.", lower_bound=0),
-    cli.FlagSpec("port_retries", 3, "Restarts on new ports when a task cannot bind its port.",
-                 lower_bound=0),
-    cli.FlagSpec("host", "127.0.0.1", "Address every task listens on."),
-    cli.FlagSpec("allow_non_loopback", False, "Accept a non-loopback --host. TensorFlow's "
-                 "gRPC servers run whatever anyone who can connect sends them: use only on a "
-                 "trusted, firewalled network."),
-    cli.FlagSpec("quiet", False, "Do not copy task output to the console."),
-))
+_FLAGS = cli.define_flags(
+    (
+        cli.FlagSpec("workers", None, "Number of `worker` tasks.", kind="integer", lower_bound=0),
+        cli.FlagSpec(
+            "ps", 0, "Number of parameter-server (`ps`) tasks; needs --chief.", lower_bound=0
+        ),
+        cli.FlagSpec("chief", False, "Run a `chief` task."),
+        cli.FlagSpec(
+            "evaluator",
+            False,
+            "Run an `evaluator` task; the launcher waits for it after the chief.",
+        ),
+        cli.FlagSpec(
+            "restart_on_failure",
+            0,
+            "Restart the whole cluster up to this many times "
+            "after a task fails (any non-zero exit, including 143 after a preemption).",
+            lower_bound=0,
+        ),
+        cli.FlagSpec(
+            "timeout",
+            None,
+            "Stop every task and exit 124 after this many seconds.",
+            kind="float",
+            lower_bound=0,
+        ),
+        cli.FlagSpec(
+            "grace_period",
+            10.0,
+            "Seconds between SIGTERM and SIGKILL when stopping tasks.",
+            lower_bound=0,
+        ),
+        cli.FlagSpec(
+            "port_retries",
+            3,
+            "Restarts on new ports when a task cannot bind its port.",
+            lower_bound=0,
+        ),
+        cli.FlagSpec("host", "127.0.0.1", "Address every task listens on."),
+        cli.FlagSpec(
+            "allow_non_loopback",
+            False,
+            "Accept a non-loopback --host. TensorFlow's "
+            "gRPC servers run whatever anyone who can connect sends them: use only on a "
+            "trusted, firewalled network.",
+        ),
+        cli.FlagSpec("quiet", False, "Do not copy task output to the console."),
+    )
+)
 # absl.logging already defines --log_dir ("directory to write logfiles into"); the
 # launcher reads that flag as the directory for the tasks' log files.
 _LOG_DIR_FLAG = "log_dir"
@@ -59,21 +86,31 @@ def _run_cluster(leftover_args: Sequence[str], command: Sequence[str]) -> int:
     if len(leftover_args) > 1:
         raise UsageError(
             f"unexpected argument(s) {' '.join(leftover_args[1:])!r} before '--', expected "
-            f"only flags there and the command after '--', e.g. `{_USAGE_EXAMPLE}`")
+            f"only flags there and the command after '--', e.g. `{_USAGE_EXAMPLE}`"
+        )
     if not command:
         raise UsageError(
-            f"no command to run, expected `-- CMD...` after the flags, e.g. `{_USAGE_EXAMPLE}`")
+            f"no command to run, expected `-- CMD...` after the flags, e.g. `{_USAGE_EXAMPLE}`"
+        )
     if _FLAGS["workers"].value is None:
         raise UsageError(
-            f"--workers is not set, expected the number of worker tasks, e.g. `{_USAGE_EXAMPLE}`")
+            f"--workers is not set, expected the number of worker tasks, e.g. `{_USAGE_EXAMPLE}`"
+        )
     cluster = LocalCluster(
-        num_workers=_FLAGS["workers"].value, num_ps=_FLAGS["ps"].value, has_chief=_FLAGS["chief"].value,
-        has_evaluator=_FLAGS["evaluator"].value, command=command,
+        num_workers=_FLAGS["workers"].value,
+        num_ps=_FLAGS["ps"].value,
+        has_chief=_FLAGS["chief"].value,
+        has_evaluator=_FLAGS["evaluator"].value,
+        command=command,
         log_dir=flags.FLAGS[_LOG_DIR_FLAG].value or None,
-        host=_FLAGS["host"].value, allow_non_loopback=_FLAGS["allow_non_loopback"].value,
-        console=None if _FLAGS["quiet"].value else sys.stdout, events=sys.stderr,
-        max_port_retries=_FLAGS["port_retries"].value, restart_on_failure=_FLAGS["restart_on_failure"].value,
-        grace_period=_FLAGS["grace_period"].value)
+        host=_FLAGS["host"].value,
+        allow_non_loopback=_FLAGS["allow_non_loopback"].value,
+        console=None if _FLAGS["quiet"].value else sys.stdout,
+        events=sys.stderr,
+        max_port_retries=_FLAGS["port_retries"].value,
+        restart_on_failure=_FLAGS["restart_on_failure"].value,
+        grace_period=_FLAGS["grace_period"].value,
+    )
 
     def forward(signum, _frame):
         cluster.interrupt(signum)
@@ -101,4 +138,3 @@ def _run_cluster(leftover_args: Sequence[str], command: Sequence[str]) -> int:
 def launch_from_argv(argv: Sequence[str] | None = None) -> None:
     """Entry point: parses the flags before `--` and runs the command after it."""
     cli.run(_run_cluster, argv, takes_command=True)
-

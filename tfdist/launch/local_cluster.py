@@ -31,17 +31,21 @@ import threading
 import time
 from typing import Callable, Mapping, Sequence, TextIO
 
+from tfdist._internal.preconditions import check_seconds, check_whole_number
 from tfdist.distribute import cluster as cluster_lib
 from tfdist.distribute.cluster import is_loopback_host
 from tfdist.errors import UsageError
-from tfdist._internal.preconditions import check_seconds, check_whole_number
 
 PortPicker = Callable[[str, int], Sequence[int]]
 
 # Phrases in a task's log that mean it could not listen on its port: Python's
 # OSError, gRPC's add_port.cc and TensorFlow's grpc_server_lib.cc.
-BIND_FAILURE_MARKERS = ("address already in use", "failed to add port",
-                        "could not bind", "could not start grpc server")
+BIND_FAILURE_MARKERS = (
+    "address already in use",
+    "failed to add port",
+    "could not bind",
+    "could not start grpc server",
+)
 
 _POLL_SECONDS = 0.02
 _OUTPUT_DRAIN_SECONDS = 5.0
@@ -107,15 +111,18 @@ class ClusterLayout:
         if not self.num_workers and not self.has_chief:
             raise UsageError(
                 "the cluster has 0 workers and no chief, expected at least one training "
-                "task; pass --workers N (num_workers=N) or --chief (has_chief=True)")
+                "task; pass --workers N (num_workers=N) or --chief (has_chief=True)"
+            )
         if self.num_ps and not self.has_chief:
             raise UsageError(
                 f"the cluster has {self.num_ps} ps task(s) but no chief, expected a chief "
-                f"to coordinate parameter-server training; add --chief (has_chief=True)")
+                f"to coordinate parameter-server training; add --chief (has_chief=True)"
+            )
         if self.num_ps and not self.num_workers:
             raise UsageError(
                 f"the cluster has {self.num_ps} ps task(s) but 0 workers, expected at "
-                f"least 1 worker for the chief to schedule steps on; pass --workers N")
+                f"least 1 worker for the chief to schedule steps on; pass --workers N"
+            )
 
     @property
     def uses_parameter_servers(self) -> bool:
@@ -123,13 +130,18 @@ class ClusterLayout:
 
     def roles(self) -> dict[str, int]:
         """Role to task count, in start order, roles without tasks left out."""
-        counts = {cluster_lib.CHIEF: int(self.has_chief), cluster_lib.WORKER: self.num_workers,
-                  cluster_lib.PS: self.num_ps, cluster_lib.EVALUATOR: int(self.has_evaluator)}
+        counts = {
+            cluster_lib.CHIEF: int(self.has_chief),
+            cluster_lib.WORKER: self.num_workers,
+            cluster_lib.PS: self.num_ps,
+            cluster_lib.EVALUATOR: int(self.has_evaluator),
+        }
         return {role: counts[role] for role in _ROLE_ORDER if counts[role]}
 
     def task_names(self) -> tuple[str, ...]:
-        return tuple(task_name(role, index)
-                     for role, count in self.roles().items() for index in range(count))
+        return tuple(
+            task_name(role, index) for role, count in self.roles().items() for index in range(count)
+        )
 
     def is_server(self, name: str) -> bool:
         """Whether the task serves until stopped rather than finishing the job."""
@@ -149,10 +161,14 @@ def tf_configs(layout: ClusterLayout, addresses: Mapping[str, str]) -> dict[str,
         role, index = name.split(":")
         # The evaluator also learns the training tasks (to tell when the chief is
         # gone); training tasks keep TensorFlow's convention of a cluster without it.
-        members = ({**training, cluster_lib.EVALUATOR: [addresses[name]]}
-                   if role == cluster_lib.EVALUATOR else training)
-        configs[name] = json.dumps({"cluster": members,
-                                    "task": {"type": role, "index": int(index)}})
+        members = (
+            {**training, cluster_lib.EVALUATOR: [addresses[name]]}
+            if role == cluster_lib.EVALUATOR
+            else training
+        )
+        configs[name] = json.dumps(
+            {"cluster": members, "task": {"type": role, "index": int(index)}}
+        )
     return configs
 
 
@@ -178,7 +194,7 @@ def _processes_in_group(pgid: int) -> list[int]:
         except OSError:
             continue
         # Fields after the parenthesised command: state, ppid, pgrp, ...
-        fields = stat[stat.rfind(")") + 2:].split()
+        fields = stat[stat.rfind(")") + 2 :].split()
         if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             members.append(int(entry.name))
     return members
@@ -187,9 +203,17 @@ def _processes_in_group(pgid: int) -> list[int]:
 class _TaskProcess:
     """One run of one task: its process group, output pump and log file."""
 
-    def __init__(self, *, name: str, command: Sequence[str], env: Mapping[str, str],
-                 log_path: pathlib.Path, console: TextIO | None,
-                 console_lock: threading.Lock, header: str | None):
+    def __init__(
+        self,
+        *,
+        name: str,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        log_path: pathlib.Path,
+        console: TextIO | None,
+        console_lock: threading.Lock,
+        header: str | None,
+    ):
         self.name = name
         self._console = console
         self._console_lock = console_lock
@@ -200,15 +224,19 @@ class _TaskProcess:
         self.log_offset = self._log_file.tell()
         try:
             self._popen = subprocess.Popen(
-                list(command), env=dict(env), stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+                list(command),
+                env=dict(env),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         except BaseException:
             self._log_file.close()
             raise
         self.pid = self._popen.pid
         self.returncode: int | None = None
-        self._pump = threading.Thread(target=self._copy_output, name=f"output-{name}",
-                                      daemon=True)
+        self._pump = threading.Thread(target=self._copy_output, name=f"output-{name}", daemon=True)
         self._pump.start()
 
     def _copy_output(self) -> None:
@@ -294,14 +322,25 @@ class LocalCluster:
     it may be called from a signal handler.
     """
 
-    def __init__(self, *, num_workers: int, num_ps: int = 0, has_chief: bool = False,
-                 has_evaluator: bool = False, command: Sequence[str],
-                 env: Mapping[str, str] | None = None,
-                 log_dir: str | os.PathLike | None = None, host: str = "127.0.0.1",
-                 allow_non_loopback: bool = False, console: TextIO | None = None,
-                 events: TextIO | None = None, port_picker: PortPicker = pick_free_ports,
-                 max_port_retries: int = 3, restart_on_failure: int = 0,
-                 grace_period: float = 10.0):
+    def __init__(
+        self,
+        *,
+        num_workers: int,
+        num_ps: int = 0,
+        has_chief: bool = False,
+        has_evaluator: bool = False,
+        command: Sequence[str],
+        env: Mapping[str, str] | None = None,
+        log_dir: str | os.PathLike | None = None,
+        host: str = "127.0.0.1",
+        allow_non_loopback: bool = False,
+        console: TextIO | None = None,
+        events: TextIO | None = None,
+        port_picker: PortPicker = pick_free_ports,
+        max_port_retries: int = 3,
+        restart_on_failure: int = 0,
+        grace_period: float = 10.0,
+    ):
         """Describes the cluster; nothing starts until `start()`.
 
         Args:
@@ -337,28 +376,37 @@ class LocalCluster:
         Raises:
             UsageError: A bad argument, including a non-loopback `host`.
         """
-        self._layout = ClusterLayout(num_workers=num_workers, num_ps=num_ps,
-                                     has_chief=has_chief, has_evaluator=has_evaluator)
-        if isinstance(command, str) or not command or not all(
-                isinstance(part, str) for part in command):
+        self._layout = ClusterLayout(
+            num_workers=num_workers, num_ps=num_ps, has_chief=has_chief, has_evaluator=has_evaluator
+        )
+        if (
+            isinstance(command, str)
+            or not command
+            or not all(isinstance(part, str) for part in command)
+        ):
             raise UsageError(
                 f"command is {command!r}, expected a non-empty list of strings such as "
-                f"['python', '-m', 'trainer.task']")
+                f"['python', '-m', 'trainer.task']"
+            )
         if not is_loopback_host(host) and not allow_non_loopback:
             raise UsageError(
                 f"host {host!r} is not a loopback address, expected 127.0.0.1, ::1 or "
                 f"localhost because TensorFlow's gRPC servers run whatever anyone who can "
                 f"connect sends them; use a loopback host, or opt in with "
-                f"allow_non_loopback=True (--allow_non_loopback) on a trusted network")
-        for field, value in (("max_port_retries", max_port_retries),
-                             ("restart_on_failure", restart_on_failure)):
+                f"allow_non_loopback=True (--allow_non_loopback) on a trusted network"
+            )
+        for field, value in (
+            ("max_port_retries", max_port_retries),
+            ("restart_on_failure", restart_on_failure),
+        ):
             check_whole_number(field, value, minimum=0)
         check_seconds("grace_period", grace_period, allow_zero=True)
         overrides = dict(env or {})
         if cluster_lib.TF_CONFIG in overrides:
             raise UsageError(
                 "env sets TF_CONFIG, expected the cluster to set it for each task; "
-                "remove TF_CONFIG from env")
+                "remove TF_CONFIG from env"
+            )
         self._command = tuple(command)
         self._env_overrides = overrides
         self._host = host
@@ -514,7 +562,8 @@ class LocalCluster:
                 self._finished = True
                 raise TimeoutError(
                     f"local cluster still running after {timeout:g} s: "
-                    f"{', '.join(running)} (stopped now); logs in {self._log_dir}")
+                    f"{', '.join(running)} (stopped now); logs in {self._log_dir}"
+                )
             time.sleep(_POLL_SECONDS)
         return self.exit_codes
 
@@ -587,13 +636,15 @@ class LocalCluster:
             shutil.rmtree(self._log_dir, ignore_errors=True)
         if leftovers:
             raise RuntimeError(
-                f"processes {leftovers} of the local cluster's tasks survived SIGKILL")
+                f"processes {leftovers} of the local cluster's tasks survived SIGKILL"
+            )
 
     # ------------------------------------------------------------- internals
     def _check_task(self, task: str) -> None:
         if task not in self._names:
             raise UsageError(
-                f"task {task!r} is not in this cluster, expected one of {', '.join(self._names)}")
+                f"task {task!r} is not in this cluster, expected one of {', '.join(self._names)}"
+            )
 
     def _require_started(self) -> None:
         if not self._started:
@@ -607,21 +658,28 @@ class LocalCluster:
             self._events.flush()
 
     def _running(self) -> list[str]:
-        return [name for name in self._names
-                if name in self._processes and self._exit_codes[name] is None]
+        return [
+            name
+            for name in self._names
+            if name in self._processes and self._exit_codes[name] is None
+        ]
 
     def _pick_addresses(self) -> dict[str, str]:
         ports = [int(port) for port in self._port_picker(self._host, len(self._names))]
         if len(set(ports)) != len(self._names) or not all(0 < port < 65536 for port in ports):
             raise UsageError(
                 f"port_picker returned {ports}, expected {len(self._names)} distinct ports "
-                f"from 1 to 65535")
+                f"from 1 to 65535"
+            )
         return {name: _format_address(self._host, port) for name, port in zip(self._names, ports)}
 
     def _task_env(self, tf_config: str) -> dict[str, str]:
-        env = {key: value for key, value in os.environ.items()
-               if key not in (cluster_lib.TF_CONFIG, cluster_lib.CLUSTER_SPEC,
-                              cluster_lib.HAS_EVALUATOR)}
+        env = {
+            key: value
+            for key, value in os.environ.items()
+            if key
+            not in (cluster_lib.TF_CONFIG, cluster_lib.CLUSTER_SPEC, cluster_lib.HAS_EVALUATOR)
+        }
         env["PYTHONUNBUFFERED"] = "1"
         env.update(self._env_overrides)
         env[cluster_lib.TF_CONFIG] = tf_config
@@ -633,9 +691,14 @@ class LocalCluster:
         tf_config = tf_configs(self._layout, self._addresses)[name]
         try:
             process = _TaskProcess(
-                name=name, command=self._command, env=self._task_env(tf_config),
-                log_path=self.log_path(name), console=self._console,
-                console_lock=self._console_lock, header=header)
+                name=name,
+                command=self._command,
+                env=self._task_env(tf_config),
+                log_path=self.log_path(name),
+                console=self._console,
+                console_lock=self._console_lock,
+                header=header,
+            )
         except OSError as error:
             self._stop(self._running())
             self._finished = True
@@ -676,13 +739,15 @@ class LocalCluster:
                 self._port_retries += 1
                 self._restart_all(
                     f"{what}: its port was taken; restarting the cluster on new ports "
-                    f"(port retry {self._port_retries} of {self._max_port_retries})")
+                    f"(port retry {self._port_retries} of {self._max_port_retries})"
+                )
                 return
             if self._restarts < self._restart_on_failure:
                 self._restarts += 1
                 self._restart_all(
                     f"{what}; restarting the whole cluster "
-                    f"(restart {self._restarts} of {self._restart_on_failure})")
+                    f"(restart {self._restarts} of {self._restart_on_failure})"
+                )
                 return
         if self._first_failure is None:
             self._first_failure = (name, code)
@@ -706,8 +771,11 @@ class LocalCluster:
         return any(marker in text for marker in BIND_FAILURE_MARKERS)
 
     def _job_done(self) -> bool:
-        return all(self._exit_codes[name] is not None
-                   for name in self._names if not self._layout.is_server(name))
+        return all(
+            self._exit_codes[name] is not None
+            for name in self._names
+            if not self._layout.is_server(name)
+        )
 
     def _deliver_interrupt(self) -> None:
         if self._interrupt_signal is None:
@@ -744,8 +812,7 @@ class LocalCluster:
     def _leftover_processes(self) -> list[int]:
         deadline = time.monotonic() + _LEFTOVER_CHECK_SECONDS
         while True:
-            leftovers = [pid for pgid in self._process_groups
-                         for pid in _processes_in_group(pgid)]
+            leftovers = [pid for pgid in self._process_groups for pid in _processes_in_group(pgid)]
             if not leftovers or time.monotonic() >= deadline:
                 return leftovers
             for pgid in self._process_groups:

@@ -31,8 +31,9 @@ PROCESS_TAG_ENV = "TFDIST_TEST_PROCESS_TAG"
 _T = TypeVar("_T")
 
 
-def poll_until(condition: Callable[[], _T], *, timeout: float, what: str,
-               interval: float = 0.02) -> _T:
+def poll_until(
+    condition: Callable[[], _T], *, timeout: float, what: str, interval: float = 0.02
+) -> _T:
     """Calls `condition` until it returns something truthy, and returns that.
 
     Raises:
@@ -107,8 +108,11 @@ def local_cluster(request, tmp_path):
     if request.session.testsfailed > failures_before:
         for index, cluster in enumerate(clusters):
             _print_outside_capture(
-                request, f"\n===== local cluster {index} of {request.node.nodeid}: "
-                         f"logs in {cluster.log_dir} =====\n{cluster.format_logs()}\n")
+                request,
+                f"\n===== local cluster {index} of {request.node.nodeid}: "
+                f"logs in {cluster.log_dir} =====\n{cluster.format_logs()}\n",
+            )
     leftovers = tagged_processes(tag)
     assert not errors and not leftovers, (
-        f"processes left behind by the local cluster: {leftovers} {errors}")
+        f"processes left behind by the local cluster: {leftovers} {errors}"
+    )

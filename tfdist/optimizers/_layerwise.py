@@ -14,7 +14,8 @@ def refuse_decoupled_weight_decay(kwargs: dict, optimizer_name: str) -> None:
     if weight_decay is not None:
         raise UsageError(
             f"{optimizer_name} got weight_decay={weight_decay!r}, Keras's decoupled "
-            f"decay applied outside the trust ratio; pass weight_decay_rate instead")
+            f"decay applied outside the trust ratio; pass weight_decay_rate instead"
+        )
 
 
 def update_dtype(dtype):
@@ -46,7 +47,8 @@ def refuse_keras_exclusions(optimizer_name: str) -> None:
     raise ValueError(
         f"{optimizer_name}.exclude_from_weight_decay() is Keras's hook for decoupled "
         f"decay, which {optimizer_name} does not use; pass "
-        f"exclude_from_weight_decay=[patterns] to the constructor instead")
+        f"exclude_from_weight_decay=[patterns] to the constructor instead"
+    )
 
 
 class LayerwiseExclusions:
@@ -55,9 +57,11 @@ class LayerwiseExclusions:
     def _set_exclusions(self, exclude_from_weight_decay, exclude_from_layer_adaptation):
         # Not `self.exclude_from_weight_decay`: that is a Keras optimizer method.
         self._decay_exclusions = exclusions.normalize_patterns(
-            exclude_from_weight_decay, "exclude_from_weight_decay")
+            exclude_from_weight_decay, "exclude_from_weight_decay"
+        )
         self._adaptation_exclusions = exclusions.normalize_patterns(
-            exclude_from_layer_adaptation, "exclude_from_layer_adaptation")
+            exclude_from_layer_adaptation, "exclude_from_layer_adaptation"
+        )
 
     def exclude_from_weight_decay(self, var_list=None, var_names=None):
         """Refused: Keras's hook for its decoupled decay, which this optimizer does not use."""

@@ -31,8 +31,9 @@ def usual_exclusions() -> tuple[str, ...]:
     return USUAL_EXCLUSIONS
 
 
-def normalize_patterns(patterns: str | Iterable[str] | None,
-                       argument: str) -> tuple[str, ...] | None:
+def normalize_patterns(
+    patterns: str | Iterable[str] | None, argument: str
+) -> tuple[str, ...] | None:
     """Checks exclusion patterns and returns them as a tuple.
 
     Args:
@@ -54,13 +55,15 @@ def normalize_patterns(patterns: str | Iterable[str] | None,
         if not isinstance(pattern, str) or not pattern:
             raise UsageError(
                 f"{argument} holds {pattern!r}, expected non-empty regular expression "
-                f"strings such as 'bias'; fix the list")
+                f"strings such as 'bias'; fix the list"
+            )
         try:
             re.compile(pattern)
         except re.error as error:
             raise UsageError(
                 f"{argument} holds {pattern!r}, which is not a regular expression "
-                f"({error}); escape special characters, e.g. 'dense\\.bias'") from None
+                f"({error}); escape special characters, e.g. 'dense\\.bias'"
+            ) from None
         checked.append(pattern)
     return tuple(checked)
 
@@ -81,15 +84,18 @@ def is_excluded(variable, patterns: Sequence[str] | None) -> bool:
     return any(re.search(pattern, path) for pattern in patterns)
 
 
-def layer_masks(variables: Sequence, weight_decay_rate: float,
-                exclude_from_weight_decay: Sequence[str] | None,
-                exclude_from_layer_adaptation: Sequence[str] | None
-                ) -> tuple[list[bool], list[bool]]:
+def layer_masks(
+    variables: Sequence,
+    weight_decay_rate: float,
+    exclude_from_weight_decay: Sequence[str] | None,
+    exclude_from_layer_adaptation: Sequence[str] | None,
+) -> tuple[list[bool], list[bool]]:
     """Per variable: whether it gets weight decay, whether it gets a trust ratio.
 
     The two lists are independent; None or empty excludes nothing.
     """
-    decays = [weight_decay_rate > 0 and not is_excluded(v, exclude_from_weight_decay)
-              for v in variables]
+    decays = [
+        weight_decay_rate > 0 and not is_excluded(v, exclude_from_weight_decay) for v in variables
+    ]
     adapts = [not is_excluded(v, exclude_from_layer_adaptation) for v in variables]
     return decays, adapts

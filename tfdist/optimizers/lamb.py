@@ -4,8 +4,7 @@ import keras
 from keras import ops
 
 from tfdist import optimizer_choice
-from tfdist.optimizers import _layerwise
-from tfdist.optimizers import exclusions
+from tfdist.optimizers import _layerwise, exclusions
 
 
 @keras.saving.register_keras_serializable(package="tfdist")
@@ -49,13 +48,27 @@ class LAMB(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
             an exclusion that is not a regular expression.
     """
 
-    def __init__(self, learning_rate, beta_1=0.9, beta_2=0.999, epsilon=1e-6,
-                 weight_decay_rate=0.0, exclude_from_weight_decay=None,
-                 exclude_from_layer_adaptation=None, **kwargs):
+    def __init__(
+        self,
+        learning_rate,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        weight_decay_rate=0.0,
+        exclude_from_weight_decay=None,
+        exclude_from_layer_adaptation=None,
+        **kwargs,
+    ):
         _layerwise.refuse_decoupled_weight_decay(kwargs, type(self).__name__)
-        optimizer_choice.check_arguments("lamb", {
-            "beta_1": beta_1, "beta_2": beta_2, "epsilon": epsilon,
-            "weight_decay_rate": weight_decay_rate})
+        optimizer_choice.check_arguments(
+            "lamb",
+            {
+                "beta_1": beta_1,
+                "beta_2": beta_2,
+                "epsilon": epsilon,
+                "weight_decay_rate": weight_decay_rate,
+            },
+        )
         super().__init__(learning_rate=learning_rate, **kwargs)
         self.beta_1 = float(beta_1)
         self.beta_2 = float(beta_2)
@@ -68,10 +81,11 @@ class LAMB(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
             return
         super().build(var_list)
         self._momentums, self._velocities = self.add_optimizer_variables(
-            var_list, ["momentum", "velocity"])
+            var_list, ["momentum", "velocity"]
+        )
         self._decays, self._adapts = exclusions.layer_masks(
-            var_list, self.weight_decay_rate, self._decay_exclusions,
-            self._adaptation_exclusions)
+            var_list, self.weight_decay_rate, self._decay_exclusions, self._adaptation_exclusions
+        )
 
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
@@ -82,10 +96,10 @@ class LAMB(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
         step = ops.cast(self.iterations + 1, dtype)
         momentum_var = self._momentums[index]
         velocity_var = self._velocities[index]
-        momentum = (self.beta_1 * ops.cast(momentum_var, dtype)
-                    + (1.0 - self.beta_1) * gradient)
-        velocity = (self.beta_2 * ops.cast(velocity_var, dtype)
-                    + (1.0 - self.beta_2) * ops.square(gradient))
+        momentum = self.beta_1 * ops.cast(momentum_var, dtype) + (1.0 - self.beta_1) * gradient
+        velocity = self.beta_2 * ops.cast(velocity_var, dtype) + (1.0 - self.beta_2) * ops.square(
+            gradient
+        )
         self.assign(momentum_var, momentum)
         self.assign(velocity_var, velocity)
         momentum_hat = momentum / (1.0 - ops.power(ops.cast(self.beta_1, dtype), step))
@@ -104,12 +118,14 @@ class LAMB(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "beta_1": self.beta_1,
-            "beta_2": self.beta_2,
-            "epsilon": self.epsilon,
-            "weight_decay_rate": self.weight_decay_rate,
-            "exclude_from_weight_decay": _layerwise.as_list(self._decay_exclusions),
-            "exclude_from_layer_adaptation": _layerwise.as_list(self._adaptation_exclusions),
-        })
+        config.update(
+            {
+                "beta_1": self.beta_1,
+                "beta_2": self.beta_2,
+                "epsilon": self.epsilon,
+                "weight_decay_rate": self.weight_decay_rate,
+                "exclude_from_weight_decay": _layerwise.as_list(self._decay_exclusions),
+                "exclude_from_layer_adaptation": _layerwise.as_list(self._adaptation_exclusions),
+            }
+        )
         return config

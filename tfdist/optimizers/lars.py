@@ -4,8 +4,7 @@ import keras
 from keras import ops
 
 from tfdist import optimizer_choice
-from tfdist.optimizers import _layerwise
-from tfdist.optimizers import exclusions
+from tfdist.optimizers import _layerwise, exclusions
 
 
 @keras.saving.register_keras_serializable(package="tfdist")
@@ -48,13 +47,28 @@ class LARS(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
             an exclusion that is not a regular expression.
     """
 
-    def __init__(self, learning_rate, momentum=0.9, weight_decay_rate=0.0, eeta=0.001,
-                 epsilon=0.0, nesterov=False, exclude_from_weight_decay=None,
-                 exclude_from_layer_adaptation=None, **kwargs):
+    def __init__(
+        self,
+        learning_rate,
+        momentum=0.9,
+        weight_decay_rate=0.0,
+        eeta=0.001,
+        epsilon=0.0,
+        nesterov=False,
+        exclude_from_weight_decay=None,
+        exclude_from_layer_adaptation=None,
+        **kwargs,
+    ):
         _layerwise.refuse_decoupled_weight_decay(kwargs, type(self).__name__)
-        optimizer_choice.check_arguments("lars", {
-            "momentum": momentum, "weight_decay_rate": weight_decay_rate, "eeta": eeta,
-            "epsilon": epsilon})
+        optimizer_choice.check_arguments(
+            "lars",
+            {
+                "momentum": momentum,
+                "weight_decay_rate": weight_decay_rate,
+                "eeta": eeta,
+                "epsilon": epsilon,
+            },
+        )
         super().__init__(learning_rate=learning_rate, **kwargs)
         self.momentum = float(momentum)
         self.weight_decay_rate = float(weight_decay_rate)
@@ -71,8 +85,8 @@ class LARS(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
         if self.momentum:
             self._velocities = self.add_optimizer_variables(var_list, "velocity")
         self._decays, self._adapts = exclusions.layer_masks(
-            var_list, self.weight_decay_rate, self._decay_exclusions,
-            self._adaptation_exclusions)
+            var_list, self.weight_decay_rate, self._decay_exclusions, self._adaptation_exclusions
+        )
 
     def update_step(self, gradient, variable, learning_rate):
         index = self._get_variable_index(variable)
@@ -87,8 +101,11 @@ class LARS(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
             w_norm = _layerwise.norm(weights)
             g_norm = _layerwise.norm(gradient)
             # Where a norm is 0 the quotient may be nan or inf; `where` drops it.
-            trust = ops.where(ops.logical_and(w_norm > 0, g_norm > 0),
-                              self.eeta * w_norm / (g_norm + self.epsilon), 1.0)
+            trust = ops.where(
+                ops.logical_and(w_norm > 0, g_norm > 0),
+                self.eeta * w_norm / (g_norm + self.epsilon),
+                1.0,
+            )
             scaled_lr = scaled_lr * trust
         step = scaled_lr * gradient
         if not self.momentum:
@@ -104,14 +121,15 @@ class LARS(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "momentum": self.momentum,
-            "weight_decay_rate": self.weight_decay_rate,
-            "eeta": self.eeta,
-            "epsilon": self.epsilon,
-            "nesterov": self.nesterov,
-            "exclude_from_weight_decay": _layerwise.as_list(self._decay_exclusions),
-            "exclude_from_layer_adaptation": _layerwise.as_list(self._adaptation_exclusions),
-        })
+        config.update(
+            {
+                "momentum": self.momentum,
+                "weight_decay_rate": self.weight_decay_rate,
+                "eeta": self.eeta,
+                "epsilon": self.epsilon,
+                "nesterov": self.nesterov,
+                "exclude_from_weight_decay": _layerwise.as_list(self._decay_exclusions),
+                "exclude_from_layer_adaptation": _layerwise.as_list(self._adaptation_exclusions),
+            }
+        )
         return config
-

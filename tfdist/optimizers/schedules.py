@@ -10,8 +10,9 @@ from tfdist.errors import UsageError
 from tfdist.optimizer_choice import DECAYS, SCALING_RULES
 
 
-def scale_learning_rate(base_learning_rate: float, *, rule: str, global_batch_size: int,
-                        reference_batch_size: int) -> float:
+def scale_learning_rate(
+    base_learning_rate: float, *, rule: str, global_batch_size: int, reference_batch_size: int
+) -> float:
     """Scales a learning rate tuned at `reference_batch_size` to the global batch.
 
     `linear` multiplies it by `global_batch_size / reference_batch_size` (Goyal
@@ -22,15 +23,20 @@ def scale_learning_rate(base_learning_rate: float, *, rule: str, global_batch_si
         UsageError: Unknown rule, or a batch size that is not positive.
     """
     if rule not in SCALING_RULES:
-        raise UsageError(f"learning-rate scaling rule is {rule!r}, expected one of: "
-                         f"{', '.join(SCALING_RULES)}")
+        raise UsageError(
+            f"learning-rate scaling rule is {rule!r}, expected one of: {', '.join(SCALING_RULES)}"
+        )
     if rule == "none":
         return float(base_learning_rate)
-    for name, value in (("global_batch_size", global_batch_size),
-                        ("reference_batch_size", reference_batch_size)):
+    for name, value in (
+        ("global_batch_size", global_batch_size),
+        ("reference_batch_size", reference_batch_size),
+    ):
         if not value > 0:
-            raise UsageError(f"{name} is {value!r}, expected a positive batch size to "
-                             f"scale the learning rate by rule {rule!r}")
+            raise UsageError(
+                f"{name} is {value!r}, expected a positive batch size to "
+                f"scale the learning rate by rule {rule!r}"
+            )
     factor = global_batch_size / reference_batch_size
     if rule == "sqrt":
         factor = math.sqrt(factor)
@@ -65,35 +71,47 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         name: Optional name.
     """
 
-    def __init__(self, peak_learning_rate: float, *, total_steps: int,
-                 warmup_steps: int = 0, decay: str = "constant",
-                 end_learning_rate: float = 0.0, power: float = 1.0,
-                 boundaries: Sequence[float] = (), decay_rate: float = 0.1,
-                 name: str | None = None):
+    def __init__(
+        self,
+        peak_learning_rate: float,
+        *,
+        total_steps: int,
+        warmup_steps: int = 0,
+        decay: str = "constant",
+        end_learning_rate: float = 0.0,
+        power: float = 1.0,
+        boundaries: Sequence[float] = (),
+        decay_rate: float = 0.1,
+        name: str | None = None,
+    ):
         if not peak_learning_rate > 0:
-            raise UsageError(f"peak learning rate is {peak_learning_rate!r}, "
-                             f"expected a number > 0")
+            raise UsageError(f"peak learning rate is {peak_learning_rate!r}, expected a number > 0")
         if not (isinstance(total_steps, int) and total_steps > 0):
-            raise UsageError(f"total_steps is {total_steps!r}, expected a positive "
-                             f"number of optimizer updates")
+            raise UsageError(
+                f"total_steps is {total_steps!r}, expected a positive number of optimizer updates"
+            )
         if not (isinstance(warmup_steps, int) and 0 <= warmup_steps <= total_steps):
-            raise UsageError(f"warmup_steps is {warmup_steps!r}, expected an integer "
-                             f"from 0 to total_steps ({total_steps}); shorten the warmup "
-                             f"or train longer")
+            raise UsageError(
+                f"warmup_steps is {warmup_steps!r}, expected an integer "
+                f"from 0 to total_steps ({total_steps}); shorten the warmup "
+                f"or train longer"
+            )
         if decay not in DECAYS:
             raise UsageError(f"decay is {decay!r}, expected one of: {', '.join(DECAYS)}")
         if not 0 <= end_learning_rate <= peak_learning_rate:
-            raise UsageError(f"end_learning_rate is {end_learning_rate!r}, expected a "
-                             f"number from 0 to the peak ({peak_learning_rate})")
+            raise UsageError(
+                f"end_learning_rate is {end_learning_rate!r}, expected a "
+                f"number from 0 to the peak ({peak_learning_rate})"
+            )
         if decay == "polynomial" and not power > 0:
-            raise UsageError(f"power is {power!r}, expected a number > 0 for "
-                             f"polynomial decay")
+            raise UsageError(f"power is {power!r}, expected a number > 0 for polynomial decay")
         boundaries = tuple(float(b) for b in boundaries)
         if decay == "step":
             _check_boundaries(boundaries)
             if not 0 < decay_rate <= 1:
-                raise UsageError(f"decay_rate is {decay_rate!r}, expected a number in "
-                                 f"(0, 1] for step decay")
+                raise UsageError(
+                    f"decay_rate is {decay_rate!r}, expected a number in (0, 1] for step decay"
+                )
         self.peak_learning_rate = float(peak_learning_rate)
         self.total_steps = total_steps
         self.warmup_steps = warmup_steps
@@ -144,10 +162,14 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
 
 def _check_boundaries(boundaries: tuple[float, ...]) -> None:
     if not boundaries:
-        raise UsageError("step decay has no boundaries, expected fractions of the decay "
-                         "phase such as 0.5,0.75; set them or choose another decay")
+        raise UsageError(
+            "step decay has no boundaries, expected fractions of the decay "
+            "phase such as 0.5,0.75; set them or choose another decay"
+        )
     in_range = all(0 < b < 1 for b in boundaries)
     increasing = all(a < b for a, b in zip(boundaries, boundaries[1:]))
     if not (in_range and increasing):
-        raise UsageError(f"step decay boundaries are {list(boundaries)}, expected "
-                         f"increasing fractions of the decay phase in (0, 1), e.g. 0.5,0.75")
+        raise UsageError(
+            f"step decay boundaries are {list(boundaries)}, expected "
+            f"increasing fractions of the decay phase in (0, 1), e.g. 0.5,0.75"
+        )

@@ -49,6 +49,7 @@ def _position_checkpoint(model: keras.Model) -> tf.train.Checkpoint:
 def __getattr__(name: str):
     if name == "CheckpointExporter":  # moved to tfdist.callbacks with the other callbacks
         from tfdist.callbacks.checkpoint_exporter import CheckpointExporter  # pylint: disable=g-import-not-at-top
+
         return CheckpointExporter
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -76,8 +77,11 @@ def list_checkpoints(directory: str) -> list[str]:
     if state is None:
         return []
     paths = list(state.all_model_checkpoint_paths) or [state.model_checkpoint_path]
-    paths = [path if os.path.isabs(path) or "://" in path else os.path.join(directory, path)
-             for path in paths if path]
+    paths = [
+        path if os.path.isabs(path) or "://" in path else os.path.join(directory, path)
+        for path in paths
+        if path
+    ]
     return sorted(paths, key=checkpoint_step)
 
 
@@ -98,17 +102,28 @@ class SidecarEvaluator:
             first returns False.
     """
 
-    def __init__(self, model: keras.Model, data, *, checkpoint_dir: str, output_dir: str,
-                 steps: int | None = None, poll_seconds: float = 2.0,
-                 is_training_alive: Callable[[], bool] | None = None,
-                 give_up_seconds: float = 30.0):
+    def __init__(
+        self,
+        model: keras.Model,
+        data,
+        *,
+        checkpoint_dir: str,
+        output_dir: str,
+        steps: int | None = None,
+        poll_seconds: float = 2.0,
+        is_training_alive: Callable[[], bool] | None = None,
+        give_up_seconds: float = 30.0,
+    ):
         if not checkpoint_dir or not output_dir:
             raise UsageError(
                 f"checkpoint_dir={checkpoint_dir!r} and output_dir={output_dir!r}, expected both "
-                f"set: the directory the chief exports to and where to write metrics")
+                f"set: the directory the chief exports to and where to write metrics"
+            )
         if getattr(model, "optimizer", None) is None and not model.metrics:
-            raise UsageError(f"model {model.name!r} is not compiled, expected "
-                             f"model.compile(loss=..., metrics=[...]) before evaluating")
+            raise UsageError(
+                f"model {model.name!r} is not compiled, expected "
+                f"model.compile(loss=..., metrics=[...]) before evaluating"
+            )
         self.model = model
         self.data = data
         self.checkpoint_dir = checkpoint_dir
@@ -123,8 +138,15 @@ class SidecarEvaluator:
 
     def _record(self, path: str, step: int, metrics: dict) -> None:
         tf.io.gfile.makedirs(self.output_dir)
-        line = json.dumps({"checkpoint": os.path.basename(path), "step": step,
-                           "metrics": metrics, "time": time.time()}, sort_keys=True)
+        line = json.dumps(
+            {
+                "checkpoint": os.path.basename(path),
+                "step": step,
+                "metrics": metrics,
+                "time": time.time(),
+            },
+            sort_keys=True,
+        )
         metrics_path = os.path.join(self.output_dir, METRICS_FILE)
         with tf.io.gfile.GFile(metrics_path, "a") as handle:
             handle.write(line + "\n")
@@ -141,8 +163,11 @@ class SidecarEvaluator:
         try:
             self._checkpoint.read(path).assert_existing_objects_matched().expect_partial()
         except (tf.errors.NotFoundError, tf.errors.DataLossError) as error:
-            _log.warning("Skipping %s, deleted or unreadable before it could be evaluated (%s).",
-                         path, type(error).__name__)
+            _log.warning(
+                "Skipping %s, deleted or unreadable before it could be evaluated (%s).",
+                path,
+                type(error).__name__,
+            )
             return None
         results = self.model.evaluate(self.data, steps=self.steps, verbose=0, return_dict=True)
         metrics = {name: float(value) for name, value in results.items()}
@@ -172,10 +197,14 @@ class SidecarEvaluator:
             if done is not None:
                 final_step = int(done["step"])
                 if final_step not in self.evaluated:
-                    self.evaluate_checkpoint(os.path.join(self.checkpoint_dir,
-                                                          done["last_checkpoint"]))
-                _log.info("Training is done at step %d; evaluated %d checkpoint(s).",
-                          final_step, len(self.evaluated))
+                    self.evaluate_checkpoint(
+                        os.path.join(self.checkpoint_dir, done["last_checkpoint"])
+                    )
+                _log.info(
+                    "Training is done at step %d; evaluated %d checkpoint(s).",
+                    final_step,
+                    len(self.evaluated),
+                )
                 return dict(self.evaluated)
             if self._is_training_alive():
                 lost_since = None
@@ -185,5 +214,6 @@ class SidecarEvaluator:
                     raise RuntimeError(
                         f"training stopped without writing {DONE_MARKER} in "
                         f"{self.checkpoint_dir} (evaluated {len(self.evaluated)} "
-                        f"checkpoint(s)); the job failed or was stopped: restart it to resume")
+                        f"checkpoint(s)); the job failed or was stopped: restart it to resume"
+                    )
             time.sleep(self.poll_seconds)

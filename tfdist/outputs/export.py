@@ -38,9 +38,11 @@ def check_export_format(value: str) -> str:
     """
     text = str(value).strip().lower()
     if text not in EXPORT_FORMATS:
-        raise UsageError(f"--export is {str(value)[:100]!r}, expected one of: "
-                         f"{', '.join(EXPORT_FORMATS)} (savedmodel is what Vertex AI "
-                         f"Prediction serves, keras writes model.keras)")
+        raise UsageError(
+            f"--export is {str(value)[:100]!r}, expected one of: "
+            f"{', '.join(EXPORT_FORMATS)} (savedmodel is what Vertex AI "
+            f"Prediction serves, keras writes model.keras)"
+        )
     return text
 
 
@@ -60,8 +62,9 @@ def wants_keras(export_format: str) -> bool:
     return check_export_format(export_format) in ("keras", "both")
 
 
-def export_saved_model(model: Any, export_dir: str, *,
-                       input_signature: Sequence[Any] | None = None) -> str:
+def export_saved_model(
+    model: Any, export_dir: str, *, input_signature: Sequence[Any] | None = None
+) -> str:
     """Writes `model` as a SavedModel with a `serving_default` signature.
 
     Call it on the chief only, outside any `strategy.scope()`, after training.
@@ -84,17 +87,18 @@ def export_saved_model(model: Any, export_dir: str, *,
     import tensorflow as tf  # Only the export itself needs TensorFlow.
 
     if not getattr(model, "built", False):
-        raise UsageError(f"the model {getattr(model, 'name', type(model).__name__)!r} is not "
-                         f"built, expected a model whose inputs are known; call it on a "
-                         f"batch or pass input_signature")
+        raise UsageError(
+            f"the model {getattr(model, 'name', type(model).__name__)!r} is not "
+            f"built, expected a model whose inputs are known; call it on a "
+            f"batch or pass input_signature"
+        )
     export_dir = str(export_dir).rstrip("/")
     staging = f"{export_dir}/{_TEMPORARY_PREFIX}{os.getpid()}"
     gfile = tf.io.gfile
     if gfile.exists(staging):
         gfile.rmtree(staging)
     gfile.makedirs(export_dir)
-    model.export(staging, format="tf_saved_model", verbose=False,
-                 input_signature=input_signature)
+    model.export(staging, format="tf_saved_model", verbose=False, input_signature=input_signature)
     target_pb = posixpath.join(export_dir, SAVED_MODEL_FILE)
     if gfile.exists(target_pb):
         gfile.remove(target_pb)  # never a new saved_model.pb beside old variables

@@ -59,8 +59,10 @@ def trial_id(environ: Mapping[str, str] | None = None) -> str:
         except (ValueError, AttributeError):
             value = ""  # a malformed CLUSTER_SPEC is reported by tfdist.distribute.cluster
     if value and not all(char.isalnum() or char in "-_" for char in value):
-        raise UsageError(f"{TRIAL_ID_ENV} is {value[:100]!r}, expected a trial id of "
-                         f"letters, digits, - and _ such as 3")
+        raise UsageError(
+            f"{TRIAL_ID_ENV} is {value[:100]!r}, expected a trial id of "
+            f"letters, digits, - and _ such as 3"
+        )
     return value
 
 
@@ -75,8 +77,11 @@ def trial_output_dir(path: str, environ: Mapping[str, str] | None = None) -> str
     if not trial or not path:
         return path
     normalized = str(path).rstrip("/")
-    if any(normalized == str(environ.get(name, "")).rstrip("/")
-           for name in _VERTEX_OUTPUT_VARIABLES if environ.get(name)):
+    if any(
+        normalized == str(environ.get(name, "")).rstrip("/")
+        for name in _VERTEX_OUTPUT_VARIABLES
+        if environ.get(name)
+    ):
         return path
     return f"{normalized}/{trial}"
 
@@ -90,32 +95,39 @@ class MetricReporter:
         environ: Environment to read those variables from (default `os.environ`).
     """
 
-    def __init__(self, *, metric_file: str | None = None,
-                 environ: Mapping[str, str] | None = None):
+    def __init__(self, *, metric_file: str | None = None, environ: Mapping[str, str] | None = None):
         environ = os.environ if environ is None else environ
         self.metric_file = metric_file or environ.get(METRIC_FILE_ENV) or DEFAULT_METRIC_FILE
         self.trial = trial_id(environ) or "0"
         self._entries = collections.deque(maxlen=MAX_ENTRIES)
 
-    def report(self, metric_tag: str, value: float, global_step: int = 0, *,
-               checkpoint_path: str = "") -> dict:
+    def report(
+        self, metric_tag: str, value: float, global_step: int = 0, *, checkpoint_path: str = ""
+    ) -> dict:
         """Adds one measurement and rewrites the metric file.
 
         Returns:
             The entry written.
         """
-        entry = {"timestamp": time.time(), "trial": self.trial, metric_tag: str(float(value)),
-                 "global_step": str(int(global_step) if global_step else 0),
-                 "checkpoint_path": checkpoint_path}
+        entry = {
+            "timestamp": time.time(),
+            "trial": self.trial,
+            metric_tag: str(float(value)),
+            "global_step": str(int(global_step) if global_step else 0),
+            "checkpoint_path": checkpoint_path,
+        }
         self._entries.append(entry)
         os.makedirs(os.path.dirname(os.path.abspath(self.metric_file)), exist_ok=True)
-        write_atomically(self.metric_file,
-                         "".join(json.dumps(item, sort_keys=True) + "\n" for item in self._entries))
+        write_atomically(
+            self.metric_file,
+            "".join(json.dumps(item, sort_keys=True) + "\n" for item in self._entries),
+        )
         return entry
 
 
 def __getattr__(name: str):
     if name == "HypertuneCallback":  # moved to tfdist.callbacks with the other callbacks
         from tfdist.callbacks.hypertune import HypertuneCallback  # pylint: disable=g-import-not-at-top
+
         return HypertuneCallback
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -16,9 +16,9 @@ import socket
 import time
 from typing import Callable
 
+from tfdist._internal.preconditions import check_seconds
 from tfdist.distribute.cluster import CHIEF, PS, WORKER, Cluster
 from tfdist.errors import UsageError
-from tfdist._internal.preconditions import check_seconds
 
 _log = logging.getLogger(__name__)
 
@@ -69,9 +69,14 @@ class ChiefWatch:
         clock: Monotonic seconds.
     """
 
-    def __init__(self, address: str, *, gone_seconds: float,
-                 probe: Callable[[str], bool] = is_reachable,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        address: str,
+        *,
+        gone_seconds: float,
+        probe: Callable[[str], bool] = is_reachable,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.address = address
         self._gone_seconds = gone_seconds
         self._probe = probe
@@ -103,7 +108,8 @@ def chief_address(cluster: Cluster) -> str:
     if not hosts:
         raise UsageError(
             f"the cluster from {cluster.source} has no chief task, expected one chief to "
-            f"coordinate parameter-server training; add a chief (Vertex: worker pool 0)")
+            f"coordinate parameter-server training; add a chief (Vertex: worker pool 0)"
+        )
     return hosts[0]
 
 
@@ -114,8 +120,13 @@ def start_server(cluster: Cluster):
 
     from tfdist.parameter_server.strategy import training_cluster_spec
 
-    return tf.distribute.Server(training_cluster_spec(cluster), job_name=cluster.task_type,
-                                task_index=cluster.task_index, protocol="grpc", start=True)
+    return tf.distribute.Server(
+        training_cluster_spec(cluster),
+        job_name=cluster.task_type,
+        task_index=cluster.task_index,
+        protocol="grpc",
+        start=True,
+    )
 
 
 def serve(cluster: Cluster, options: ServeOptions = ServeOptions()) -> None:
@@ -132,18 +143,28 @@ def serve(cluster: Cluster, options: ServeOptions = ServeOptions()) -> None:
     if cluster.task_type not in (WORKER, PS):
         raise UsageError(
             f"task type {cluster.task_type!r} cannot serve in a parameter-server job, "
-            f"expected 'worker' or 'ps'; the chief trains and the evaluator evaluates")
+            f"expected 'worker' or 'ps'; the chief trains and the evaluator evaluates"
+        )
     watch = ChiefWatch(chief_address(cluster), gone_seconds=options.chief_gone_seconds)
     server = start_server(cluster)
-    _log.info("Serving as %s:%d at %s until the chief finishes.", cluster.task_type,
-              cluster.task_index, cluster.task_address)
+    _log.info(
+        "Serving as %s:%d at %s until the chief finishes.",
+        cluster.task_type,
+        cluster.task_index,
+        cluster.task_address,
+    )
     started = time.monotonic()
     while not watch.gone():
         if not watch.seen and time.monotonic() - started > options.chief_start_timeout:
             raise TimeoutError(
                 f"the chief at {watch.address} did not become reachable within "
-                f"{options.chief_start_timeout:g} s; check that the chief task started")
+                f"{options.chief_start_timeout:g} s; check that the chief task started"
+            )
         time.sleep(options.poll_seconds)
-    _log.info("The chief at %s is gone; %s:%d stops serving.", watch.address,
-              cluster.task_type, cluster.task_index)
+    _log.info(
+        "The chief at %s is gone; %s:%d stops serving.",
+        watch.address,
+        cluster.task_type,
+        cluster.task_index,
+    )
     del server

@@ -12,8 +12,8 @@ reach each block as sparse `IndexedSlices` holding only the rows a step used.
 import keras
 import tensorflow as tf
 
-from tfdist.errors import UsageError
 from tfdist._internal.preconditions import check_whole_number
+from tfdist.errors import UsageError
 
 
 def shard_rows(input_dim: int, num_shards: int) -> list[int]:
@@ -39,16 +39,28 @@ class ShardedEmbedding(keras.layers.Layer):
         **kwargs: Passed to `keras.layers.Layer`.
     """
 
-    def __init__(self, input_dim: int, output_dim: int, *, num_shards: int,
-                 embeddings_initializer="uniform", **kwargs):
+    def __init__(
+        self,
+        input_dim: int,
+        output_dim: int,
+        *,
+        num_shards: int,
+        embeddings_initializer="uniform",
+        **kwargs,
+    ):
         super().__init__(**kwargs)
-        for name, value in (("input_dim", input_dim), ("output_dim", output_dim),
-                            ("num_shards", num_shards)):
+        for name, value in (
+            ("input_dim", input_dim),
+            ("output_dim", output_dim),
+            ("num_shards", num_shards),
+        ):
             check_whole_number(f"ShardedEmbedding {name}", value, minimum=1)
         if num_shards > input_dim:
-            raise UsageError(f"ShardedEmbedding num_shards is {num_shards} but input_dim is "
-                             f"{input_dim}, expected at most one block per row; lower "
-                             f"num_shards")
+            raise UsageError(
+                f"ShardedEmbedding num_shards is {num_shards} but input_dim is "
+                f"{input_dim}, expected at most one block per row; lower "
+                f"num_shards"
+            )
         self.input_dim = input_dim
         self.output_dim = output_dim
         self.num_shards = num_shards
@@ -57,9 +69,13 @@ class ShardedEmbedding(keras.layers.Layer):
 
     def build(self, input_shape=None):
         self.blocks = [
-            self.add_weight(shape=(rows, self.output_dim), name=f"embeddings_{index}",
-                            initializer=self.embeddings_initializer)
-            for index, rows in enumerate(shard_rows(self.input_dim, self.num_shards))]
+            self.add_weight(
+                shape=(rows, self.output_dim),
+                name=f"embeddings_{index}",
+                initializer=self.embeddings_initializer,
+            )
+            for index, rows in enumerate(shard_rows(self.input_dim, self.num_shards))
+        ]
 
     def call(self, inputs):
         ids = tf.cast(inputs, tf.int32)
@@ -70,11 +86,12 @@ class ShardedEmbedding(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
-        config.update({
-            "input_dim": self.input_dim,
-            "output_dim": self.output_dim,
-            "num_shards": self.num_shards,
-            "embeddings_initializer": keras.initializers.serialize(
-                self.embeddings_initializer),
-        })
+        config.update(
+            {
+                "input_dim": self.input_dim,
+                "output_dim": self.output_dim,
+                "num_shards": self.num_shards,
+                "embeddings_initializer": keras.initializers.serialize(self.embeddings_initializer),
+            }
+        )
         return config

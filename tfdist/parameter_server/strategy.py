@@ -6,9 +6,9 @@ environment, so it works when Vertex AI sets only `CLUSTER_SPEC`.
 
 import tensorflow as tf
 
+from tfdist._internal.preconditions import check_whole_number
 from tfdist.distribute.cluster import CHIEF, PS, WORKER, Cluster, check_cluster_for_strategy
 from tfdist.errors import UsageError
-from tfdist._internal.preconditions import check_whole_number
 
 # The evaluator evaluates checkpoints on its own: it is not part of the cluster
 # the coordinator drives, and the servers must not wait for it.
@@ -17,8 +17,9 @@ TRAINING_ROLES = (CHIEF, WORKER, PS)
 
 def training_cluster_spec(cluster: Cluster) -> tf.train.ClusterSpec:
     """The chief, worker and ps tasks of `cluster` as a `tf.train.ClusterSpec`."""
-    return tf.train.ClusterSpec({role: list(hosts) for role, hosts in cluster.addresses.items()
-                                 if role in TRAINING_ROLES})
+    return tf.train.ClusterSpec(
+        {role: list(hosts) for role, hosts in cluster.addresses.items() if role in TRAINING_ROLES}
+    )
 
 
 def variable_partitioner(*, min_shard_bytes: int, max_shards: int):
@@ -31,20 +32,25 @@ def variable_partitioner(*, min_shard_bytes: int, max_shards: int):
     Raises:
         UsageError: A negative size or fewer than one shard.
     """
-    check_whole_number("min_shard_bytes", min_shard_bytes, minimum=0,
-                       hint="0 turns variable partitioning off")
-    check_whole_number("max_shards", max_shards, minimum=1,
-                       hint="use the number of ps tasks to spread large variables over all "
-                            "of them")
+    check_whole_number(
+        "min_shard_bytes", min_shard_bytes, minimum=0, hint="0 turns variable partitioning off"
+    )
+    check_whole_number(
+        "max_shards",
+        max_shards,
+        minimum=1,
+        hint="use the number of ps tasks to spread large variables over all of them",
+    )
     if not min_shard_bytes or max_shards == 1:
         return None
     return tf.distribute.experimental.partitioners.MinSizePartitioner(
-        min_shard_bytes=min_shard_bytes, max_shards=max_shards)
+        min_shard_bytes=min_shard_bytes, max_shards=max_shards
+    )
 
 
-def make_parameter_server_strategy(cluster: Cluster, *, min_shard_bytes: int = 0,
-                                   max_shards: int = 1
-                                   ) -> tf.distribute.ParameterServerStrategy:
+def make_parameter_server_strategy(
+    cluster: Cluster, *, min_shard_bytes: int = 0, max_shards: int = 1
+) -> tf.distribute.ParameterServerStrategy:
     """Builds the strategy for the coordinator (the chief) of `cluster`.
 
     Args:
@@ -67,8 +73,10 @@ def make_parameter_server_strategy(cluster: Cluster, *, min_shard_bytes: int = 0
         raise UsageError(
             f"task {cluster.task_type}:{cluster.task_index} cannot build a "
             f"ParameterServerStrategy, expected the chief; worker and ps tasks run "
-            f"tfdist.parameter_server.serve(cluster) and the evaluator a SidecarEvaluator")
+            f"tfdist.parameter_server.serve(cluster) and the evaluator a SidecarEvaluator"
+        )
     partitioner = variable_partitioner(min_shard_bytes=min_shard_bytes, max_shards=max_shards)
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
-        training_cluster_spec(cluster), task_type=CHIEF, task_id=0, rpc_layer="grpc")
+        training_cluster_spec(cluster), task_type=CHIEF, task_id=0, rpc_layer="grpc"
+    )
     return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)

@@ -34,9 +34,11 @@ import numpy as np
 import tensorflow as tf
 
 from tfdist import keras_compat
-from tfdist.errors import UsageError
-from tfdist._internal.peers import PEER_FAILURES  # what a call on the coordinator raises when a ps is gone
+from tfdist._internal.peers import (
+    PEER_FAILURES,  # what a call on the coordinator raises when a ps is gone
+)
 from tfdist._internal.preconditions import check_whole_number, require
+from tfdist.errors import UsageError
 
 _log = logging.getLogger(__name__)
 
@@ -64,12 +66,17 @@ def describe_ps_failure(error: Exception) -> str:
     """One line naming the parameter server(s) an error came from, and what to do."""
     text = str(error)
     tasks = sorted({f"ps:{index}" for index in _PS_TASK.findall(text)})
-    who = (f"parameter server {', '.join(tasks)}" if tasks
-           else "a parameter server or the connection to it")
+    who = (
+        f"parameter server {', '.join(tasks)}"
+        if tasks
+        else "a parameter server or the connection to it"
+    )
     unreachable = "failed to connect" in text.lower() or "connection refused" in text.lower()
-    return (f"parameter-server training stopped: {who} "
-            f"{'is unreachable' if unreachable else 'failed'} ({type(error).__name__}); the "
-            f"variables it held are gone, so restart the job to resume from the last backup")
+    return (
+        f"parameter-server training stopped: {who} "
+        f"{'is unreachable' if unreachable else 'failed'} ({type(error).__name__}); the "
+        f"variables it held are gone, so restart the job to resume from the last backup"
+    )
 
 
 def _check_positive(name: str, value, hint: str) -> int:
@@ -85,15 +92,16 @@ def _dataset_fn(data, argument: str):
     raise UsageError(
         f"{argument} is a {type(data).__name__}, expected a tf.data.Dataset of batches or a "
         f"function input_context -> tf.data.Dataset; wrap arrays with "
-        f"tf.data.Dataset.from_tensor_slices(...).batch(batch_size)")
+        f"tf.data.Dataset.from_tensor_slices(...).batch(batch_size)"
+    )
 
 
 def _first_batch(dataset_fn):
     dataset = dataset_fn(tf.distribute.InputContext())
     if not isinstance(dataset, tf.data.Dataset):
         raise UsageError(
-            f"the dataset function returned a {type(dataset).__name__}, expected a "
-            f"tf.data.Dataset")
+            f"the dataset function returned a {type(dataset).__name__}, expected a tf.data.Dataset"
+        )
     for batch in dataset.take(1):
         return batch
     raise UsageError("the dataset is empty, expected at least one batch")
@@ -102,8 +110,10 @@ def _first_batch(dataset_fn):
 def _to_python(logs: dict) -> dict:
     """Scalars as floats; a metric with a vector result (`F1Score`) as a list of floats."""
     arrays = {name: np.asarray(value) for name, value in logs.items()}
-    return {name: float(array) if array.ndim == 0 else array.astype(float).tolist()
-            for name, array in arrays.items()}
+    return {
+        name: float(array) if array.ndim == 0 else array.astype(float).tolist()
+        for name, array in arrays.items()
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,21 +143,30 @@ class FitPlan:
                 "steps_per_epoch is missing, expected a whole number > 0: under "
                 "ParameterServerStrategy every worker reads its own endless copy of the data, "
                 "so an epoch has no natural end; pass steps_per_epoch=N (e.g. examples // "
-                "batch size)")
+                "batch size)"
+            )
         _check_positive("steps_per_epoch", self.steps_per_epoch, "pass the steps in one epoch")
         _check_positive("epochs", self.epochs, "pass the number of epochs to train")
         check_whole_number("initial_epoch", self.initial_epoch, minimum=0)
-        require(self.initial_epoch <= self.epochs,
-                f"initial_epoch is {self.initial_epoch!r}, expected a whole number from 0 to "
-                f"epochs ({self.epochs})")
+        require(
+            self.initial_epoch <= self.epochs,
+            f"initial_epoch is {self.initial_epoch!r}, expected a whole number from 0 to "
+            f"epochs ({self.epochs})",
+        )
         if self.steps_per_sync is None:
             object.__setattr__(self, "steps_per_sync", self.steps_per_epoch)
-        _check_positive("steps_per_sync", self.steps_per_sync,
-                        "pass how many steps to run between two sync points")
+        _check_positive(
+            "steps_per_sync",
+            self.steps_per_sync,
+            "pass how many steps to run between two sync points",
+        )
         _check_positive("validation_freq", self.validation_freq, "validate every N epochs")
         if self.has_validation_data:
-            _check_positive("validation_steps", self.validation_steps,
-                            "pass how many batches each validation evaluates")
+            _check_positive(
+                "validation_steps",
+                self.validation_steps,
+                "pass how many batches each validation evaluates",
+            )
 
 
 @contextlib.contextmanager
@@ -191,17 +210,20 @@ class ParameterServerTrainer:
             raise UsageError(
                 f"model {model.name!r} was created under {type(strategy).__name__}, expected "
                 f"a tf.distribute.ParameterServerStrategy; create and compile the model inside "
-                f"`with strategy.scope():`")
+                f"`with strategy.scope():`"
+            )
         optimizer = getattr(model, "optimizer", None)
         if optimizer is None:
             raise UsageError(
                 f"model {model.name!r} is not compiled, expected model.compile(optimizer=..., "
-                f"loss=...) inside strategy.scope() before training")
+                f"loss=...) inside strategy.scope() before training"
+            )
         if getattr(optimizer, "gradient_accumulation_steps", None):
             raise UsageError(
                 f"the optimizer accumulates gradients (gradient_accumulation_steps="
                 f"{optimizer.gradient_accumulation_steps}), which asynchronous parameter-server "
-                f"training cannot do consistently; remove gradient_accumulation_steps")
+                f"training cannot do consistently; remove gradient_accumulation_steps"
+            )
         self.model = model
         self.strategy = strategy
         self.coordinator = coordinator or tf.distribute.coordinator.ClusterCoordinator(strategy)
@@ -224,28 +246,35 @@ class ParameterServerTrainer:
         with self.strategy.scope():
             x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(sample_batch)
             y_pred = model(x, training=False)
-            model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
-                               training=False)
+            model.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=False)
             model.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
             if not model.optimizer.built:
                 model.optimizer.build(model.trainable_variables)
             model.reset_metrics()
-        sharded = [variable.path for variable in model.variables
-                   if type(variable.value).__name__ == "ShardedVariable"]
+        sharded = [
+            variable.path
+            for variable in model.variables
+            if type(variable.value).__name__ == "ShardedVariable"
+        ]
         if sharded:
             raise UsageError(
                 f"variables {sharded[:3]} were partitioned into shards (the strategy's "
                 f"variable_partitioner, min_shard_bytes > 0), which Keras 3's train_step cannot "
                 f"differentiate ('ShardedVariable' object has no attribute 'handle'); build the "
-                f"strategy with min_shard_bytes=0, or train with a custom step on tf.Variables")
+                f"strategy with min_shard_bytes=0, or train with a custom step on tf.Variables"
+            )
         counters = keras_compat.parameter_server_state_variables(model)
-        local = [variable.path for variable in counters
-                 if "/job:ps" not in (getattr(variable.value, "device", "") or "/job:ps")]
+        local = [
+            variable.path
+            for variable in counters
+            if "/job:ps" not in (getattr(variable.value, "device", "") or "/job:ps")
+        ]
         if local:
             raise UsageError(
                 f"variables {local[:3]} are not on the parameter servers, expected every "
                 f"variable of the model, its optimizer and metrics to be created in the "
-                f"strategy's scope; call model.compile(...) inside strategy.scope()")
+                f"strategy's scope; call model.compile(...) inside strategy.scope()"
+            )
         keras_compat.make_parameter_server_updates_exact(model)
         self._built = True
 
@@ -276,7 +305,8 @@ class ParameterServerTrainer:
             distributed = self.strategy.experimental_distribute_dataset(data.repeat())
         else:
             distributed = self.strategy.distribute_datasets_from_function(
-                lambda input_context: data(input_context).repeat())
+                lambda input_context: data(input_context).repeat()
+            )
         return iter(self.coordinator.create_per_worker_dataset(distributed))
 
     # ------------------------------------------------------------- running
@@ -299,19 +329,37 @@ class ParameterServerTrainer:
         iterations = self.model.optimizer.iterations
         counted = int(iterations.numpy())
         if counted != expected:
-            cause = ("a step whose worker failed after its update landed was run again"
-                     if counted > expected else "increments were lost")
-            _log.warning("optimizer.iterations was %d after %d steps (%s); setting it to %d.",
-                         counted, expected, cause, expected)
+            cause = (
+                "a step whose worker failed after its update landed was run again"
+                if counted > expected
+                else "increments were lost"
+            )
+            _log.warning(
+                "optimizer.iterations was %d after %d steps (%s); setting it to %d.",
+                counted,
+                expected,
+                cause,
+                expected,
+            )
             iterations.assign(expected)
 
     def _metric_logs(self) -> dict:
         return _to_python(self.model.get_metrics_result())
 
-    def fit(self, x, *, epochs: int = 1, initial_epoch: int = 0, steps_per_epoch: int = None,
-            steps_per_sync: int | None = None, callbacks=None, validation_data=None,
-            validation_steps: int | None = None, validation_freq: int = 1,
-            verbose="auto") -> keras.callbacks.History:
+    def fit(
+        self,
+        x,
+        *,
+        epochs: int = 1,
+        initial_epoch: int = 0,
+        steps_per_epoch: int = None,
+        steps_per_sync: int | None = None,
+        callbacks=None,
+        validation_data=None,
+        validation_steps: int | None = None,
+        validation_freq: int = 1,
+        verbose="auto",
+    ) -> keras.callbacks.History:
         """Trains for `epochs - initial_epoch` epochs of `steps_per_epoch` steps.
 
         Args:
@@ -343,14 +391,19 @@ class ParameterServerTrainer:
             UsageError: A missing or bad argument.
             ParameterServerLostError: A parameter server failed.
         """
-        plan = FitPlan(epochs=epochs, initial_epoch=initial_epoch,
-                       steps_per_epoch=steps_per_epoch, steps_per_sync=steps_per_sync,
-                       validation_steps=validation_steps,
-                       validation_freq=validation_freq,
-                       has_validation_data=validation_data is not None)
+        plan = FitPlan(
+            epochs=epochs,
+            initial_epoch=initial_epoch,
+            steps_per_epoch=steps_per_epoch,
+            steps_per_sync=steps_per_sync,
+            validation_steps=validation_steps,
+            validation_freq=validation_freq,
+            has_validation_data=validation_data is not None,
+        )
         with ps_failures_explained():
-            return self._fit(x, plan, callbacks=callbacks, validation_data=validation_data,
-                             verbose=verbose)
+            return self._fit(
+                x, plan, callbacks=callbacks, validation_data=validation_data, verbose=verbose
+            )
 
     def _fit(self, x, plan: "FitPlan", *, callbacks, validation_data, verbose):
         epochs, initial_epoch = plan.epochs, plan.initial_epoch
@@ -363,10 +416,19 @@ class ParameterServerTrainer:
         model = self.model
         verbose = 1 if verbose == "auto" else verbose
         callback_list = keras.callbacks.CallbackList(
-            callbacks, add_history=True, add_progbar=verbose != 0, model=model,
-            verbose=verbose, epochs=epochs, steps=steps_per_epoch)
-        history = next(callback for callback in callback_list.callbacks
-                       if isinstance(callback, keras.callbacks.History))
+            callbacks,
+            add_history=True,
+            add_progbar=verbose != 0,
+            model=model,
+            verbose=verbose,
+            epochs=epochs,
+            steps=steps_per_epoch,
+        )
+        history = next(
+            callback
+            for callback in callback_list.callbacks
+            if isinstance(callback, keras.callbacks.History)
+        )
         model.stop_training = False
         base_iterations = int(model.optimizer.iterations.numpy())
         steps_this_fit = 0
@@ -396,8 +458,7 @@ class ParameterServerTrainer:
             epoch_logs = self._metric_logs()
             if validation_data is not None and (epoch + 1) % validation_freq == 0:
                 validation_logs = self.evaluate(validation_data, steps=validation_steps)
-                epoch_logs.update({f"val_{name}": value
-                                   for name, value in validation_logs.items()})
+                epoch_logs.update({f"val_{name}": value for name, value in validation_logs.items()})
             callback_list.on_epoch_end(epoch, epoch_logs)
             if model.stop_training:
                 break
@@ -428,7 +489,8 @@ class ParameterServerTrainer:
             raise UsageError(
                 "steps is missing, expected a whole number > 0 of batches to evaluate: under "
                 "ParameterServerStrategy each worker reads its own endless copy of the data; "
-                "pass steps=N")
+                "pass steps=N"
+            )
         _check_positive("steps", steps, "pass the number of batches to evaluate")
         eval_fn = _dataset_fn(x, "x")
         self._build(_first_batch(eval_fn))
@@ -439,8 +501,11 @@ class ParameterServerTrainer:
         iterator = self._eval_iterators[key][1]
         if self._test_function is None:
             self._test_function = self._make_test_function()
-        callback_list = keras.callbacks.CallbackList(callbacks, model=self.model,
-                                                     steps=steps) if callbacks else None
+        callback_list = (
+            keras.callbacks.CallbackList(callbacks, model=self.model, steps=steps)
+            if callbacks
+            else None
+        )
         if callback_list:
             callback_list.on_test_begin()
         self.model.reset_metrics()
@@ -464,8 +529,10 @@ class ParameterServerTrainer:
 
     def _evaluate_on_coordinator(self, dataset: tf.data.Dataset) -> dict:
         if not isinstance(dataset, tf.data.Dataset):
-            raise UsageError(f"dataset is a {type(dataset).__name__}, expected a finite "
-                             f"tf.data.Dataset of batches")
+            raise UsageError(
+                f"dataset is a {type(dataset).__name__}, expected a finite "
+                f"tf.data.Dataset of batches"
+            )
         self._build(_first_batch(lambda input_context: dataset))
         test_step = tf.function(self.model.test_step)
         self.model.reset_metrics()
@@ -484,23 +551,44 @@ class ParameterServerTrainer:
         return self.steps_completed / self._all_seconds if self._all_seconds else 0.0
 
 
-def fit(model: keras.Model, x, *, epochs: int = 1, initial_epoch: int = 0,
-        steps_per_epoch: int | None = None, steps_per_sync: int | None = None,
-        validation_data=None, validation_steps: int | None = None, validation_freq: int = 1,
-        **kwargs) -> keras.callbacks.History:
+def fit(
+    model: keras.Model,
+    x,
+    *,
+    epochs: int = 1,
+    initial_epoch: int = 0,
+    steps_per_epoch: int | None = None,
+    steps_per_sync: int | None = None,
+    validation_data=None,
+    validation_steps: int | None = None,
+    validation_freq: int = 1,
+    **kwargs,
+) -> keras.callbacks.History:
     """`ParameterServerTrainer(model).fit(x, ...)`; see there.
 
     The schedule is checked first, so a missing `steps_per_epoch` is reported
     before anything else.
     """
-    FitPlan(epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
-            steps_per_sync=steps_per_sync,
-            validation_steps=validation_steps,
-            validation_freq=validation_freq, has_validation_data=validation_data is not None)
+    FitPlan(
+        epochs=epochs,
+        initial_epoch=initial_epoch,
+        steps_per_epoch=steps_per_epoch,
+        steps_per_sync=steps_per_sync,
+        validation_steps=validation_steps,
+        validation_freq=validation_freq,
+        has_validation_data=validation_data is not None,
+    )
     return ParameterServerTrainer(model).fit(
-        x, epochs=epochs, initial_epoch=initial_epoch, steps_per_epoch=steps_per_epoch,
-        steps_per_sync=steps_per_sync, validation_data=validation_data,
-        validation_steps=validation_steps, validation_freq=validation_freq, **kwargs)
+        x,
+        epochs=epochs,
+        initial_epoch=initial_epoch,
+        steps_per_epoch=steps_per_epoch,
+        steps_per_sync=steps_per_sync,
+        validation_data=validation_data,
+        validation_steps=validation_steps,
+        validation_freq=validation_freq,
+        **kwargs,
+    )
 
 
 def evaluate(model: keras.Model, x, **kwargs) -> dict:

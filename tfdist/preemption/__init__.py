@@ -30,13 +30,12 @@ import threading
 import time
 from typing import Callable
 
-from tfdist.preemption import signal_relay
+from tfdist._internal.preconditions import check_seconds, check_whole_number
 from tfdist.backups.sync import WorkerSync
 from tfdist.cli import EXIT_GRACE_EXPIRED, EXIT_PREEMPTED
 from tfdist.errors import UsageError
+from tfdist.preemption import signal_relay
 from tfdist.preemption.agreement import CoordinatedStop
-from tfdist._internal.preconditions import check_seconds, check_whole_number
-
 
 _log = logging.getLogger(__name__)
 
@@ -60,9 +59,11 @@ class PreemptionOptions:
     signals: tuple[int, ...] = (signal.SIGTERM,)
 
     def __post_init__(self):
-        check_seconds("grace_period_seconds", self.grace_period_seconds,
-                      hint="keep it below the platform's own grace period (30 s on GKE and "
-                           "Vertex)")
+        check_seconds(
+            "grace_period_seconds",
+            self.grace_period_seconds,
+            hint="keep it below the platform's own grace period (30 s on GKE and Vertex)",
+        )
         check_whole_number("check_every_steps", self.check_every_steps, minimum=1)
         if not self.signals:
             raise UsageError("signals is empty, expected at least one, e.g. (signal.SIGTERM,)")
@@ -90,9 +91,13 @@ class PreemptionWatcher:
             (tests may pass their own; the default ends the process at once).
     """
 
-    def __init__(self, options: PreemptionOptions = PreemptionOptions(), *,
-                 sync: WorkerSync | None = None,
-                 exit_fn: Callable[[int], None] = os._exit):  # pylint: disable=protected-access
+    def __init__(
+        self,
+        options: PreemptionOptions = PreemptionOptions(),
+        *,
+        sync: WorkerSync | None = None,
+        exit_fn: Callable[[int], None] = os._exit,
+    ):  # pylint: disable=protected-access
         self.options = options
         self.sync = sync or WorkerSync(None)
         self._exit_fn = exit_fn
@@ -128,8 +133,10 @@ class PreemptionWatcher:
             if signal_relay.covers(self.options.signals):
                 signal_relay.register(self._on_relayed)
                 return
-            _log.warning("Preemption handling is off: signal handlers can only be "
-                         "installed from the main thread.")
+            _log.warning(
+                "Preemption handling is off: signal handlers can only be "
+                "installed from the main thread."
+            )
             return
         for signum in self.options.signals:
             self._previous_handlers[signum] = signal.signal(signum, self._on_signal)
@@ -147,8 +154,11 @@ class PreemptionWatcher:
     def _on_signal(self, signum, frame) -> None:
         del frame
         if not self._notice.is_set():
-            _log.warning("Received %s: finishing the current step, then saving and exiting "
-                         "with %d.", signal.Signals(signum).name, EXIT_PREEMPTED)
+            _log.warning(
+                "Received %s: finishing the current step, then saving and exiting with %d.",
+                signal.Signals(signum).name,
+                EXIT_PREEMPTED,
+            )
         self._notice.set()
         self._start_deadline()
 
@@ -156,8 +166,11 @@ class PreemptionWatcher:
         if self._deadline_thread is not None:
             return
         self._deadline_thread = threading.Thread(
-            target=self._enforce_deadline, args=(time.monotonic(),),
-            name="tfdist-preemption-deadline", daemon=True)
+            target=self._enforce_deadline,
+            args=(time.monotonic(),),
+            name="tfdist-preemption-deadline",
+            daemon=True,
+        )
         self._deadline_thread.start()
 
     def _enforce_deadline(self, started: float) -> None:
@@ -165,10 +178,14 @@ class PreemptionWatcher:
         if self._done.wait(max(remaining, 0.0)):
             return
         code = EXIT_PREEMPTED if self._saved.is_set() else EXIT_GRACE_EXPIRED
-        _log.error("Grace period of %.1f s ended %s; exiting with %d.",
-                   self.options.grace_period_seconds,
-                   "after the backup committed" if code == EXIT_PREEMPTED
-                   else "before the backup committed", code)
+        _log.error(
+            "Grace period of %.1f s ended %s; exiting with %d.",
+            self.options.grace_period_seconds,
+            "after the backup committed"
+            if code == EXIT_PREEMPTED
+            else "before the backup committed",
+            code,
+        )
         logging.shutdown()
         self._exit_fn(code)
 
@@ -202,9 +219,13 @@ class PreemptionWatcher:
         if self._agreement is None:
             strategy = self.sync.strategy
             usable = self.sync.is_multi_worker and CoordinatedStop.available(strategy)
-            self._agreement = (CoordinatedStop(
-                strategy, self.sync, ack_timeout_seconds=self.options.grace_period_seconds)
-                if usable else False)
+            self._agreement = (
+                CoordinatedStop(
+                    strategy, self.sync, ack_timeout_seconds=self.options.grace_period_seconds
+                )
+                if usable
+                else False
+            )
         return self._agreement or None
 
     def saved(self) -> None:

@@ -63,16 +63,20 @@ class CoordinatedStop:
         resolver = strategy.cluster_resolver
         jobs = resolver.cluster_spec().as_dict()
         self._member = f"{resolver.task_type}-{resolver.task_id}"
-        self._members = [f"{job}-{index}" for job in ("chief", "worker")
-                         for index in range(len(jobs.get(job, [])))]
+        self._members = [
+            f"{job}-{index}"
+            for job in ("chief", "worker")
+            for index in range(len(jobs.get(job, [])))
+        ]
         namespace = sync.gather(random.SystemRandom().randrange(1 << 62))[0]
         self._key = f"tfdist/preemption/{namespace}/stop_at"
         self._ack_timeout_ms = max(1, int(ack_timeout_seconds * 1000))
         self._target = None
         self._published = False
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._watch, name="tfdist-preemption-agreement",
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._watch, name="tfdist-preemption-agreement", daemon=True
+        )
         self._thread.start()
 
     @staticmethod
@@ -102,11 +106,15 @@ class CoordinatedStop:
             pass  # another worker published first; its target holds for all
         for member in self._members:
             try:
-                _context().get_config_key_value(f"{self._key}/ack/{member}",
-                                                timeout_in_ms=self._ack_timeout_ms)
+                _context().get_config_key_value(
+                    f"{self._key}/ack/{member}", timeout_in_ms=self._ack_timeout_ms
+                )
             except tf.errors.OpError as error:
-                _log.warning("No acknowledgement of the stop step from %s (%s); the grace "
-                             "period decides.", member, type(error).__name__)
+                _log.warning(
+                    "No acknowledgement of the stop step from %s (%s); the grace period decides.",
+                    member,
+                    type(error).__name__,
+                )
                 return
 
     def _watch(self) -> None:

@@ -56,8 +56,10 @@ def _restore_actions() -> None:
     libc = _libc()
     for signum, action in list(_actions.items()):
         if libc is None or libc.sigaction(signum, action, None) != 0:
-            _log.warning("Could not restore the handler of %s; a SIGTERM may go to "
-                         "another handler.", signal.Signals(signum).name)
+            _log.warning(
+                "Could not restore the handler of %s; a SIGTERM may go to another handler.",
+                signal.Signals(signum).name,
+            )
 
 
 def install(signals=(signal.SIGTERM,)) -> bool:
@@ -73,11 +75,11 @@ def install(signals=(signal.SIGTERM,)) -> bool:
         if _state["sockets"] is None:
             receiver, sender = socket.socketpair()
             sender.setblocking(False)
-            _state["previous_fd"] = signal.set_wakeup_fd(sender.fileno(),
-                                                         warn_on_full_buffer=False)
+            _state["previous_fd"] = signal.set_wakeup_fd(sender.fileno(), warn_on_full_buffer=False)
             _state["sockets"] = (receiver, sender)
-            reader = threading.Thread(target=_read, args=(receiver,), daemon=True,
-                                      name="tfdist-signal-relay")
+            reader = threading.Thread(
+                target=_read, args=(receiver,), daemon=True, name="tfdist-signal-relay"
+            )
             _state["reader"] = reader
             reader.start()
         for signum in signals:

@@ -62,21 +62,27 @@ try:
     from ray.train.tensorflow.config import TensorflowConfig as _RayTensorflowConfig
     from ray.train.tensorflow.config import _TensorflowBackend
 except ImportError as error:  # pragma: no cover - exercised without the extra
-    raise ImportError(f"tfdist.ray needs Ray Train ({error}); install it with "
-                      f"pip install 'tfdist[ray]'") from None
+    raise ImportError(
+        f"tfdist.ray needs Ray Train ({error}); install it with pip install 'tfdist[ray]'"
+    ) from None
 
 import keras
 
-from tfdist.distribute import cluster as cluster_lib
 from tfdist import preemption
-from tfdist.preemption import signal_relay
 from tfdist.backups.store import BackupStore
+from tfdist.distribute import cluster as cluster_lib
 from tfdist.errors import UsageError
+from tfdist.preemption import signal_relay
 from tfdist.ray import job_end, preemption_notice, roles
 from tfdist.ray.preemption_notice import PreemptionNotice
 
-__all__ = ["TensorflowConfig", "ReportBackups", "PreemptionNotice", "train_function",
-           "set_up_by_backend"]
+__all__ = [
+    "TensorflowConfig",
+    "ReportBackups",
+    "PreemptionNotice",
+    "train_function",
+    "set_up_by_backend",
+]
 
 
 def set_up_by_backend() -> bool:
@@ -84,8 +90,13 @@ def set_up_by_backend() -> bool:
     return bool(os.environ.get(job_end.ACTOR_VARIABLE))
 
 
-def _setup_worker(tf_config: str, signals: tuple[int, ...], legacy_keras: str,
-                  has_evaluator: bool, job_end_actor: str) -> bool:
+def _setup_worker(
+    tf_config: str,
+    signals: tuple[int, ...],
+    legacy_keras: str,
+    has_evaluator: bool,
+    job_end_actor: str,
+) -> bool:
     """Runs on each Ray worker's main thread; returns whether the relay is on."""
     os.environ[cluster_lib.TF_CONFIG] = tf_config
     os.environ["TF_USE_LEGACY_KERAS"] = legacy_keras
@@ -123,10 +134,12 @@ class TensorflowConfig(_RayTensorflowConfig):
 
     def __post_init__(self):
         if self.legacy_keras not in ("0", "1"):
-            raise UsageError(f"legacy_keras is {self.legacy_keras!r}, expected '0' (Keras 3) "
-                             f"or '1' (tf_keras)")
-        roles.check_options(chief=self.chief, parameter_servers=self.parameter_servers,
-                            evaluator=self.evaluator)
+            raise UsageError(
+                f"legacy_keras is {self.legacy_keras!r}, expected '0' (Keras 3) or '1' (tf_keras)"
+            )
+        roles.check_options(
+            chief=self.chief, parameter_servers=self.parameter_servers, evaluator=self.evaluator
+        )
         self.preemption_signals = tuple(int(signum) for signum in self.preemption_signals)
 
     def layout(self, num_workers: int):
@@ -135,18 +148,25 @@ class TensorflowConfig(_RayTensorflowConfig):
         Raises:
             UsageError: The roles do not fit `num_workers` ranks.
         """
-        return roles.layout(num_workers, chief=self.chief,
-                            parameter_servers=self.parameter_servers, evaluator=self.evaluator)
+        return roles.layout(
+            num_workers,
+            chief=self.chief,
+            parameter_servers=self.parameter_servers,
+            evaluator=self.evaluator,
+        )
 
     @property
     def backend_cls(self):
         return _TfdistBackend
 
     def to_dict(self):
-        return {"chief": self.chief, "parameter_servers": self.parameter_servers,
-                "evaluator": self.evaluator,
-                "preemption_signals": list(self.preemption_signals),
-                "legacy_keras": self.legacy_keras}
+        return {
+            "chief": self.chief,
+            "parameter_servers": self.parameter_servers,
+            "evaluator": self.evaluator,
+            "preemption_signals": list(self.preemption_signals),
+            "legacy_keras": self.legacy_keras,
+        }
 
 
 class _TfdistBackend(_TensorflowBackend):
@@ -166,16 +186,24 @@ class _TfdistBackend(_TensorflowBackend):
         urls = worker_group.execute(get_url)
         configs = roles.tf_configs(cluster_layout, urls)
         self._job_end, actor_name = job_end.create()
-        futures = [worker_group.execute_single_async(
-            index, _setup_worker, tf_config=configs[index],
-            signals=backend_config.preemption_signals,
-            legacy_keras=backend_config.legacy_keras,
-            has_evaluator=cluster_layout.has_evaluator,
-            job_end_actor=actor_name) for index in range(len(worker_group))]
+        futures = [
+            worker_group.execute_single_async(
+                index,
+                _setup_worker,
+                tf_config=configs[index],
+                signals=backend_config.preemption_signals,
+                legacy_keras=backend_config.legacy_keras,
+                has_evaluator=cluster_layout.has_evaluator,
+                job_end_actor=actor_name,
+            )
+            for index in range(len(worker_group))
+        ]
         relayed = ray.get(futures)
         if backend_config.preemption_signals and not all(relayed):
-            raise RuntimeError("tfdist.ray could not install its signal relay on every "
-                               "worker's main thread; preemption handling would be off")
+            raise RuntimeError(
+                "tfdist.ray could not install its signal relay on every "
+                "worker's main thread; preemption handling would be off"
+            )
 
     def on_shutdown(self, worker_group, backend_config: TensorflowConfig):
         if self._job_end is not None:
@@ -203,7 +231,9 @@ def train_function(fn: Callable) -> Callable:
     def run(*args):
         cluster = cluster_lib.resolve_cluster(os.environ)
         if cluster.addresses.get(cluster_lib.PS) and cluster.task_type in (
-                cluster_lib.WORKER, cluster_lib.PS):
+            cluster_lib.WORKER,
+            cluster_lib.PS,
+        ):
             job_end.serve_until_job_end(cluster)
             return None
         try:
@@ -247,11 +277,15 @@ class ReportBackups(keras.callbacks.Callback):
             raise UsageError(
                 "ReportBackups is in a parameter-server job, expected a synchronous job: "
                 "ray.train.report needs every Ray worker, and only the chief runs fit; leave "
-                "it out (the backups in backup_dir are what a restart resumes from)")
+                "it out (the backups in backup_dir are what a restart resumes from)"
+            )
 
     def on_epoch_end(self, epoch, logs=None):
-        self._logs = {name: float(value) for name, value in (logs or {}).items()
-                      if isinstance(value, (int, float))}
+        self._logs = {
+            name: float(value)
+            for name, value in (logs or {}).items()
+            if isinstance(value, (int, float))
+        }
 
     def on_epoch_begin(self, epoch, logs=None):
         if epoch and self._logs:
@@ -271,5 +305,8 @@ class ReportBackups(keras.callbacks.Callback):
                 self._reported_step = step
                 self.reported_steps.append(step)
         metrics = dict(self._logs, **({"step": step} if step is not None else {}))
-        ray.train.report(metrics, checkpoint=checkpoint,
-                         checkpoint_dir_name=f"tfdist-backup-{step:012d}" if checkpoint else None)
+        ray.train.report(
+            metrics,
+            checkpoint=checkpoint,
+            checkpoint_dir_name=f"tfdist-backup-{step:012d}" if checkpoint else None,
+        )

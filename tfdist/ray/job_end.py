@@ -57,25 +57,35 @@ def mark_ended() -> None:
         ray.get(actor.end.remote(), timeout=60)
 
 
-def serve_until_job_end(cluster: cluster_lib.Cluster,
-                        start_timeout_seconds: float = 1800.0) -> None:
+def serve_until_job_end(
+    cluster: cluster_lib.Cluster, start_timeout_seconds: float = 1800.0
+) -> None:
     """Serves as this worker or ps task until the chief's training function returns."""
     actor = _actor()
     if actor is None:
-        raise RuntimeError(f"{ACTOR_VARIABLE} is not set; start the job with "
-                           f"tfdist.ray.TensorflowConfig")
+        raise RuntimeError(
+            f"{ACTOR_VARIABLE} is not set; start the job with tfdist.ray.TensorflowConfig"
+        )
     watch = server_lib.ChiefWatch(
-        "the chief's training function", gone_seconds=0.0,
-        probe=lambda _: not ray.get(actor.ended.remote(), timeout=60))
+        "the chief's training function",
+        gone_seconds=0.0,
+        probe=lambda _: not ray.get(actor.ended.remote(), timeout=60),
+    )
     server = server_lib.start_server(cluster)
-    _log.info("Serving as %s:%d at %s until the chief's training function returns.",
-              cluster.task_type, cluster.task_index, cluster.task_address)
+    _log.info(
+        "Serving as %s:%d at %s until the chief's training function returns.",
+        cluster.task_type,
+        cluster.task_index,
+        cluster.task_address,
+    )
     started = time.monotonic()
     while not watch.gone():
         if not watch.seen and time.monotonic() - started > start_timeout_seconds:
-            raise TimeoutError("the chief did not start within "
-                               f"{start_timeout_seconds:g} s")
+            raise TimeoutError(f"the chief did not start within {start_timeout_seconds:g} s")
         time.sleep(POLL_SECONDS)
-    _log.info("The chief's training function returned; %s:%d stops serving.",
-              cluster.task_type, cluster.task_index)
+    _log.info(
+        "The chief's training function returned; %s:%d stops serving.",
+        cluster.task_type,
+        cluster.task_index,
+    )
     del server

@@ -36,9 +36,9 @@ import time
 import keras
 import ray.train
 
-from tfdist.preemption import signal_relay
-from tfdist.errors import UsageError
 from tfdist._internal.preconditions import check_whole_number
+from tfdist.errors import UsageError
+from tfdist.preemption import signal_relay
 
 _log = logging.getLogger(__name__)
 
@@ -55,10 +55,16 @@ def handled_notice():
 def wait_for_ray(info, *, clock=time.time, sleep=time.sleep) -> None:
     """Waits for Ray to end the worker group after its notice; returns at the latest
     `WAIT_MARGIN_SECONDS` after the notice's deadline."""
-    deadline = (info.deadline_ms / 1000 if info.deadline_ms
-                else (_handled["at"] or clock()) + NO_DEADLINE_SECONDS)
-    _log.warning("Backed up for Ray's preemption notice; waiting for Ray to end the worker "
-                 "group (deadline in %.0f s).", max(deadline - clock(), 0.0))
+    deadline = (
+        info.deadline_ms / 1000
+        if info.deadline_ms
+        else (_handled["at"] or clock()) + NO_DEADLINE_SECONDS
+    )
+    _log.warning(
+        "Backed up for Ray's preemption notice; waiting for Ray to end the worker "
+        "group (deadline in %.0f s).",
+        max(deadline - clock(), 0.0),
+    )
     while clock() < deadline + WAIT_MARGIN_SECONDS:
         sleep(0.5)
 
@@ -97,7 +103,8 @@ class PreemptionNotice(keras.callbacks.Callback):
             raise UsageError(
                 "PreemptionNotice is in a parameter-server job, expected a synchronous job: "
                 "ray.train.get_preemption_info() needs every Ray worker, and only the chief "
-                "runs fit; leave it out (SIGTERM still reaches the chief)")
+                "runs fit; leave it out (SIGTERM still reaches the chief)"
+            )
 
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
@@ -108,14 +115,23 @@ class PreemptionNotice(keras.callbacks.Callback):
             return
         self.notice = info
         _handled.update(info=info, at=time.time())
-        seconds = (f"{info.deadline_ms / 1000 - time.time():.0f} s"
-                   if info.deadline_ms else "no deadline")
+        seconds = (
+            f"{info.deadline_ms / 1000 - time.time():.0f} s" if info.deadline_ms else "no deadline"
+        )
         if not signal_relay.covers((self.signum,)):
-            _log.warning("Ray's preemption notice (ranks %s, %s) is ignored: %s is not relayed; "
-                         "use tfdist.ray.TensorflowConfig", info.preempted_ranks, seconds,
-                         signal.Signals(self.signum).name)
+            _log.warning(
+                "Ray's preemption notice (ranks %s, %s) is ignored: %s is not relayed; "
+                "use tfdist.ray.TensorflowConfig",
+                info.preempted_ranks,
+                seconds,
+                signal.Signals(self.signum).name,
+            )
             return
-        _log.warning("Ray's preemption notice at step %d (ranks %s, deadline in %s): handled "
-                     "as a %s.", step, info.preempted_ranks, seconds,
-                     signal.Signals(self.signum).name)
+        _log.warning(
+            "Ray's preemption notice at step %d (ranks %s, deadline in %s): handled as a %s.",
+            step,
+            info.preempted_ranks,
+            seconds,
+            signal.Signals(self.signum).name,
+        )
         os.kill(os.getpid(), self.signum)

@@ -9,9 +9,9 @@ the last rank. `tf_configs` writes each rank's `TF_CONFIG` as
 training tasks; they do not see it). No Ray, no TensorFlow here.
 """
 
-from tfdist.launch import local_cluster
-from tfdist.errors import UsageError
 from tfdist._internal.preconditions import check_whole_number
+from tfdist.errors import UsageError
+from tfdist.launch import local_cluster
 
 
 def check_options(*, chief: bool, parameter_servers: int, evaluator: bool) -> None:
@@ -23,11 +23,13 @@ def check_options(*, chief: bool, parameter_servers: int, evaluator: bool) -> No
     if parameter_servers and not chief:
         raise UsageError(
             f"parameter_servers is {parameter_servers} but chief is False, expected a chief "
-            f"to coordinate parameter-server training; pass chief=True")
+            f"to coordinate parameter-server training; pass chief=True"
+        )
 
 
-def layout(world_size: int, *, chief: bool = False, parameter_servers: int = 0,
-           evaluator: bool = False) -> local_cluster.ClusterLayout:
+def layout(
+    world_size: int, *, chief: bool = False, parameter_servers: int = 0, evaluator: bool = False
+) -> local_cluster.ClusterLayout:
     """The roles of `world_size` Ray ranks; the ranks left over are workers.
 
     Raises:
@@ -41,9 +43,11 @@ def layout(world_size: int, *, chief: bool = False, parameter_servers: int = 0,
         raise UsageError(
             f"Ray Train has {world_size} worker(s), expected at least {needed} for "
             f"chief={chief}, parameter_servers={parameter_servers}, evaluator={evaluator}"
-            f"{' and 1 worker' if min_workers else ''}; raise ScalingConfig(num_workers=...)")
-    return local_cluster.ClusterLayout(num_workers=workers, num_ps=parameter_servers,
-                                       has_chief=chief, has_evaluator=evaluator)
+            f"{' and 1 worker' if min_workers else ''}; raise ScalingConfig(num_workers=...)"
+        )
+    return local_cluster.ClusterLayout(
+        num_workers=workers, num_ps=parameter_servers, has_chief=chief, has_evaluator=evaluator
+    )
 
 
 def tf_configs(cluster_layout: local_cluster.ClusterLayout, urls: list[str]) -> list[str]:

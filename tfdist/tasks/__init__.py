@@ -100,24 +100,31 @@ def parse_task_config(value: str | Mapping | None) -> dict:
     source = "--task_config"
     if os.path.isfile(text):
         if os.path.getsize(text) > MAX_TASK_CONFIG_BYTES:
-            raise TaskError(f"--task_config file {quoted(text)} is larger than "
-                            f"{MAX_TASK_CONFIG_BYTES} bytes, expected a small JSON object")
+            raise TaskError(
+                f"--task_config file {quoted(text)} is larger than "
+                f"{MAX_TASK_CONFIG_BYTES} bytes, expected a small JSON object"
+            )
         source = f"--task_config file {quoted(text)}"
         with open(text, encoding="utf-8") as handle:
             text = handle.read()
     elif not text.startswith(("{", "[", '"')):
         raise TaskError(
             f"--task_config is {quoted(value)}, which is neither a JSON object nor an "
-            f"existing file; pass '{{\"name\": value}}' or the path of a JSON file")
+            f"existing file; pass '{{\"name\": value}}' or the path of a JSON file"
+        )
     try:
         parsed = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise TaskError(f"{source} is not valid JSON ({error.msg} at position "
-                        f"{getattr(error, 'pos', '?')}); expected a JSON object of keyword "
-                        f"arguments") from None
+        raise TaskError(
+            f"{source} is not valid JSON ({error.msg} at position "
+            f"{getattr(error, 'pos', '?')}); expected a JSON object of keyword "
+            f"arguments"
+        ) from None
     if not isinstance(parsed, dict):
-        raise TaskError(f"{source} holds a JSON {type(parsed).__name__}, expected an object "
-                        f"of keyword arguments for the task")
+        raise TaskError(
+            f"{source} holds a JSON {type(parsed).__name__}, expected an object "
+            f"of keyword arguments for the task"
+        )
     return parsed
 
 
@@ -132,8 +139,9 @@ def load_task(spec: str, task_config: str | Mapping | None = None):
             name, keyword arguments the task does not take, a missing method.
     """
     if not isinstance(spec, str) or not _SPEC.match(spec):
-        raise TaskError(f"--task is {quoted(spec)}, expected MODULE:NAME such as "
-                        f"'my_pkg.my_module:MyTask'")
+        raise TaskError(
+            f"--task is {quoted(spec)}, expected MODULE:NAME such as 'my_pkg.my_module:MyTask'"
+        )
     module_name, name = spec.split(":")
     kwargs = parse_task_config(task_config)
     try:
@@ -143,16 +151,21 @@ def load_task(spec: str, task_config: str | Mapping | None = None):
         raise TaskError(
             f"--task module {module_name!r} cannot be imported ({type(error).__name__}: "
             f"{detail}); expected an importable module: install your package or add its "
-            f"directory to PYTHONPATH") from None
+            f"directory to PYTHONPATH"
+        ) from None
     factory = getattr(module, name, None)
     if factory is None or not callable(factory):
-        raise TaskError(f"--task {spec!r}: module {module_name!r} has no callable {name!r}, "
-                        f"expected a Task class or a zero-argument factory")
+        raise TaskError(
+            f"--task {spec!r}: module {module_name!r} has no callable {name!r}, "
+            f"expected a Task class or a zero-argument factory"
+        )
     try:
         inspect.signature(factory).bind(**kwargs)
     except TypeError as error:
-        raise TaskError(f"--task {spec!r} does not accept the --task_config arguments "
-                        f"{sorted(kwargs)} ({error}); pass only its keyword arguments") from None
+        raise TaskError(
+            f"--task {spec!r} does not accept the --task_config arguments "
+            f"{sorted(kwargs)} ({error}); pass only its keyword arguments"
+        ) from None
     except ValueError:
         pass  # No signature to check (a builtin); the call below decides.
     task = factory(**kwargs)
@@ -162,13 +175,13 @@ def load_task(spec: str, task_config: str | Mapping | None = None):
 
 def check_interface(task, spec: str = "the task") -> None:
     """Raises `TaskError` unless `task` has the four methods of the contract."""
-    missing = [method for method in REQUIRED_METHODS
-               if not callable(getattr(task, method, None))]
+    missing = [method for method in REQUIRED_METHODS if not callable(getattr(task, method, None))]
     if missing:
         raise TaskError(
             f"--task {spec!r} made a {type(task).__name__} without {', '.join(missing)}, "
             f"expected the methods {', '.join(REQUIRED_METHODS)}; subclass "
-            f"tfdist.tasks.Task or add them")
+            f"tfdist.tasks.Task or add them"
+        )
 
 
 def check_model(model, spec: str = "the task") -> None:
@@ -176,18 +189,22 @@ def check_model(model, spec: str = "the task") -> None:
     import keras  # pylint: disable=g-import-not-at-top
 
     if not isinstance(model, keras.Model):
-        raise TaskError(f"--task {spec!r}: build_model() returned {type(model).__name__}, "
-                        f"expected a keras.Model (Sequential, functional or subclassed)")
+        raise TaskError(
+            f"--task {spec!r}: build_model() returned {type(model).__name__}, "
+            f"expected a keras.Model (Sequential, functional or subclassed)"
+        )
     if getattr(model, "compiled", False):
         raise TaskError(
             f"--task {spec!r}: build_model() returned a compiled model, expected an uncompiled "
             f"one: tfdist compiles it with --optimizer and the task's loss(), metrics() and "
             f"weighted_metrics(), and would otherwise replace your compile settings; drop the "
-            f"model.compile(...) call and return its loss and metrics from the task")
+            f"model.compile(...) call and return its loss and metrics from the task"
+        )
 
 
-def check_examples(dataset, spec: str = "the task", *, training: bool,
-                   element_spec=None) -> tuple | None:
+def check_examples(
+    dataset, spec: str = "the task", *, training: bool, element_spec=None
+) -> tuple | None:
     """Checks what `build_inputs(training)` returned.
 
     Args:
@@ -213,29 +230,38 @@ def check_examples(dataset, spec: str = "the task", *, training: bool,
     split = "build_inputs(training=True)" if training else "build_inputs(training=False)"
     if dataset is None:
         if training:
-            raise TaskError(f"--task {spec!r}: {split} returned None, expected a "
-                            f"tf.data.Dataset of training examples")
+            raise TaskError(
+                f"--task {spec!r}: {split} returned None, expected a "
+                f"tf.data.Dataset of training examples"
+            )
         return None
     if sources.is_source(dataset):
         if element_spec is None:
             return None
         element = element_spec
     elif not isinstance(dataset, tf.data.Dataset):
-        raise TaskError(f"--task {spec!r}: {split} returned {type(dataset).__name__}, "
-                        f"expected a tf.data.Dataset of (features, labels) examples or a "
-                        f"tfdist.data source (RandomAccessSource, ArraySource, FileSource)")
+        raise TaskError(
+            f"--task {spec!r}: {split} returned {type(dataset).__name__}, "
+            f"expected a tf.data.Dataset of (features, labels) examples or a "
+            f"tfdist.data source (RandomAccessSource, ArraySource, FileSource)"
+        )
     else:
         element = dataset.element_spec
     what = "preprocess makes" if sources.is_source(dataset) else "yields"
     if not isinstance(element, tuple) or len(element) not in (2, 3):
         raise TaskError(
             f"--task {spec!r}: {split} {what} {_describe(element)}, expected tuples "
-            f"(features, labels) or (features, labels, sample_weights)")
+            f"(features, labels) or (features, labels, sample_weights)"
+        )
     # Known eagerly; in `preflight`'s graph only when TensorFlow can fold it.
-    if (isinstance(dataset, tf.data.Dataset) and tf.get_static_value(dataset.cardinality())
-            == tf.data.INFINITE_CARDINALITY):
-        raise TaskError(f"--task {spec!r}: {split} is infinite (it repeats), expected one "
-                        f"pass over the examples: tfdist repeats and shuffles it")
+    if (
+        isinstance(dataset, tf.data.Dataset)
+        and tf.get_static_value(dataset.cardinality()) == tf.data.INFINITE_CARDINALITY
+    ):
+        raise TaskError(
+            f"--task {spec!r}: {split} is infinite (it repeats), expected one "
+            f"pass over the examples: tfdist repeats and shuffles it"
+        )
     return element
 
 
@@ -269,8 +295,11 @@ def preflight(task, spec: str = "the task") -> None:
     with keras_compat.runtime_left_unstarted():
         try:
             with tf.Graph().as_default():
-                built = (_graph_build(task.build_model), _graph_build(task.build_inputs, True),
-                         _graph_build(task.build_inputs, False))
+                built = (
+                    _graph_build(task.build_model),
+                    _graph_build(task.build_inputs, True),
+                    _graph_build(task.build_inputs, False),
+                )
                 if built[0] is not _UNCHECKED:
                     check_model(built[0], spec)
                 if built[1] is not _UNCHECKED:

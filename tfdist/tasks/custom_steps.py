@@ -28,6 +28,8 @@ def evaluation_skip_reason(model: keras.Model) -> str | None:
         return None
     if _overrides(model, "test_step") or _overrides(model, "compute_loss"):
         return None
-    return (f"{type(model).__name__} overrides train_step but not test_step and was compiled "
-            f"without a loss (the task's loss() is None), so Keras's test_step has no loss "
-            f"to compute; override test_step (or compute_loss) to evaluate it")
+    return (
+        f"{type(model).__name__} overrides train_step but not test_step and was compiled "
+        f"without a loss (the task's loss() is None), so Keras's test_step has no loss "
+        f"to compute; override test_step (or compute_loss) to evaluate it"
+    )

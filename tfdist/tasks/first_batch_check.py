@@ -24,14 +24,13 @@ import keras
 import tensorflow as tf
 
 from tfdist.data import batching as batching_lib
-from tfdist.tasks import custom_steps
 from tfdist.errors import UsageError
+from tfdist.tasks import custom_steps
 
 # Examples in the checked batch at most (enough to see every shape).
 CHECK_BATCH = 8
 # Errors of the user's data or model, as Keras and TensorFlow raise them.
-_MISTAKES = (ValueError, TypeError, tf.errors.InvalidArgumentError,
-             tf.errors.UnimplementedError)
+_MISTAKES = (ValueError, TypeError, tf.errors.InvalidArgumentError, tf.errors.UnimplementedError)
 _MESSAGE_LIMIT = 240
 _TERMINAL_CODES = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -44,8 +43,14 @@ def _shapes(value) -> str:
 def _first_line(error: Exception) -> str:
     """The line of a Keras/TensorFlow error that says what is wrong."""
     lines = [line.strip() for line in _TERMINAL_CODES.sub("", str(error)).splitlines()]
-    useful = [line for line in lines if line and not line.startswith(
-        ("Exception encountered", "Arguments received", "•", "[[", "Call arguments"))]
+    useful = [
+        line
+        for line in lines
+        if line
+        and not line.startswith(
+            ("Exception encountered", "Arguments received", "•", "[[", "Call arguments")
+        )
+    ]
     text = " ".join((useful or lines or [type(error).__name__])[0].split())
     return text if len(text) <= _MESSAGE_LIMIT else text[:_MESSAGE_LIMIT] + "..."
 
@@ -85,27 +90,37 @@ def looks_batched(element_spec) -> bool:
 
 def batched_message(spec: str, element_spec, global_batch_size: int) -> str:
     shapes = ", ".join(str(tuple(s.shape)) for s in tf.nest.flatten(element_spec))
-    return (f"--task {spec!r}: build_inputs(training=True) yields examples that are already "
-            f"batched (every component has the same leading dimension: {shapes}); return "
-            f"unbatched examples (drop the .batch(...) call, or add .unbatch()): tfdist "
-            f"batches them by --global_batch_size={global_batch_size}")
+    return (
+        f"--task {spec!r}: build_inputs(training=True) yields examples that are already "
+        f"batched (every component has the same leading dimension: {shapes}); return "
+        f"unbatched examples (drop the .batch(...) call, or add .unbatch()): tfdist "
+        f"batches them by --global_batch_size={global_batch_size}"
+    )
 
 
-def refuse_batched_if_too_few(examples: tf.data.Dataset, num_examples: int,
-                              global_batch_size: int, spec: str = "the task") -> None:
+def refuse_batched_if_too_few(
+    examples: tf.data.Dataset, num_examples: int, global_batch_size: int, spec: str = "the task"
+) -> None:
     """Names an already batched dataset that is smaller than one global batch.
 
     Raises:
         UsageError: Fewer elements than one global batch, and they look batched.
     """
     if num_examples < global_batch_size and looks_batched(examples.element_spec):
-        raise UsageError(batched_message(spec, examples.element_spec, global_batch_size)
-                         + f" (it yields {num_examples} elements, fewer than one global "
-                           f"batch)")
+        raise UsageError(
+            batched_message(spec, examples.element_spec, global_batch_size)
+            + f" (it yields {num_examples} elements, fewer than one global "
+            f"batch)"
+        )
 
 
-def first_batch(examples: tf.data.Dataset, batching, *, spec: str = "the task",
-                global_batch_size: int = CHECK_BATCH):
+def first_batch(
+    examples: tf.data.Dataset,
+    batching,
+    *,
+    spec: str = "the task",
+    global_batch_size: int = CHECK_BATCH,
+):
     """The first examples of `examples`, batched as training batches them.
 
     Raises:
@@ -135,13 +150,23 @@ def _loss_name(loss) -> str:
 
 def _is_sparse(loss) -> bool:
     name = loss if isinstance(loss, str) else type(loss).__name__
-    name = getattr(loss, "__name__", name) if callable(loss) and not isinstance(
-        loss, keras.losses.Loss) else name
+    name = (
+        getattr(loss, "__name__", name)
+        if callable(loss) and not isinstance(loss, keras.losses.Loss)
+        else name
+    )
     return "sparse" in name.lower()
 
 
-def check(model: keras.Model, batch, *, loss, spec: str = "the task",
-          element_spec=None, global_batch_size: int = 0) -> None:
+def check(
+    model: keras.Model,
+    batch,
+    *,
+    loss,
+    spec: str = "the task",
+    element_spec=None,
+    global_batch_size: int = 0,
+) -> None:
     """Runs the model and its loss on `batch`; call inside the strategy's scope.
 
     Builds the model's variables as a side effect (as a first call would).
@@ -159,21 +184,26 @@ def check(model: keras.Model, batch, *, loss, spec: str = "the task",
     """
     features, labels = batch[0], batch[1]
     weights = batch[2] if len(batch) > 2 else None
-    batched_hint = (element_spec is not None and looks_batched(element_spec))
+    batched_hint = element_spec is not None and looks_batched(element_spec)
     own_loss = custom_steps.computes_own_loss(model)
 
     if loss is None and not own_loss:
         raise UsageError(
             f"--task {spec!r}: loss() returned None, expected a loss for "
             f"model.compile(loss=...) such as keras.losses.SparseCategoricalCrossentropy(); "
-            f"return one, or override the model's train_step/compute_loss to compute it")
+            f"return one, or override the model's train_step/compute_loss to compute it"
+        )
     # Data that looks batched already explains any mistake better than the error does.
     batched = batched_message(spec, element_spec, global_batch_size) if batched_hint else None
-    with _mistakes_explained(batched, lambda error: (
+    with _mistakes_explained(
+        batched,
+        lambda error: (
             f"--task {spec!r}: the model cannot take a batch of the training features "
             f"(shapes {_shapes(features)}, dtypes {_dtypes(features)}): {error}; "
             f"make build_inputs yield features the model's inputs accept, or change the "
-            f"model's inputs")):
+            f"model's inputs"
+        ),
+    ):
         predictions = model(features, training=False)
     if own_loss and model.loss is None:
         return
@@ -182,22 +212,37 @@ def check(model: keras.Model, batch, *, loss, spec: str = "the task",
         raise UsageError(
             f"--task {spec!r}: the labels are strings (e.g. {sample}), expected numbers for "
             f"the loss {_loss_name(loss)}; map them to class ids in build_inputs (e.g. with "
-            f"tf.lookup.StaticHashTable or keras.layers.StringLookup)")
-    if (isinstance(labels, tf.Tensor) and isinstance(predictions, tf.Tensor) and _is_sparse(loss)
-            and labels.shape.rank == predictions.shape.rank and labels.shape.rank >= 2
-            and labels.shape[-1] == predictions.shape[-1] and labels.shape[-1] > 1):
+            f"tf.lookup.StaticHashTable or keras.layers.StringLookup)"
+        )
+    if (
+        isinstance(labels, tf.Tensor)
+        and isinstance(predictions, tf.Tensor)
+        and _is_sparse(loss)
+        and labels.shape.rank == predictions.shape.rank
+        and labels.shape.rank >= 2
+        and labels.shape[-1] == predictions.shape[-1]
+        and labels.shape[-1] > 1
+    ):
         raise UsageError(
             f"--task {spec!r}: the labels look one-hot (shape {tuple(labels.shape)}, like the "
             f"predictions {tuple(predictions.shape)}) but the loss {_loss_name(loss)} expects "
             f"class ids (shape {tuple(labels.shape[:-1])}); return integer class ids, or use "
-            f"the non-sparse loss (e.g. CategoricalCrossentropy)")
-    with _mistakes_explained(batched, lambda error: (
+            f"the non-sparse loss (e.g. CategoricalCrossentropy)"
+        )
+    with _mistakes_explained(
+        batched,
+        lambda error: (
             f"--task {spec!r}: the loss {_loss_name(loss)} cannot take the labels (shapes "
             f"{_shapes(labels)}, dtype {_dtypes(labels)}) against the predictions (shapes "
             f"{_shapes(predictions)}): {error}; make build_inputs yield the labels the loss "
-            f"expects, or change loss()")):
-        value = model.compute_loss(x=features, y=labels, y_pred=predictions,
-                                   sample_weight=weights, training=False)
+            f"expects, or change loss()"
+        ),
+    ):
+        value = model.compute_loss(
+            x=features, y=labels, y_pred=predictions, sample_weight=weights, training=False
+        )
     if value is None:
-        raise UsageError(f"--task {spec!r}: the model computes no loss on a training batch; "
-                         f"return a loss from loss(), or compute one in compute_loss")
+        raise UsageError(
+            f"--task {spec!r}: the model computes no loss on a training batch; "
+            f"return a loss from loss(), or compute one in compute_loss"
+        )

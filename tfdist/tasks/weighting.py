@@ -32,18 +32,30 @@ def class_weight_of(task, spec: str = "the task") -> dict[int, float] | None:
     weights = method() if callable(method) else None
     if weights is None:
         return None
-    if not isinstance(weights, dict) or not weights or not all(
-            isinstance(k, int) and not isinstance(k, bool) and k >= 0
-            and isinstance(v, (int, float)) and math.isfinite(v) and v >= 0
-            for k, v in weights.items()):
-        raise UsageError(f"--task {spec!r}: class_weight() returned {weights!r:.100}, expected "
-                         f"a dict of class ids (ints >= 0) to weights (finite numbers >= 0), "
-                         f"e.g. {{0: 1.0, 1: 3.0}}")
+    if (
+        not isinstance(weights, dict)
+        or not weights
+        or not all(
+            isinstance(k, int)
+            and not isinstance(k, bool)
+            and k >= 0
+            and isinstance(v, (int, float))
+            and math.isfinite(v)
+            and v >= 0
+            for k, v in weights.items()
+        )
+    ):
+        raise UsageError(
+            f"--task {spec!r}: class_weight() returned {weights!r:.100}, expected "
+            f"a dict of class ids (ints >= 0) to weights (finite numbers >= 0), "
+            f"e.g. {{0: 1.0, 1: 3.0}}"
+        )
     return {int(k): float(v) for k, v in weights.items()}
 
 
-def apply_class_weight(examples: tf.data.Dataset, class_weight: dict[int, float] | None,
-                       spec: str = "the task") -> tf.data.Dataset:
+def apply_class_weight(
+    examples: tf.data.Dataset, class_weight: dict[int, float] | None, spec: str = "the task"
+) -> tf.data.Dataset:
     """`(x, y[, w])` examples as `(x, y, w * class_weight[y])`.
 
     Labels are class ids (a scalar or shape `(1,)`) or one-hot / probability
@@ -69,8 +81,7 @@ def with_class_weight(split, class_weight: dict[int, float] | None, spec: str = 
     if class_weight is None:
         return split
     if not split.is_source:
-        return dataclasses.replace(split, value=apply_class_weight(split.value, class_weight,
-                                                                   spec))
+        return dataclasses.replace(split, value=apply_class_weight(split.value, class_weight, spec))
     weigh = class_weigher(split.element_spec()[1], class_weight, spec)
     source = split.value
     preprocess = source.preprocess
@@ -89,14 +100,21 @@ def class_weigher(label_spec, class_weight: dict[int, float], spec: str = "the t
         UsageError: Labels that are not numbers, or a dict of labels.
     """
     if not isinstance(label_spec, tf.TensorSpec) or not (
-            label_spec.dtype.is_integer or label_spec.dtype.is_floating):
-        raise UsageError(f"--task {spec!r}: class_weight() needs numeric labels (class ids or "
-                         f"one-hot), got labels {label_spec}; map them to class ids in "
-                         f"build_inputs")
-    one_hot = label_spec.shape.rank is not None and label_spec.shape.rank >= 1 and (
-        label_spec.shape[-1] is None or label_spec.shape[-1] > 1)
-    table = tf.constant([class_weight.get(i, 1.0) for i in range(max(class_weight) + 1)],
-                        tf.float32)
+        label_spec.dtype.is_integer or label_spec.dtype.is_floating
+    ):
+        raise UsageError(
+            f"--task {spec!r}: class_weight() needs numeric labels (class ids or "
+            f"one-hot), got labels {label_spec}; map them to class ids in "
+            f"build_inputs"
+        )
+    one_hot = (
+        label_spec.shape.rank is not None
+        and label_spec.shape.rank >= 1
+        and (label_spec.shape[-1] is None or label_spec.shape[-1] > 1)
+    )
+    table = tf.constant(
+        [class_weight.get(i, 1.0) for i in range(max(class_weight) + 1)], tf.float32
+    )
 
     def weigh(features, labels, weights=None):
         if one_hot:
@@ -105,8 +123,9 @@ def class_weigher(label_spec, class_weight: dict[int, float], spec: str = "the t
             ids = tf.reshape(tf.cast(labels, tf.int32), tf.shape(labels)[:0])
         # Classes above the table weigh 1, like the unlisted ones below it.
         known = tf.logical_and(ids >= 0, ids < tf.size(table))
-        weight = tf.where(known, tf.gather(table, tf.clip_by_value(ids, 0, tf.size(table) - 1)),
-                          1.0)
+        weight = tf.where(
+            known, tf.gather(table, tf.clip_by_value(ids, 0, tf.size(table) - 1)), 1.0
+        )
         if weights is not None:
             weight = tf.cast(weights, tf.float32) * weight
         return features, labels, weight

@@ -19,12 +19,16 @@ from absl import flags
 
 from tfdist import cli
 from tfdist.errors import UsageError
-from trainer.kubernetes import checks, manifest, shape as shape_lib
+from trainer.kubernetes import checks, manifest
+from trainer.kubernetes import shape as shape_lib
 from trainer.vertex import config_files
 
 FLAGS = flags.FLAGS
-_DEFAULTS = {field.name: field.default for field in dataclasses.fields(shape_lib.TFJobShape)
-             if field.default is not dataclasses.MISSING}
+_DEFAULTS = {
+    field.name: field.default
+    for field in dataclasses.fields(shape_lib.TFJobShape)
+    if field.default is not dataclasses.MISSING
+}
 _HELP = {
     "name": "The TFJob's name (a DNS-1035 label).",
     "image": "The trainer image every replica runs (docker/).",
@@ -45,33 +49,48 @@ _HELP = {
     "mount_path": "Where the volume is mounted.",
     "backup_every_steps": "trainer.task --backup_every_steps.",
     "restart_policy": "ExitCode (retries tfdist's 137, 143, 200; never 2 or 3), OnFailure, "
-                      "Never or Always.",
+    "Never or Always.",
     "backoff_limit": "Pod restarts before the job fails.",
     "clean_pod_policy": "None keeps the evaluator alive; Running or All delete it when the "
-                        "chief ends.",
+    "chief ends.",
     "termination_grace_seconds": "Pod grace period after SIGTERM; the trainer saves within "
-                                 "5 s less.",
+    "5 s less.",
     "service_account": "Kubernetes service account of the pods.",
     "node_selector": "Comma-separated key=value pairs for every pod.",
 }
 _KINDS = {"chief": "boolean", "node_selector": "list"}
 
-cli.define_flags([
-    cli.FlagSpec("job_config", "", "JSON job shape (see configs/kubernetes/); flags override "
-                 "it."),
-    cli.FlagSpec("format", "json", "Output format: json or yaml (yaml needs PyYAML)."),
-    cli.FlagSpec("check", "", "Check this hand-written TFJob manifest (JSON or YAML) instead "
-                 "of writing one."),
-    *(cli.FlagSpec(name, _DEFAULTS.get(name, ""), help_text, kind=_KINDS.get(name, ""))
-      for name, help_text in _HELP.items()),
-])
+cli.define_flags(
+    [
+        cli.FlagSpec(
+            "job_config", "", "JSON job shape (see configs/kubernetes/); flags override it."
+        ),
+        cli.FlagSpec("format", "json", "Output format: json or yaml (yaml needs PyYAML)."),
+        cli.FlagSpec(
+            "check",
+            "",
+            "Check this hand-written TFJob manifest (JSON or YAML) instead of writing one.",
+        ),
+        *(
+            cli.FlagSpec(name, _DEFAULTS.get(name, ""), help_text, kind=_KINDS.get(name, ""))
+            for name, help_text in _HELP.items()
+        ),
+    ]
+)
 
 
 def shape_from_flags(trainer_args=()) -> shape_lib.TFJobShape:
     """The `--job_config` values, then the flags passed, then the args after `--`."""
-    values = config_files.read_json_object(
-        FLAGS.job_config, flag="--job_config", keys=(*_HELP, "trainer_args", "description"),
-        example="configs/kubernetes/multiworker_cpu.json") if FLAGS.job_config else {}
+    values = (
+        config_files.read_json_object(
+            FLAGS.job_config,
+            flag="--job_config",
+            keys=(*_HELP, "trainer_args", "description"),
+            example="configs/kubernetes/multiworker_cpu.json",
+        )
+        if FLAGS.job_config
+        else {}
+    )
     values.pop("description", None)
     values.update({name: FLAGS[name].value for name in _HELP if FLAGS[name].present})
     if trainer_args:
@@ -86,8 +105,10 @@ def render(document: dict, output_format: str) -> str:
         try:
             import yaml  # pylint: disable=g-import-not-at-top
         except ImportError:
-            raise UsageError("--format=yaml needs PyYAML, which is not installed; run "
-                             "pip install 'tfdist[kubernetes]' or use --format=json") from None
+            raise UsageError(
+                "--format=yaml needs PyYAML, which is not installed; run "
+                "pip install 'tfdist[kubernetes]' or use --format=json"
+            ) from None
         return yaml.safe_dump(document, sort_keys=False)
     raise UsageError(f"--format is {output_format!r}, expected json or yaml")
 
@@ -98,8 +119,9 @@ def read_manifest(path: str) -> dict:
         with open(path, encoding="utf-8") as handle:
             text = handle.read(config_files.MAX_CONFIG_BYTES + 1)
     except OSError as error:
-        raise UsageError(f"--check file {path!r} cannot be read ({error.strerror}), expected "
-                         f"a TFJob manifest") from None
+        raise UsageError(
+            f"--check file {path!r} cannot be read ({error.strerror}), expected a TFJob manifest"
+        ) from None
     try:
         return json.loads(text)
     except json.JSONDecodeError:
@@ -107,49 +129,64 @@ def read_manifest(path: str) -> dict:
     try:
         import yaml  # pylint: disable=g-import-not-at-top
     except ImportError:
-        raise UsageError(f"--check file {path!r} is not JSON, and reading YAML needs PyYAML; "
-                         f"pip install 'tfdist[kubernetes]'") from None
+        raise UsageError(
+            f"--check file {path!r} is not JSON, and reading YAML needs PyYAML; "
+            f"pip install 'tfdist[kubernetes]'"
+        ) from None
     try:
         return next(iter(yaml.safe_load_all(text)), None)
     except yaml.YAMLError as error:
-        raise UsageError(f"--check file {path!r} is neither JSON nor YAML "
-                         f"({' '.join(str(error).split())[:200]})") from None
+        raise UsageError(
+            f"--check file {path!r} is neither JSON nor YAML ({' '.join(str(error).split())[:200]})"
+        ) from None
 
 
 def check_structure(document: dict) -> str:
     """Refuses fields of the wrong type, missing or unknown; says what was checked."""
     try:
         from trainer.kubernetes import api_schema  # pylint: disable=g-import-not-at-top
+
         errors = api_schema.schema_errors(document)
     except ImportError:
-        return ("field types not checked: pip install 'tfdist[kubernetes]' for the "
-                "kubeflow-training models")
+        return (
+            "field types not checked: pip install 'tfdist[kubernetes]' for the "
+            "kubeflow-training models"
+        )
     if errors:
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise UsageError(f"--check file {FLAGS.check!r}: {errors[0]}{more}; expected a "
-                         f"kubeflow.org/v1 TFJob as the training operator's API defines it")
+        raise UsageError(
+            f"--check file {FLAGS.check!r}: {errors[0]}{more}; expected a "
+            f"kubeflow.org/v1 TFJob as the training operator's API defines it"
+        )
     return "field types and names as in the kubeflow-training models"
 
 
 def main(argv, trainer_args=()) -> None:
     if len(argv) > 1:
-        raise UsageError(f"unexpected argument(s) {' '.join(argv[1:])!r} before --, "
-                         f"expected trainer.task flags after --, e.g. -- --epochs=10")
+        raise UsageError(
+            f"unexpected argument(s) {' '.join(argv[1:])!r} before --, "
+            f"expected trainer.task flags after --, e.g. -- --epochs=10"
+        )
     if FLAGS.check:
         document = read_manifest(FLAGS.check)
         checks.check_tfjob(document)
-        print(f"{FLAGS.check}: accepted ({check_structure(document)}, training-operator 1.9 "
-              f"webhook rules and tfdist's)", file=sys.stderr)
+        print(
+            f"{FLAGS.check}: accepted ({check_structure(document)}, training-operator 1.9 "
+            f"webhook rules and tfdist's)",
+            file=sys.stderr,
+        )
         return
     shape = shape_from_flags(trainer_args)
     job = manifest.build_tfjob(shape)
     checks.check_tfjob(job)
     counts = ", ".join(f"{count} {kind}" for kind, count in shape.replica_counts.items())
-    print(f"Dry run, nothing contacted: TFJob {shape.name!r} ({counts}; restartPolicy "
-          f"{shape.restart_policy}, cleanPodPolicy {shape.clean_pod_policy}); outputs under "
-          f"{shape.output_root}; pods run as "
-          f"{shape.service_account or 'the namespace default service account'}",
-          file=sys.stderr)
+    print(
+        f"Dry run, nothing contacted: TFJob {shape.name!r} ({counts}; restartPolicy "
+        f"{shape.restart_policy}, cleanPodPolicy {shape.clean_pod_policy}); outputs under "
+        f"{shape.output_root}; pods run as "
+        f"{shape.service_account or 'the namespace default service account'}",
+        file=sys.stderr,
+    )
     print(render(job, FLAGS.format))
 
 

@@ -38,6 +38,7 @@ ROOT = "KubeflowOrgV1TFJob"
 def _model_class(name: str):
     from kubeflow.training import models as training_models  # pylint: disable=g-import-not-at-top
     from kubernetes.client import models as kubernetes_models  # pylint: disable=g-import-not-at-top
+
     for module in (training_models, kubernetes_models):
         if hasattr(module, name):
             return getattr(module, name)
@@ -68,8 +69,7 @@ def _type_schema(type_name: str, definitions: dict) -> dict:
         return {"type": "array", "items": _type_schema(match.group(1), definitions)}
     match = _DICT.match(type_name)
     if match:
-        return {"type": "object",
-                "additionalProperties": _type_schema(match.group(2), definitions)}
+        return {"type": "object", "additionalProperties": _type_schema(match.group(2), definitions)}
     _define(type_name, definitions)
     return {"$ref": f"#/definitions/{type_name}"}
 
@@ -84,7 +84,9 @@ def _define(name: str, definitions: dict) -> None:
         json_name = model.attribute_map[attribute]
         properties[json_name] = (
             {"type": "object", "additionalProperties": _QUANTITY}
-            if (name, attribute) in _QUANTITY_FIELDS else _type_schema(type_name, definitions))
+            if (name, attribute) in _QUANTITY_FIELDS
+            else _type_schema(type_name, definitions)
+        )
     definitions[name] = {
         "type": "object",
         "properties": properties,
@@ -98,14 +100,20 @@ def tfjob_schema() -> dict:
     """The draft-7 JSON Schema of a `kubeflow.org/v1` TFJob, from the SDK's models."""
     definitions: dict = {}
     _define(ROOT, definitions)
-    return {"$schema": "http://json-schema.org/draft-07/schema#",
-            "$ref": f"#/definitions/{ROOT}", "definitions": definitions}
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "$ref": f"#/definitions/{ROOT}",
+        "definitions": definitions,
+    }
 
 
 def schema_errors(manifest) -> list[str]:
     """Each place the manifest breaks the TFJob API's structure, as `path: message`."""
     import jsonschema  # pylint: disable=g-import-not-at-top
+
     validator = jsonschema.Draft7Validator(tfjob_schema())
     errors = sorted(validator.iter_errors(manifest), key=lambda error: list(error.path))
-    return [f"{'.'.join(str(part) for part in error.path) or '(top)'}: {error.message}"
-            for error in errors]
+    return [
+        f"{'.'.join(str(part) for part in error.path) or '(top)'}: {error.message}"
+        for error in errors
+    ]

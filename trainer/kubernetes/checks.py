@@ -28,42 +28,59 @@ def check_tfjob(manifest) -> None:
     """
     if not isinstance(manifest, dict) or manifest.get("kind") != "TFJob":
         kind = manifest.get("kind") if isinstance(manifest, dict) else type(manifest).__name__
-        raise UsageError(f"the manifest's kind is {kind!r}, expected TFJob "
-                         f"(apiVersion kubeflow.org/v1)")
+        raise UsageError(
+            f"the manifest's kind is {kind!r}, expected TFJob (apiVersion kubeflow.org/v1)"
+        )
     name = _mapping(manifest, "metadata").get("name", "")
     if not (isinstance(name, str) and len(name) <= 63 and _DNS_1035.match(name)):
-        raise UsageError(f"metadata.name is {name!r}, expected a DNS-1035 label (lower-case "
-                         f"letters, digits and '-', starting with a letter, at most 63)")
+        raise UsageError(
+            f"metadata.name is {name!r}, expected a DNS-1035 label (lower-case "
+            f"letters, digits and '-', starting with a letter, at most 63)"
+        )
     spec = _mapping(manifest, "spec")
     if spec.get("enableDynamicWorker"):
-        raise UsageError("spec.enableDynamicWorker is true, which gives each worker a sparse "
-                         "TF_CONFIG tfdist cannot run; expected it unset or false")
+        raise UsageError(
+            "spec.enableDynamicWorker is true, which gives each worker a sparse "
+            "TF_CONFIG tfdist cannot run; expected it unset or false"
+        )
     replicas = spec.get("tfReplicaSpecs")
     if not isinstance(replicas, dict) or not replicas:
-        raise UsageError("spec.tfReplicaSpecs is missing, expected replica types "
-                         f"({', '.join(REPLICA_TYPES)}) to replica specs")
+        raise UsageError(
+            "spec.tfReplicaSpecs is missing, expected replica types "
+            f"({', '.join(REPLICA_TYPES)}) to replica specs"
+        )
     if "Master" in replicas:
-        raise UsageError("spec.tfReplicaSpecs has a Master replica, whose 'master' role "
-                         "tfdist does not run; expected Chief instead")
+        raise UsageError(
+            "spec.tfReplicaSpecs has a Master replica, whose 'master' role "
+            "tfdist does not run; expected Chief instead"
+        )
     unknown = sorted(set(replicas) - set(REPLICA_TYPES))
     if unknown:
-        raise UsageError(f"spec.tfReplicaSpecs has replica type(s) {', '.join(unknown)}, "
-                         f"expected {', '.join(REPLICA_TYPES)} (case as shown)")
+        raise UsageError(
+            f"spec.tfReplicaSpecs has replica type(s) {', '.join(unknown)}, "
+            f"expected {', '.join(REPLICA_TYPES)} (case as shown)"
+        )
     for replica_type, replica in replicas.items():
         _check_replica(replica_type, replica)
     if "Chief" in replicas and _count(replicas, "Chief") > 1:
-        raise UsageError(f"spec.tfReplicaSpecs.Chief.replicas is {_count(replicas, 'Chief')}, "
-                         f"expected 1: a TFJob has at most one Chief")
+        raise UsageError(
+            f"spec.tfReplicaSpecs.Chief.replicas is {_count(replicas, 'Chief')}, "
+            f"expected 1: a TFJob has at most one Chief"
+        )
     evaluators = _count(replicas, "Evaluator") if "Evaluator" in replicas else 0
     if evaluators > 1:
-        raise UsageError(f"spec.tfReplicaSpecs.Evaluator.replicas is {evaluators}, "
-                         f"expected 1: TensorFlow runs a single evaluator")
+        raise UsageError(
+            f"spec.tfReplicaSpecs.Evaluator.replicas is {evaluators}, "
+            f"expected 1: TensorFlow runs a single evaluator"
+        )
     # Unset is None in training-operator 1.9 (older releases defaulted to Running).
     clean = _mapping(spec, "runPolicy", "spec.").get("cleanPodPolicy", "None")
     if evaluators and clean != "None":
-        raise UsageError(f"spec.runPolicy.cleanPodPolicy is {clean!r} with an Evaluator, "
-                         f"which the operator deletes when the chief ends, before it "
-                         f"evaluates the last checkpoint; expected None")
+        raise UsageError(
+            f"spec.runPolicy.cleanPodPolicy is {clean!r} with an Evaluator, "
+            f"which the operator deletes when the chief ends, before it "
+            f"evaluates the last checkpoint; expected None"
+        )
 
 
 def _mapping(parent: dict, key: str, where: str = "") -> dict:
@@ -79,29 +96,37 @@ def _count(replicas: dict, replica_type: str) -> int:
     """`replicas` of a replica spec (1 when unset, as the operator defaults it)."""
     count = (replicas.get(replica_type) or {}).get("replicas", 1)
     if not isinstance(count, int) or isinstance(count, bool) or count < 0:
-        raise UsageError(f"spec.tfReplicaSpecs.{replica_type}.replicas is {count!r}, expected "
-                         f"a whole number")
+        raise UsageError(
+            f"spec.tfReplicaSpecs.{replica_type}.replicas is {count!r}, expected a whole number"
+        )
     return count
 
 
 def _check_replica(replica_type: str, replica) -> None:
     where = f"spec.tfReplicaSpecs.{replica_type}"
     if not isinstance(replica, dict):
-        raise UsageError(f"{where} is {type(replica).__name__}, expected a replica spec "
-                         f"(replicas, restartPolicy, template)")
+        raise UsageError(
+            f"{where} is {type(replica).__name__}, expected a replica spec "
+            f"(replicas, restartPolicy, template)"
+        )
     _count({replica_type: replica}, replica_type)
     template = _mapping(replica, "template", f"{where}.")
     containers = _mapping(template, "spec", f"{where}.template.").get("containers")
     if not isinstance(containers, list) or not all(isinstance(c, dict) for c in containers):
         containers = []
     if not containers:
-        raise UsageError(f"{where}.template.spec.containers is empty, expected a container "
-                         f"named tensorflow")
+        raise UsageError(
+            f"{where}.template.spec.containers is empty, expected a container named tensorflow"
+        )
     for index, container in enumerate(containers):
         if not container.get("image"):
-            raise UsageError(f"{where}.template.spec.containers[{index}].image is missing, "
-                             f"expected the trainer image")
+            raise UsageError(
+                f"{where}.template.spec.containers[{index}].image is missing, "
+                f"expected the trainer image"
+            )
     if not any(container.get("name") == "tensorflow" for container in containers):
         names = [container.get("name") for container in containers]
-        raise UsageError(f"{where} has containers {names}, expected one named tensorflow "
-                         f"(the operator sets TF_CONFIG and the port there)")
+        raise UsageError(
+            f"{where} has containers {names}, expected one named tensorflow "
+            f"(the operator sets TF_CONFIG and the port there)"
+        )

@@ -18,11 +18,17 @@ _VOLUME = "tfdist-shared"
 def trainer_command(shape: TFJobShape) -> list[str]:
     """The command of every replica."""
     root = shape.output_root
-    return ["python", "-m", "trainer.task", f"--strategy={shape.strategy}",
-            f"--model_dir={root}/model", f"--backup_dir={root}/backup",
-            f"--backup_every_steps={shape.backup_every_steps}",
-            f"--preemption_grace_seconds={shape.termination_grace_seconds - 5}",
-            *shape.trainer_args]
+    return [
+        "python",
+        "-m",
+        "trainer.task",
+        f"--strategy={shape.strategy}",
+        f"--model_dir={root}/model",
+        f"--backup_dir={root}/backup",
+        f"--backup_every_steps={shape.backup_every_steps}",
+        f"--preemption_grace_seconds={shape.termination_grace_seconds - 5}",
+        *shape.trainer_args,
+    ]
 
 
 def _resources(cpu: str, memory: str, gpus: int, gpu_resource: str) -> dict:
@@ -45,19 +51,23 @@ def _pod_template(shape: TFJobShape, replica_type: str) -> dict:
         "ports": [{"name": PORT_NAME, "containerPort": PORT}],
         "resources": resources,
     }
-    spec = {"containers": [container],
-            "terminationGracePeriodSeconds": shape.termination_grace_seconds}
+    spec = {
+        "containers": [container],
+        "terminationGracePeriodSeconds": shape.termination_grace_seconds,
+    }
     if shape.volume_claim:
         container["volumeMounts"] = [{"name": _VOLUME, "mountPath": shape.mount_path}]
-        spec["volumes"] = [{"name": _VOLUME,
-                            "persistentVolumeClaim": {"claimName": shape.volume_claim}}]
+        spec["volumes"] = [
+            {"name": _VOLUME, "persistentVolumeClaim": {"claimName": shape.volume_claim}}
+        ]
     if shape.service_account:
         spec["serviceAccountName"] = shape.service_account
     if shape.node_selector:
         spec["nodeSelector"] = dict(pair.split("=", 1) for pair in shape.node_selector)
-    return {"metadata": {"labels": {"app.kubernetes.io/name": "tfdist",
-                                    "tfdist/job": shape.name}},
-            "spec": spec}
+    return {
+        "metadata": {"labels": {"app.kubernetes.io/name": "tfdist", "tfdist/job": shape.name}},
+        "spec": spec,
+    }
 
 
 def build_tfjob(shape: TFJobShape) -> dict:
@@ -66,16 +76,22 @@ def build_tfjob(shape: TFJobShape) -> dict:
     if shape.namespace:
         metadata["namespace"] = shape.namespace
     replica_specs = {
-        replica_type: {"replicas": count, "restartPolicy": shape.restart_policy,
-                       "template": _pod_template(shape, replica_type)}
-        for replica_type, count in shape.replica_counts.items()}
+        replica_type: {
+            "replicas": count,
+            "restartPolicy": shape.restart_policy,
+            "template": _pod_template(shape, replica_type),
+        }
+        for replica_type, count in shape.replica_counts.items()
+    }
     return {
         "apiVersion": API_VERSION,
         "kind": "TFJob",
         "metadata": metadata,
         "spec": {
-            "runPolicy": {"cleanPodPolicy": shape.clean_pod_policy,
-                          "backoffLimit": shape.backoff_limit},
+            "runPolicy": {
+                "cleanPodPolicy": shape.clean_pod_policy,
+                "backoffLimit": shape.backoff_limit,
+            },
             "tfReplicaSpecs": replica_specs,
         },
     }

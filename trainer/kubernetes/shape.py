@@ -22,8 +22,10 @@ DEFAULT_MOUNT_PATH = "/mnt/tfdist"
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 # Kubernetes resource.Quantity, as the CRD's schema spells it.
-_QUANTITY = re.compile(r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-                       r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+_QUANTITY = re.compile(
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
 _RESOURCE_NAME = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
@@ -110,8 +112,12 @@ class TFJobShape:
     @property
     def replica_counts(self) -> dict[str, int]:
         """TFJob replica type to count, for the types present."""
-        counts = {"Chief": int(self.chief), "Worker": self.workers,
-                  "PS": self.parameter_servers, "Evaluator": self.evaluators}
+        counts = {
+            "Chief": int(self.chief),
+            "Worker": self.workers,
+            "PS": self.parameter_servers,
+            "Evaluator": self.evaluators,
+        }
         return {kind: count for kind, count in counts.items() if count}
 
     @classmethod
@@ -120,28 +126,42 @@ class TFJobShape:
 
 
 def _count(name: str, value, minimum: int, maximum: int | None = None) -> None:
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= minimum
-            and (maximum is None or value <= maximum),
-            f"{name} is {quoted(value)}, expected a whole number "
-            f"{f'from {minimum} to {maximum}' if maximum is not None else f'>= {minimum}'}")
+    require(
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and value >= minimum
+        and (maximum is None or value <= maximum),
+        f"{name} is {quoted(value)}, expected a whole number "
+        f"{f'from {minimum} to {maximum}' if maximum is not None else f'>= {minimum}'}",
+    )
 
 
 def _check(shape: TFJobShape) -> None:
-    require(len(shape.name) <= 63 and bool(_DNS_1035.match(shape.name)),
-            f"name is {quoted(shape.name)}, expected a DNS-1035 label (at most 63 lower-case "
-            f"letters, digits and '-', starting with a letter; the training operator refuses "
-            f"others), e.g. tfdist-mnist")
-    require(not shape.namespace or bool(_DNS_1123.match(shape.namespace)),
-            f"namespace is {quoted(shape.namespace)}, expected a DNS-1123 label such as "
-            f"ml-team, or empty")
-    require(bool(shape.image.strip()) and not any(c.isspace() for c in shape.image),
-            f"image is {quoted(shape.image)}, expected the trainer image every replica runs, "
-            f"e.g. us-docker.pkg.dev/my-project/tfdist/trainer:0.1.0 (build it from docker/)")
-    require(shape.strategy in STRATEGIES,
-            f"strategy is {quoted(shape.strategy)}, expected one of {', '.join(STRATEGIES)}")
-    require(isinstance(shape.chief, bool),
-            f"chief is {quoted(shape.chief)}, expected true or false: a TFJob has at most one "
-            f"Chief (the operator refuses more)")
+    require(
+        len(shape.name) <= 63 and bool(_DNS_1035.match(shape.name)),
+        f"name is {quoted(shape.name)}, expected a DNS-1035 label (at most 63 lower-case "
+        f"letters, digits and '-', starting with a letter; the training operator refuses "
+        f"others), e.g. tfdist-mnist",
+    )
+    require(
+        not shape.namespace or bool(_DNS_1123.match(shape.namespace)),
+        f"namespace is {quoted(shape.namespace)}, expected a DNS-1123 label such as "
+        f"ml-team, or empty",
+    )
+    require(
+        bool(shape.image.strip()) and not any(c.isspace() for c in shape.image),
+        f"image is {quoted(shape.image)}, expected the trainer image every replica runs, "
+        f"e.g. us-docker.pkg.dev/my-project/tfdist/trainer:0.1.0 (build it from docker/)",
+    )
+    require(
+        shape.strategy in STRATEGIES,
+        f"strategy is {quoted(shape.strategy)}, expected one of {', '.join(STRATEGIES)}",
+    )
+    require(
+        isinstance(shape.chief, bool),
+        f"chief is {quoted(shape.chief)}, expected true or false: a TFJob has at most one "
+        f"Chief (the operator refuses more)",
+    )
     _count("workers", shape.workers, 0)
     _count("parameter_servers", shape.parameter_servers, 0)
     _count("evaluators", shape.evaluators, 0, 1)
@@ -151,80 +171,112 @@ def _check(shape: TFJobShape) -> None:
     _count("termination_grace_seconds", shape.termination_grace_seconds, 10)
     for field in ("cpu", "memory", "ps_cpu", "ps_memory"):
         value = getattr(shape, field)
-        require(isinstance(value, str) and bool(_QUANTITY.match(value)),
-                f"{field} is {quoted(value)}, expected a Kubernetes quantity such as 4, 500m, "
-                f"16Gi")
-    require(bool(_RESOURCE_NAME.match(shape.gpu_resource)),
-            f"gpu_resource is {quoted(shape.gpu_resource)}, expected a resource name such "
-            f"as nvidia.com/gpu")
-    require(shape.restart_policy in RESTART_POLICIES,
-            f"restart_policy is {quoted(shape.restart_policy)}, expected one of "
-            f"{', '.join(RESTART_POLICIES)} (ExitCode retries tfdist's 137, 143 and 200)")
-    require(shape.clean_pod_policy in CLEAN_POD_POLICIES,
-            f"clean_pod_policy is {quoted(shape.clean_pod_policy)}, expected one of "
-            f"{', '.join(CLEAN_POD_POLICIES)}")
-    require(not (shape.evaluators and shape.clean_pod_policy != "None"),
-            f"clean_pod_policy is {quoted(shape.clean_pod_policy)} with an evaluator, which "
-            f"the operator deletes when the chief ends, before it evaluates the last "
-            f"checkpoint; expected None")
-    require(bool(shape.volume_claim) != bool(shape.bucket),
-            f"volume_claim is {quoted(shape.volume_claim)} and bucket {quoted(shape.bucket)}, "
-            f"expected exactly one: every replica restores from the same backups, so they go "
-            f"on a shared ReadWriteMany volume or in a bucket")
-    require(not shape.volume_claim or bool(_DNS_1123.match(shape.volume_claim)),
-            f"volume_claim is {quoted(shape.volume_claim)}, expected the name of a "
-            f"PersistentVolumeClaim, e.g. tfdist-shared")
-    require(not shape.bucket or bool(re.match(r"^(gs|s3)://[a-z0-9][-_.a-z0-9]*(/\S*)?$",
-                                              shape.bucket)),
-            f"bucket is {quoted(shape.bucket)}, expected gs://BUCKET[/PREFIX] or "
-            f"s3://BUCKET[/PREFIX]")
-    require(shape.mount_path.startswith("/") and ".." not in shape.mount_path.split("/"),
-            f"mount_path is {quoted(shape.mount_path)}, expected an absolute path without "
-            f"'..', e.g. {DEFAULT_MOUNT_PATH}")
+        require(
+            isinstance(value, str) and bool(_QUANTITY.match(value)),
+            f"{field} is {quoted(value)}, expected a Kubernetes quantity such as 4, 500m, 16Gi",
+        )
+    require(
+        bool(_RESOURCE_NAME.match(shape.gpu_resource)),
+        f"gpu_resource is {quoted(shape.gpu_resource)}, expected a resource name such "
+        f"as nvidia.com/gpu",
+    )
+    require(
+        shape.restart_policy in RESTART_POLICIES,
+        f"restart_policy is {quoted(shape.restart_policy)}, expected one of "
+        f"{', '.join(RESTART_POLICIES)} (ExitCode retries tfdist's 137, 143 and 200)",
+    )
+    require(
+        shape.clean_pod_policy in CLEAN_POD_POLICIES,
+        f"clean_pod_policy is {quoted(shape.clean_pod_policy)}, expected one of "
+        f"{', '.join(CLEAN_POD_POLICIES)}",
+    )
+    require(
+        not (shape.evaluators and shape.clean_pod_policy != "None"),
+        f"clean_pod_policy is {quoted(shape.clean_pod_policy)} with an evaluator, which "
+        f"the operator deletes when the chief ends, before it evaluates the last "
+        f"checkpoint; expected None",
+    )
+    require(
+        bool(shape.volume_claim) != bool(shape.bucket),
+        f"volume_claim is {quoted(shape.volume_claim)} and bucket {quoted(shape.bucket)}, "
+        f"expected exactly one: every replica restores from the same backups, so they go "
+        f"on a shared ReadWriteMany volume or in a bucket",
+    )
+    require(
+        not shape.volume_claim or bool(_DNS_1123.match(shape.volume_claim)),
+        f"volume_claim is {quoted(shape.volume_claim)}, expected the name of a "
+        f"PersistentVolumeClaim, e.g. tfdist-shared",
+    )
+    require(
+        not shape.bucket
+        or bool(re.match(r"^(gs|s3)://[a-z0-9][-_.a-z0-9]*(/\S*)?$", shape.bucket)),
+        f"bucket is {quoted(shape.bucket)}, expected gs://BUCKET[/PREFIX] or s3://BUCKET[/PREFIX]",
+    )
+    require(
+        shape.mount_path.startswith("/") and ".." not in shape.mount_path.split("/"),
+        f"mount_path is {quoted(shape.mount_path)}, expected an absolute path without "
+        f"'..', e.g. {DEFAULT_MOUNT_PATH}",
+    )
     for pair in shape.node_selector:
-        require(pair.count("=") == 1 and all(pair.split("=")),
-                f"node_selector has {quoted(pair)}, expected key=value, e.g. "
-                f"cloud.google.com/gke-accelerator=nvidia-l4")
+        require(
+            pair.count("=") == 1 and all(pair.split("=")),
+            f"node_selector has {quoted(pair)}, expected key=value, e.g. "
+            f"cloud.google.com/gke-accelerator=nvidia-l4",
+        )
     for arg in shape.trainer_args:
         flag = arg.split("=", 1)[0]
-        require(flag not in _SET_BY_SHAPE,
-                f"trainer_args has {quoted(arg)}, which the job shape sets; expected the "
-                f"shape's field instead ({_SET_BY_SHAPE.get(flag)})")
+        require(
+            flag not in _SET_BY_SHAPE,
+            f"trainer_args has {quoted(arg)}, which the job shape sets; expected the "
+            f"shape's field instead ({_SET_BY_SHAPE.get(flag)})",
+        )
     _check_roles(shape)
 
 
-_SET_BY_SHAPE = {"--strategy": "strategy", "--model_dir": "volume_claim or bucket",
-                 "--backup_dir": "volume_claim or bucket",
-                 "--backup_every_steps": "backup_every_steps",
-                 "--preemption_grace_seconds": "termination_grace_seconds"}
+_SET_BY_SHAPE = {
+    "--strategy": "strategy",
+    "--model_dir": "volume_claim or bucket",
+    "--backup_dir": "volume_claim or bucket",
+    "--backup_every_steps": "backup_every_steps",
+    "--preemption_grace_seconds": "termination_grace_seconds",
+}
 
 
 def _check_roles(shape: TFJobShape) -> None:
     training = int(shape.chief) + shape.workers
-    require(training >= 1, "the job has no chief and no workers, expected chief=true or "
-                           "workers >= 1")
+    require(
+        training >= 1, "the job has no chief and no workers, expected chief=true or workers >= 1"
+    )
     if shape.strategy == "parameter_server":
-        require(shape.chief and shape.workers >= 1 and shape.parameter_servers >= 1,
-                f"strategy parameter_server needs a chief (the coordinator), workers >= 1 and "
-                f"parameter_servers >= 1, got chief={shape.chief}, workers={shape.workers}, "
-                f"parameter_servers={shape.parameter_servers}")
+        require(
+            shape.chief and shape.workers >= 1 and shape.parameter_servers >= 1,
+            f"strategy parameter_server needs a chief (the coordinator), workers >= 1 and "
+            f"parameter_servers >= 1, got chief={shape.chief}, workers={shape.workers}, "
+            f"parameter_servers={shape.parameter_servers}",
+        )
     else:
-        require(not shape.parameter_servers,
-                f"parameter_servers is {shape.parameter_servers} under strategy "
-                f"{shape.strategy}, expected 0; use strategy parameter_server")
+        require(
+            not shape.parameter_servers,
+            f"parameter_servers is {shape.parameter_servers} under strategy "
+            f"{shape.strategy}, expected 0; use strategy parameter_server",
+        )
     if shape.strategy in ("mirrored", "one_device", "default"):
-        require(training == 1,
-                f"strategy {shape.strategy} runs in one process, but the job has "
-                f"{training} training replicas; expected chief=true and workers=0, or "
-                f"strategy multiworker")
+        require(
+            training == 1,
+            f"strategy {shape.strategy} runs in one process, but the job has "
+            f"{training} training replicas; expected chief=true and workers=0, or "
+            f"strategy multiworker",
+        )
 
 
 def shape_from_options(values: dict) -> TFJobShape:
     """A shape from `--job_config` keys and flag values (JSON types)."""
     unknown = sorted(set(values) - set(TFJobShape.field_names()))
     if unknown:
-        raise UsageError(f"unknown job shape key(s) {', '.join(unknown)}, expected names "
-                         f"from: {', '.join(TFJobShape.field_names())}")
+        raise UsageError(
+            f"unknown job shape key(s) {', '.join(unknown)}, expected names "
+            f"from: {', '.join(TFJobShape.field_names())}"
+        )
     values = dict(values)
     for field in ("trainer_args", "node_selector"):
         if isinstance(values.get(field), list):

@@ -26,17 +26,17 @@ Reading order, one job per module:
 import os
 from typing import Mapping
 
-from absl import logging
 import keras
 import tensorflow as tf
+from absl import logging
 
 from tfdist import parameter_server as ps_lib
-from tfdist.parameter_server import training as ps_training
-from tfdist.distribute import strategy as strategy_lib
 from tfdist import tasks as tasks_lib
-from tfdist.distribute.cluster import CHIEF, EVALUATOR, PS, WORKER, Cluster
 from tfdist.data import per_replica_batch_size
+from tfdist.distribute import strategy as strategy_lib
+from tfdist.distribute.cluster import CHIEF, EVALUATOR, PS, WORKER, Cluster
 from tfdist.errors import UsageError
+from tfdist.parameter_server import training as ps_training
 from trainer import tasks
 from trainer.config import ExperimentConfig
 from trainer.run import evaluator, parameter_server, synchronous
@@ -49,13 +49,14 @@ PEER_FAILURES = ps_training.PEER_FAILURES
 
 
 def strategy_options(config: ExperimentConfig) -> strategy_lib.StrategyOptions:
-    return strategy_lib.StrategyOptions(all_reduce=config.all_reduce,
-                                        num_cpu_devices=config.num_cpu_devices,
-                                        tpu=config.tpu)
+    return strategy_lib.StrategyOptions(
+        all_reduce=config.all_reduce, num_cpu_devices=config.num_cpu_devices, tpu=config.tpu
+    )
 
 
-def run(config: ExperimentConfig, cluster: Cluster,
-        environ: Mapping[str, str] = os.environ) -> dict | None:
+def run(
+    config: ExperimentConfig, cluster: Cluster, environ: Mapping[str, str] = os.environ
+) -> dict | None:
     """Runs this task's part of the job.
 
     Returns:
@@ -84,15 +85,28 @@ def run(config: ExperimentConfig, cluster: Cluster,
         if cluster.task_type != CHIEF:
             raise UsageError(
                 f"task type {cluster.task_type!r} has no part in parameter-server training, "
-                f"expected chief, worker, ps or evaluator")
+                f"expected chief, worker, ps or evaluator"
+            )
         strategy = strategy_lib.make_strategy("parameter_server", cluster, options)
-        return parameter_server.train(config, cluster, dirs, loaded, strategy=strategy,
-                                      environ=environ)
+        return parameter_server.train(
+            config, cluster, dirs, loaded, strategy=strategy, environ=environ
+        )
     replicas = strategy_lib.expected_num_replicas(strategy_name, cluster, options)
     if replicas:
         per_replica_batch_size(config.global_batch_size, replicas)
     strategy = strategy_lib.make_strategy(strategy_name, cluster, options)
-    logging.info("Training %s under %s on %d replica(s).", loaded.spec, strategy_name,
-                 strategy.num_replicas_in_sync)
-    return synchronous.train(config, cluster, dirs, loaded, strategy=strategy,
-                             strategy_name=strategy_name, environ=environ)
+    logging.info(
+        "Training %s under %s on %d replica(s).",
+        loaded.spec,
+        strategy_name,
+        strategy.num_replicas_in_sync,
+    )
+    return synchronous.train(
+        config,
+        cluster,
+        dirs,
+        loaded,
+        strategy=strategy,
+        strategy_name=strategy_name,
+        environ=environ,
+    )

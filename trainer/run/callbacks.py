@@ -12,9 +12,9 @@ from typing import Mapping
 
 import keras
 
-from tfdist.outputs import hypertune
 from tfdist.callbacks import BackupAndRestore, EpochTensorBoard, NonFiniteGuard
 from tfdist.distribute.cluster import Cluster, has_evaluator
+from tfdist.outputs import hypertune
 from tfdist.outputs.evaluation import CheckpointExporter
 from trainer.config import ExperimentConfig
 from trainer.run.directories import OutputDirs
@@ -24,27 +24,36 @@ from trainer.run.throughput import ThroughputMeter
 EVALUATION_CHECKPOINTS_KEPT = 3
 
 
-def evaluation_exporter(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs,
-                        environ: Mapping[str, str]) -> CheckpointExporter | None:
+def evaluation_exporter(
+    config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, environ: Mapping[str, str]
+) -> CheckpointExporter | None:
     """The chief's exporter when an evaluator exists or one was asked for; else None."""
-    if not dirs.model_dir or not (config.evaluation_checkpoints
-                                  or has_evaluator(cluster, environ)):
+    if not dirs.model_dir or not (config.evaluation_checkpoints or has_evaluator(cluster, environ)):
         return None
     return CheckpointExporter(dirs.checkpoints_dir, max_to_keep=EVALUATION_CHECKPOINTS_KEPT)
 
 
-def training_callbacks(*, config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs,
-                       backup: BackupAndRestore | None,
-                       exporter: CheckpointExporter | None,
-                       steps_per_execution: int = 1) -> list:
+def training_callbacks(
+    *,
+    config: ExperimentConfig,
+    cluster: Cluster,
+    dirs: OutputDirs,
+    backup: BackupAndRestore | None,
+    exporter: CheckpointExporter | None,
+    steps_per_execution: int = 1,
+) -> list:
     """The meter, the chief's TensorBoard and exporter, and the backup (last)."""
-    callbacks = [ThroughputMeter(global_batch_size=config.global_batch_size,
-                                 steps_per_execution=steps_per_execution)]
+    callbacks = [
+        ThroughputMeter(
+            global_batch_size=config.global_batch_size, steps_per_execution=steps_per_execution
+        )
+    ]
     if backup is None:
         callbacks.append(NonFiniteGuard())  # the backup checks the same itself
     if config.hparam_metric:
-        callbacks.append(hypertune.HypertuneCallback(config.hparam_metric,
-                                                     is_chief=cluster.is_chief))
+        callbacks.append(
+            hypertune.HypertuneCallback(config.hparam_metric, is_chief=cluster.is_chief)
+        )
     if cluster.is_chief:
         if dirs.tensorboard_dir:
             callbacks.append(EpochTensorBoard(dirs.tensorboard_dir))

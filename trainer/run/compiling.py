@@ -10,12 +10,11 @@ restore point is known.
 import keras
 import tensorflow as tf
 
-from tfdist.tasks import first_batch_check
-from tfdist.tasks import weighting
-from tfdist.distribute import execution_tuner
 from tfdist import keras_compat
 from tfdist import tasks as tasks_lib
+from tfdist.distribute import execution_tuner
 from tfdist.errors import UsageError
+from tfdist.tasks import first_batch_check, weighting
 from trainer.config import AUTO, ExperimentConfig
 from trainer.optimization import build_optimizer
 from trainer.run.inputs import Inputs
@@ -35,11 +34,14 @@ def check_settings_for_strategy(config: ExperimentConfig, strategy_name: str) ->
         raise UsageError(
             "--deterministic was given with parameter-server training, whose workers update "
             "the variables asynchronously in an order no flag can fix; drop --deterministic "
-            "(or use a synchronous strategy for reproducible runs)")
+            "(or use a synchronous strategy for reproducible runs)"
+        )
     if config.jit_compile == "true":
-        raise UsageError("--jit_compile=true was given with parameter-server training, whose "
-                         "coordinator schedules uncompiled steps; use --jit_compile=auto or "
-                         "false")
+        raise UsageError(
+            "--jit_compile=true was given with parameter-server training, whose "
+            "coordinator schedules uncompiled steps; use --jit_compile=auto or "
+            "false"
+        )
 
 
 def resolve_jit_compile(config: ExperimentConfig, strategy_name: str) -> tuple[bool, str]:
@@ -59,8 +61,14 @@ def resolve_jit_compile(config: ExperimentConfig, strategy_name: str) -> tuple[b
     return False, "on CPUs XLA was measured slower (cnn 0.3-0.4x) or no faster (mlp)"
 
 
-def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
-                for_training: bool = True, jit_compile: bool = False) -> keras.Model:
+def build_model(
+    loaded: LoadedTask,
+    config: ExperimentConfig,
+    inputs: Inputs,
+    *,
+    for_training: bool = True,
+    jit_compile: bool = False,
+) -> keras.Model:
     """The task's model, built and compiled; call inside the strategy's scope.
 
     The model and its loss run once on the first training examples
@@ -76,22 +84,33 @@ def build_model(loaded: LoadedTask, config: ExperimentConfig, inputs: Inputs, *,
     model = loaded.task.build_model()
     tasks_lib.check_model(model, loaded.spec)
     steps_per_epoch = inputs.steps_per_epoch if for_training else None
-    compile_args = {"loss": loaded.task.loss(), "metrics": loaded.task.metrics(),
-                    "weighted_metrics": weighting.weighted_metrics_of(loaded.task)}
+    compile_args = {
+        "loss": loaded.task.loss(),
+        "metrics": loaded.task.metrics(),
+        "weighted_metrics": weighting.weighted_metrics_of(loaded.task),
+    }
     if steps_per_epoch is None:
         model.compile(**compile_args)
     else:
-        model.compile(optimizer=build_optimizer(config, steps_per_epoch=steps_per_epoch),
-                      steps_per_execution=explicit_steps_per_execution(config),
-                      jit_compile=jit_compile, **compile_args)
+        model.compile(
+            optimizer=build_optimizer(config, steps_per_epoch=steps_per_epoch),
+            steps_per_execution=explicit_steps_per_execution(config),
+            jit_compile=jit_compile,
+            **compile_args,
+        )
         if config.all_reduce_dtype != "float32":
             keras_compat.set_gradient_all_reduce_dtype(model.optimizer, config.all_reduce_dtype)
     head = inputs.train.first_examples(first_batch_check.CHECK_BATCH)
     first_batch_check.check(
-        model, first_batch_check.first_batch(head, inputs.batching, spec=loaded.spec,
-                                             global_batch_size=inputs.global_batch_size),
-        loss=compile_args["loss"], spec=loaded.spec, element_spec=head.element_spec,
-        global_batch_size=inputs.global_batch_size)
+        model,
+        first_batch_check.first_batch(
+            head, inputs.batching, spec=loaded.spec, global_batch_size=inputs.global_batch_size
+        ),
+        loss=compile_args["loss"],
+        spec=loaded.spec,
+        element_spec=head.element_spec,
+        global_batch_size=inputs.global_batch_size,
+    )
     return model
 
 
@@ -100,22 +119,30 @@ def explicit_steps_per_execution(config: ExperimentConfig) -> int:
     return 1 if config.steps_per_execution == AUTO else config.steps_per_execution
 
 
-def tune_steps_per_execution(config: ExperimentConfig, model: keras.Model, inputs: Inputs,
-                             todo: "Plan") -> int:
+def tune_steps_per_execution(
+    config: ExperimentConfig, model: keras.Model, inputs: Inputs, todo: "Plan"
+) -> int:
     """Sets `model.steps_per_execution` when it is `auto` (see `tfdist.distribute.execution_tuner`).
 
     Parameter-server training schedules single steps (auto means 1 there).
     """
-    parameter_server = isinstance(model.distribute_strategy,
-                                  tf.distribute.experimental.ParameterServerStrategy)
-    if (config.steps_per_execution != AUTO or todo.completed or not todo.segments
-            or parameter_server):
+    parameter_server = isinstance(
+        model.distribute_strategy, tf.distribute.experimental.ParameterServerStrategy
+    )
+    if (
+        config.steps_per_execution != AUTO
+        or todo.completed
+        or not todo.segments
+        or parameter_server
+    ):
         return int(model.steps_per_execution)
     first_step = todo.segments[0].first_step
     return execution_tuner.tune_steps_per_execution(
-        model, inputs.train_stream(first_step, model.distribute_strategy),
+        model,
+        inputs.train_stream(first_step, model.distribute_strategy),
         steps_per_epoch=inputs.steps_per_epoch,
-        backup_every_steps=config.backup_every_steps, first_step=first_step,
+        backup_every_steps=config.backup_every_steps,
+        first_step=first_step,
         other_step_counts=(config.validation_steps,) if config.validation_steps else (),
         run_steps=config.epochs * inputs.steps_per_epoch - first_step,
     ).steps_per_execution

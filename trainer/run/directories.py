@@ -30,12 +30,17 @@ class OutputDirs:
 
         (Vertex's own `AIP_*` directories are already per trial.)
         """
-        model_dir = (hypertune.trial_output_dir(config.model_dir, environ)
-                     or environ.get("AIP_MODEL_DIR", ""))
-        backup_dir = (hypertune.trial_output_dir(config.backup_dir, environ)
-                      or environ.get("AIP_CHECKPOINT_DIR", ""))
-        tensorboard_dir = (config.tensorboard_dir or environ.get("AIP_TENSORBOARD_LOG_DIR", "")
-                           or (os.path.join(model_dir, "logs") if model_dir else ""))
+        model_dir = hypertune.trial_output_dir(config.model_dir, environ) or environ.get(
+            "AIP_MODEL_DIR", ""
+        )
+        backup_dir = hypertune.trial_output_dir(config.backup_dir, environ) or environ.get(
+            "AIP_CHECKPOINT_DIR", ""
+        )
+        tensorboard_dir = (
+            config.tensorboard_dir
+            or environ.get("AIP_TENSORBOARD_LOG_DIR", "")
+            or (os.path.join(model_dir, "logs") if model_dir else "")
+        )
         return cls(model_dir=model_dir, backup_dir=backup_dir, tensorboard_dir=tensorboard_dir)
 
     @property

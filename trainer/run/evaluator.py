@@ -9,11 +9,11 @@ events there), and exits once the chief marks training done.
 
 from absl import logging
 
-from tfdist.tasks import custom_steps
-from tfdist.outputs import evaluation
 from tfdist.distribute.cluster import CHIEF, WORKER, Cluster
 from tfdist.errors import UsageError
+from tfdist.outputs import evaluation
 from tfdist.parameter_server import ChiefWatch
+from tfdist.tasks import custom_steps
 from trainer.config import ExperimentConfig
 from trainer.run.compiling import build_model
 from trainer.run.directories import OutputDirs
@@ -32,20 +32,24 @@ def _training_address(cluster: Cluster) -> str | None:
     return None
 
 
-def evaluate(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs,
-             loaded: LoadedTask) -> None:
+def evaluate(
+    config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, loaded: LoadedTask
+) -> None:
     """Evaluates the chief's checkpoints until training is done."""
     if not dirs.model_dir:
         raise UsageError(
             "the evaluator task has no --model_dir (and no AIP_MODEL_DIR), expected the "
             "chief's model directory, whose checkpoints/ it evaluates; pass the same "
-            "--model_dir to every task")
+            "--model_dir to every task"
+        )
     seed_everything(config)
     inputs = build_inputs(loaded, config)
     if inputs.eval_examples is None:
-        raise UsageError(f"{loaded.spec}: build_inputs(training=False) returned None, so the "
-                         f"evaluator task has nothing to evaluate; return evaluation examples "
-                         f"or run the job without an evaluator")
+        raise UsageError(
+            f"{loaded.spec}: build_inputs(training=False) returned None, so the "
+            f"evaluator task has nothing to evaluate; return evaluation examples "
+            f"or run the job without an evaluator"
+        )
     model = build_model(loaded, config, inputs, for_training=False)
     cannot_evaluate = custom_steps.evaluation_skip_reason(model)
     if cannot_evaluate:
@@ -57,9 +61,17 @@ def evaluate(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs,
         watch = ChiefWatch(address, gone_seconds=60.0)
         alive = lambda: not watch.gone()  # noqa: E731
     evaluator = evaluation.SidecarEvaluator(
-        model, inputs.eval_stream(), checkpoint_dir=dirs.checkpoints_dir,
-        output_dir=dirs.eval_dir, is_training_alive=alive)
+        model,
+        inputs.eval_stream(),
+        checkpoint_dir=dirs.checkpoints_dir,
+        output_dir=dirs.eval_dir,
+        is_training_alive=alive,
+    )
     results = evaluator.run()
     if results:
-        logging.info("Evaluated %d checkpoint(s); the last at step %d: %s", len(results),
-                     max(results), results[max(results)])
+        logging.info(
+            "Evaluated %d checkpoint(s); the last at step %d: %s",
+            len(results),
+            max(results),
+            results[max(results)],
+        )

@@ -12,13 +12,13 @@ import math
 import os
 from typing import Mapping
 
-from absl import logging
 import keras
 import tensorflow as tf
+from absl import logging
 
-from tfdist.outputs import export as export_lib
-from tfdist.callbacks import BackupAndRestore
 from tfdist._internal.files import replace_atomically, write_json_atomically
+from tfdist.callbacks import BackupAndRestore
+from tfdist.outputs import export as export_lib
 from trainer.config import ExperimentConfig
 from trainer.run.directories import OutputDirs
 
@@ -80,16 +80,16 @@ def _finite_or_null(value):
     return value
 
 
-def write_outputs(model: keras.Model, summary: dict, dirs: OutputDirs,
-                  export_format: str) -> None:
+def write_outputs(model: keras.Model, summary: dict, dirs: OutputDirs, export_format: str) -> None:
     """Writes the model (`model.keras`, a SavedModel or both), then `summary.json` last.
 
     Each replaces the old one atomically; `summary.json` appearing means the
     model files beside it are complete.
     """
     if not dirs.model_dir:
-        logging.warning("No --model_dir (and no AIP_MODEL_DIR): the model and summary are "
-                        "not saved.")
+        logging.warning(
+            "No --model_dir (and no AIP_MODEL_DIR): the model and summary are not saved."
+        )
         return
     tf.io.gfile.makedirs(dirs.model_dir)
     written = []

@@ -9,15 +9,14 @@ import functools
 import time
 from typing import Mapping
 
-from absl import logging
 import tensorflow as tf
+from absl import logging
 
-from tfdist.data import batching as batching_lib
-from tfdist.tasks import custom_steps
 from tfdist import data as data_lib
 from tfdist import parameter_server
-from tfdist.tasks import weighting
+from tfdist.data import batching as batching_lib
 from tfdist.distribute.cluster import WORKER, Cluster
+from tfdist.tasks import custom_steps, weighting
 from trainer.config import ExperimentConfig
 from trainer.run import pipeline
 from trainer.run.directories import OutputDirs
@@ -38,8 +37,11 @@ def _worker_dataset_fn(loaded: LoadedTask, inputs: Inputs):
     Workers run graphs only: a source read in Python is refused
     (`TaskInput.graph_examples`).
     """
-    per_pass = (data_lib.batches_per_pass(inputs.num_train_examples, inputs.global_batch_size)
-                if inputs.num_train_examples is not None else inputs.steps_per_epoch)
+    per_pass = (
+        data_lib.batches_per_pass(inputs.num_train_examples, inputs.global_batch_size)
+        if inputs.num_train_examples is not None
+        else inputs.steps_per_epoch
+    )
     inputs.train.graph_examples()  # refuses a Python source before any step is scheduled
 
     def dataset_fn(input_context):
@@ -48,26 +50,37 @@ def _worker_dataset_fn(loaded: LoadedTask, inputs: Inputs):
         del input_context  # Parameter-server input contexts do not tell workers apart.
         split = weighting.with_class_weight(  # the task's class weights, if any
             data_lib.TaskInput(loaded.task.build_inputs(True)),
-            weighting.class_weight_of(loaded.task))
+            weighting.class_weight_of(loaded.task),
+        )
         examples = split.graph_examples()
-        make_batches = (data_lib.training_batches if inputs.batching is None else
-                        functools.partial(batching_lib.training_batches,
-                                          batching=inputs.batching))
+        make_batches = (
+            data_lib.training_batches
+            if inputs.batching is None
+            else functools.partial(batching_lib.training_batches, batching=inputs.batching)
+        )
         stream = make_batches(
-            examples, global_batch_size=inputs.global_batch_size,
-            seed=inputs.seed, num_examples=inputs.num_train_examples)
+            examples,
+            global_batch_size=inputs.global_batch_size,
+            seed=inputs.seed,
+            num_examples=inputs.num_train_examples,
+        )
         offset = tf.cast(tf.timestamp() * 1e6, tf.int64) % per_pass
         return stream.skip(offset)
 
     return dataset_fn
 
 
-def train(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs,
-          loaded: LoadedTask, *, strategy: tf.distribute.Strategy,
-          environ: Mapping[str, str]) -> dict:
+def train(
+    config: ExperimentConfig,
+    cluster: Cluster,
+    dirs: OutputDirs,
+    loaded: LoadedTask,
+    *,
+    strategy: tf.distribute.Strategy,
+    environ: Mapping[str, str],
+) -> dict:
     """Coordinates training from the chief and returns the summary."""
-    run = pipeline.prepare(config, cluster, dirs, loaded, strategy, "parameter_server",
-                           environ)
+    run = pipeline.prepare(config, cluster, dirs, loaded, strategy, "parameter_server", environ)
     num_replicas = int(strategy.num_replicas_in_sync)
     if run.todo.completed:
         return already_completed(run.backup, dirs, "parameter_server", num_replicas)
@@ -84,21 +97,37 @@ def train(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs,
     started = time.perf_counter()
     history = None
     for segment in run.todo.segments:
-        history = trainer.fit(dataset_fn, epochs=segment.epochs,
-                              initial_epoch=segment.initial_epoch,
-                              steps_per_epoch=segment.steps_per_epoch,
-                              steps_per_sync=config.backup_every_steps or None,
-                              callbacks=callbacks, verbose=2, **validation)
+        history = trainer.fit(
+            dataset_fn,
+            epochs=segment.epochs,
+            initial_epoch=segment.initial_epoch,
+            steps_per_epoch=segment.steps_per_epoch,
+            steps_per_sync=config.backup_every_steps or None,
+            callbacks=callbacks,
+            verbose=2,
+            **validation,
+        )
     wall_seconds = time.perf_counter() - started
     train_logs = epoch_logs(history, run.backup)
     eval_stream = None if cannot_evaluate else inputs.eval_stream()
     evaluation = trainer.evaluate_on_coordinator(eval_stream) if eval_stream is not None else {}
-    return pipeline.conclude(config, cluster, dirs, run, Outcome(
-        strategy="parameter_server", num_replicas=num_replicas,
-        num_workers=cluster.count(WORKER), num_ps=cluster.num_ps,
-        steps_per_epoch=inputs.steps_per_epoch,
-        steps_completed=int(model.optimizer.iterations.numpy()), train_logs=train_logs,
-        evaluation=evaluation,
-        examples_per_second=trainer.steps_per_second * config.global_batch_size,
-        wall_seconds=wall_seconds, resumed_from_step=run.todo.resumed_from_step),
-        environ=environ)
+    return pipeline.conclude(
+        config,
+        cluster,
+        dirs,
+        run,
+        Outcome(
+            strategy="parameter_server",
+            num_replicas=num_replicas,
+            num_workers=cluster.count(WORKER),
+            num_ps=cluster.num_ps,
+            steps_per_epoch=inputs.steps_per_epoch,
+            steps_completed=int(model.optimizer.iterations.numpy()),
+            train_logs=train_logs,
+            evaluation=evaluation,
+            examples_per_second=trainer.steps_per_second * config.global_batch_size,
+            wall_seconds=wall_seconds,
+            resumed_from_step=run.todo.resumed_from_step,
+        ),
+        environ=environ,
+    )

@@ -9,37 +9,83 @@ stay importable from here.
 import dataclasses
 from typing import Mapping
 
-from absl import logging
 import keras
 import tensorflow as tf
+from absl import logging
 
-from tfdist.outputs import export as export_lib
 from tfdist.callbacks import BackupAndRestore
 from tfdist.distribute.cluster import Cluster
+from tfdist.outputs import export as export_lib
 from tfdist.outputs.evaluation import CheckpointExporter
 from trainer.config import ExperimentConfig
-from trainer.run.callbacks import (EVALUATION_CHECKPOINTS_KEPT, evaluation_exporter,
-                                   finish_exports, training_callbacks)
-from trainer.run.compiling import (build_model, check_settings_for_strategy,
-                                   explicit_steps_per_execution, resolve_jit_compile,
-                                   tune_steps_per_execution)
+from trainer.run.callbacks import (
+    EVALUATION_CHECKPOINTS_KEPT,
+    evaluation_exporter,
+    finish_exports,
+    training_callbacks,
+)
+from trainer.run.compiling import (
+    build_model,
+    check_settings_for_strategy,
+    explicit_steps_per_execution,
+    resolve_jit_compile,
+    tune_steps_per_execution,
+)
 from trainer.run.directories import CHECKPOINTS_SUBDIR, EVAL_SUBDIR, OutputDirs
 from trainer.run.inputs import Inputs, build_inputs, validation_kwargs
-from trainer.run.outputs import (MODEL_FILE, SUMMARY_FILE, Outcome, build_summary, epoch_logs,
-                                 read_summary, write_outputs)
-from trainer.run.restarts import (Plan, already_completed, changeable_settings, make_backup,
-                                  plan, run_settings)
+from trainer.run.outputs import (
+    MODEL_FILE,
+    SUMMARY_FILE,
+    Outcome,
+    build_summary,
+    epoch_logs,
+    read_summary,
+    write_outputs,
+)
+from trainer.run.restarts import (
+    Plan,
+    already_completed,
+    changeable_settings,
+    make_backup,
+    plan,
+    run_settings,
+)
 from trainer.tasks import LoadedTask
 
 # The pieces' names, importable from here as before the split.
 __all__ = [
-    "CHECKPOINTS_SUBDIR", "EVAL_SUBDIR", "EVALUATION_CHECKPOINTS_KEPT", "MODEL_FILE",
-    "SUMMARY_FILE", "Inputs", "Outcome", "OutputDirs", "Plan", "Prepared", "already_completed",
-    "build_inputs", "build_model", "build_summary", "changeable_settings",
-    "check_settings_for_strategy", "conclude", "epoch_logs", "evaluation_exporter",
-    "explicit_steps_per_execution", "finish_exports", "make_backup", "plan", "prepare",
-    "read_summary", "resolve_jit_compile", "run_settings", "seed_everything",
-    "training_callbacks", "tune_steps_per_execution", "validation_kwargs", "write_outputs",
+    "CHECKPOINTS_SUBDIR",
+    "EVAL_SUBDIR",
+    "EVALUATION_CHECKPOINTS_KEPT",
+    "MODEL_FILE",
+    "SUMMARY_FILE",
+    "Inputs",
+    "Outcome",
+    "OutputDirs",
+    "Plan",
+    "Prepared",
+    "already_completed",
+    "build_inputs",
+    "build_model",
+    "build_summary",
+    "changeable_settings",
+    "check_settings_for_strategy",
+    "conclude",
+    "epoch_logs",
+    "evaluation_exporter",
+    "explicit_steps_per_execution",
+    "finish_exports",
+    "make_backup",
+    "plan",
+    "prepare",
+    "read_summary",
+    "resolve_jit_compile",
+    "run_settings",
+    "seed_everything",
+    "training_callbacks",
+    "tune_steps_per_execution",
+    "validation_kwargs",
+    "write_outputs",
 ]
 
 
@@ -62,37 +108,63 @@ class Prepared:
     callbacks: tuple
 
 
-def prepare(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, loaded: LoadedTask,
-            strategy: tf.distribute.Strategy, strategy_name: str,
-            environ: Mapping[str, str]) -> Prepared:
+def prepare(
+    config: ExperimentConfig,
+    cluster: Cluster,
+    dirs: OutputDirs,
+    loaded: LoadedTask,
+    strategy: tf.distribute.Strategy,
+    strategy_name: str,
+    environ: Mapping[str, str],
+) -> Prepared:
     """Inputs, model, restore and callbacks: everything before the first step."""
     seed_everything(config)
     # Parameter-server workers cannot tell themselves apart: each reads all of the input.
     pipelines = 1 if strategy_name == "parameter_server" else cluster.num_workers
-    inputs = build_inputs(loaded, config, num_workers=pipelines, count_dir=dirs.backup_dir,
-                          is_chief=cluster.is_chief)
+    inputs = build_inputs(
+        loaded, config, num_workers=pipelines, count_dir=dirs.backup_dir, is_chief=cluster.is_chief
+    )
     jit_compile, why = resolve_jit_compile(config, strategy_name)
     logging.info("XLA %s: %s.", "on" if jit_compile else "off", why)
     with strategy.scope():
         model = build_model(loaded, config, inputs, jit_compile=jit_compile)
-    backup = make_backup(config, dirs, strategy, cluster,
-                         run_settings(config, loaded, inputs, cluster, strategy_name), inputs)
+    backup = make_backup(
+        config,
+        dirs,
+        strategy,
+        cluster,
+        run_settings(config, loaded, inputs, cluster, strategy_name),
+        inputs,
+    )
     todo = plan(backup, model, epochs=config.epochs, steps_per_epoch=inputs.steps_per_epoch)
     steps_per_execution = tune_steps_per_execution(config, model, inputs, todo)
     exporter = evaluation_exporter(config, cluster, dirs, environ) if cluster.is_chief else None
-    callbacks = training_callbacks(config=config, cluster=cluster, dirs=dirs, backup=backup,
-                                   exporter=exporter, steps_per_execution=steps_per_execution)
+    callbacks = training_callbacks(
+        config=config,
+        cluster=cluster,
+        dirs=dirs,
+        backup=backup,
+        exporter=exporter,
+        steps_per_execution=steps_per_execution,
+    )
     return Prepared(inputs, model, backup, todo, exporter, tuple(callbacks))
 
 
-def conclude(config: ExperimentConfig, cluster: Cluster, dirs: OutputDirs, run: Prepared,
-             outcome: Outcome, environ: Mapping[str, str]) -> dict:
+def conclude(
+    config: ExperimentConfig,
+    cluster: Cluster,
+    dirs: OutputDirs,
+    run: Prepared,
+    outcome: Outcome,
+    environ: Mapping[str, str],
+) -> dict:
     """Final exports, `summary.json` and `model.keras` (chief), then completion."""
     finish_exports(run.exporter, run.model)
     summary = build_summary(config, outcome)
     if cluster.is_chief:
-        write_outputs(run.model, summary, dirs,
-                      config.export or export_lib.default_export_format(environ))
+        write_outputs(
+            run.model, summary, dirs, config.export or export_lib.default_export_format(environ)
+        )
     if run.backup is not None:
         run.backup.complete()  # only once the outputs exist: a restart before this re-writes them
     return summary

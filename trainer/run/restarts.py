@@ -9,13 +9,13 @@ answers a restart after the job had finished.
 
 import dataclasses
 
-from absl import logging
 import keras
 import tensorflow as tf
+from absl import logging
 
-from tfdist.callbacks import BackupAndRestore
 from tfdist.backups import ResumePoint
 from tfdist.backups.state import FitSegment
+from tfdist.callbacks import BackupAndRestore
 from tfdist.distribute.cluster import Cluster
 from tfdist.preemption import PreemptionOptions
 from trainer.config import ExperimentConfig
@@ -27,16 +27,34 @@ from trainer.tasks import LoadedTask
 # What decides the steps a run computes, recorded in every backup. The model's
 # variables, the optimizer's class and variables and the dtype policy are
 # recorded by the backup itself.
-_SCHEDULE_FIELDS = ("learning_rate", "momentum", "weight_decay", "lr_scaling",
-                    "reference_batch_size", "warmup_epochs", "warmup_steps", "lr_decay",
-                    "decay_power", "decay_boundaries", "decay_rate",
-                    "exclude_from_weight_decay", "exclude_from_layer_adaptation")
-_SAME_GLOBAL_BATCH = ("every step still averages the same global batch of the same examples, "
-                      "so it computes the same update")
+_SCHEDULE_FIELDS = (
+    "learning_rate",
+    "momentum",
+    "weight_decay",
+    "lr_scaling",
+    "reference_batch_size",
+    "warmup_epochs",
+    "warmup_steps",
+    "lr_decay",
+    "decay_power",
+    "decay_boundaries",
+    "decay_rate",
+    "exclude_from_weight_decay",
+    "exclude_from_layer_adaptation",
+)
+_SAME_GLOBAL_BATCH = (
+    "every step still averages the same global batch of the same examples, "
+    "so it computes the same update"
+)
 
 
-def run_settings(config: ExperimentConfig, loaded: LoadedTask, inputs: Inputs,
-                 cluster: Cluster, strategy_name: str) -> dict:
+def run_settings(
+    config: ExperimentConfig,
+    loaded: LoadedTask,
+    inputs: Inputs,
+    cluster: Cluster,
+    strategy_name: str,
+) -> dict:
     """The run's fingerprint beyond its variables, as `BackupAndRestore(run_settings=)` takes it."""
     settings = {
         "task": loaded.identity,
@@ -70,24 +88,37 @@ def changeable_settings(config: ExperimentConfig, inputs: Inputs | None = None) 
         changeable["num_workers"] = _SAME_GLOBAL_BATCH
         changeable["strategy"] = _SAME_GLOBAL_BATCH
     if config.lr_decay == "constant":
-        changeable["epochs"] = ("the learning rate does not decay, so no step depends on the "
-                                "total number of steps")
+        changeable["epochs"] = (
+            "the learning rate does not decay, so no step depends on the total number of steps"
+        )
     return changeable
 
 
-def make_backup(config: ExperimentConfig, dirs: OutputDirs, strategy: tf.distribute.Strategy,
-                cluster: Cluster, settings: dict,
-                inputs: Inputs | None = None) -> BackupAndRestore | None:
+def make_backup(
+    config: ExperimentConfig,
+    dirs: OutputDirs,
+    strategy: tf.distribute.Strategy,
+    cluster: Cluster,
+    settings: dict,
+    inputs: Inputs | None = None,
+) -> BackupAndRestore | None:
     if not dirs.backup_dir:
-        logging.warning("No --backup_dir (and no AIP_CHECKPOINT_DIR): training cannot resume "
-                        "after a failure or preemption.")
+        logging.warning(
+            "No --backup_dir (and no AIP_CHECKPOINT_DIR): training cannot resume "
+            "after a failure or preemption."
+        )
         return None
-    return BackupAndRestore(dirs.backup_dir, save_freq=config.backup_every_steps or "epoch",
-                            delete_checkpoint=not config.keep_backup,
-                            complete_on_train_end=False, strategy=strategy, cluster=cluster,
-                            preemption=PreemptionOptions(
-                                grace_period_seconds=config.preemption_grace_seconds),
-                            run_settings=settings, changeable=changeable_settings(config, inputs))
+    return BackupAndRestore(
+        dirs.backup_dir,
+        save_freq=config.backup_every_steps or "epoch",
+        delete_checkpoint=not config.keep_backup,
+        complete_on_train_end=False,
+        strategy=strategy,
+        cluster=cluster,
+        preemption=PreemptionOptions(grace_period_seconds=config.preemption_grace_seconds),
+        run_settings=settings,
+        changeable=changeable_settings(config, inputs),
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,8 +136,9 @@ class Plan:
     completed: bool = False
 
 
-def plan(backup: BackupAndRestore | None, model: keras.Model, *, epochs: int,
-         steps_per_epoch: int) -> Plan:
+def plan(
+    backup: BackupAndRestore | None, model: keras.Model, *, epochs: int, steps_per_epoch: int
+) -> Plan:
     """Restores the newest good backup into `model` and plans the rest of training."""
     if backup is None:
         return Plan(ResumePoint().segments(epochs=epochs, steps_per_epoch=steps_per_epoch))
@@ -114,13 +146,21 @@ def plan(backup: BackupAndRestore | None, model: keras.Model, *, epochs: int,
     return Plan(tuple(segments), backup.resumed_from_step, backup.completed)
 
 
-def already_completed(backup: BackupAndRestore, dirs: OutputDirs, strategy_name: str,
-                      num_replicas: int) -> dict:
+def already_completed(
+    backup: BackupAndRestore, dirs: OutputDirs, strategy_name: str, num_replicas: int
+) -> dict:
     """The summary of a job that had finished before this restart; trains nothing."""
-    logging.warning("%s records that this job completed at step %d; not training again. "
-                    "Use a new --backup_dir to train anew.", backup.backup_dir,
-                    backup.resumed_from_step)
+    logging.warning(
+        "%s records that this job completed at step %d; not training again. "
+        "Use a new --backup_dir to train anew.",
+        backup.backup_dir,
+        backup.resumed_from_step,
+    )
     return read_summary(dirs) or {
-        "strategy": strategy_name, "num_replicas": num_replicas,
-        "steps_completed": backup.resumed_from_step, "final_loss": None,
-        "examples_per_second": 0.0, "resumed_from_step": backup.resumed_from_step}
+        "strategy": strategy_name,
+        "num_replicas": num_replicas,
+        "steps_completed": backup.resumed_from_step,
+        "final_loss": None,
+        "examples_per_second": 0.0,
+        "resumed_from_step": backup.resumed_from_step,
+    }

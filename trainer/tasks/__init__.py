@@ -33,7 +33,15 @@ def load(config) -> LoadedTask:
         return LoadedTask(task, config.task, f"{config.task}({arguments})")
     from trainer.tasks.builtin import BuiltinTask  # pylint: disable=g-import-not-at-top
 
-    task = BuiltinTask(model=config.model, dataset=config.dataset, data_dir=config.data_dir,
-                       num_examples=config.num_examples, seed=config.seed)
-    return LoadedTask(task, f"--model={config.model} --dataset={config.dataset}",
-                      f"{config.model}/{task.identity}")
+    task = BuiltinTask(
+        model=config.model,
+        dataset=config.dataset,
+        data_dir=config.data_dir,
+        num_examples=config.num_examples,
+        seed=config.seed,
+    )
+    return LoadedTask(
+        task,
+        f"--model={config.model} --dataset={config.dataset}",
+        f"{config.model}/{task.identity}",
+    )

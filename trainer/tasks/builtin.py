@@ -3,8 +3,7 @@
 import keras
 
 from tfdist.tasks import Task
-from trainer.tasks import datasets
-from trainer.tasks import models
+from trainer.tasks import datasets, models
 
 
 class BuiltinTask(Task):
@@ -18,16 +17,26 @@ class BuiltinTask(Task):
         seed: Fixes the synthetic data.
     """
 
-    def __init__(self, *, model: str, dataset: str, data_dir: str = "",
-                 num_examples: int = 8192, seed: int = 0):
+    def __init__(
+        self,
+        *,
+        model: str,
+        dataset: str,
+        data_dir: str = "",
+        num_examples: int = 8192,
+        seed: int = 0,
+    ):
         models.check_model_name(model)
         self.model_name, self.dataset_name = model, dataset
         self.num_examples, self.seed = num_examples, seed
         if dataset == datasets.SYNTHETIC:
             self._builder = None
             self.info = datasets.DatasetInfo(
-                datasets.SYNTHETIC_IMAGE_SHAPE, datasets.SYNTHETIC_NUM_CLASSES, num_examples,
-                datasets.synthetic_test_size(num_examples))
+                datasets.SYNTHETIC_IMAGE_SHAPE,
+                datasets.SYNTHETIC_NUM_CLASSES,
+                num_examples,
+                datasets.synthetic_test_size(num_examples),
+            )
         else:
             self._builder = datasets.tfds_builder(dataset, data_dir)
             self.info = datasets.tfds_info(self._builder)
@@ -49,7 +58,8 @@ class BuiltinTask(Task):
             split = "train" if training else "test"
             size = self.info.num_train_examples if training else self.info.num_test_examples
             return tf.data.Dataset.from_tensor_slices(
-                datasets.synthetic_arrays(size, self.seed, split))
+                datasets.synthetic_arrays(size, self.seed, split)
+            )
         split = "train" if training else datasets.tfds_test_split(self._builder)
         return datasets.tfds_input(self._builder, split)
 

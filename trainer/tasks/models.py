@@ -14,27 +14,33 @@ def _logits(num_classes: int) -> keras.layers.Layer:
 
 def mlp(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
     """Two hidden layers on the flattened input."""
-    return keras.Sequential([
-        keras.Input(shape=input_shape),
-        keras.layers.Flatten(),
-        keras.layers.Dense(128, activation="relu"),
-        keras.layers.Dense(64, activation="relu"),
-        _logits(num_classes),
-    ], name="mlp")
+    return keras.Sequential(
+        [
+            keras.Input(shape=input_shape),
+            keras.layers.Flatten(),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(64, activation="relu"),
+            _logits(num_classes),
+        ],
+        name="mlp",
+    )
 
 
 def cnn(input_shape: tuple[int, ...], num_classes: int) -> keras.Model:
     """A small convolutional network for 28x28-style images."""
-    return keras.Sequential([
-        keras.Input(shape=input_shape),
-        keras.layers.Conv2D(16, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Conv2D(32, 3, activation="relu"),
-        keras.layers.MaxPooling2D(),
-        keras.layers.Flatten(),
-        keras.layers.Dense(64, activation="relu"),
-        _logits(num_classes),
-    ], name="cnn")
+    return keras.Sequential(
+        [
+            keras.Input(shape=input_shape),
+            keras.layers.Conv2D(16, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Conv2D(32, 3, activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Flatten(),
+            keras.layers.Dense(64, activation="relu"),
+            _logits(num_classes),
+        ],
+        name="cnn",
+    )
 
 
 MODELS: dict[str, Callable[[tuple[int, ...], int], keras.Model]] = {"mlp": mlp, "cnn": cnn}

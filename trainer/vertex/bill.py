@@ -17,10 +17,12 @@ import dataclasses
 from trainer.vertex import option_values, rendering
 from trainer.vertex.spec import JobSpec, MachineSpec
 
-_SCHEDULING = {"standard": "STANDARD (on-demand VMs)",
-               "spot": "SPOT (Spot VMs: cheaper, may be preempted)",
-               "flex_start": "FLEX_START (Dynamic Workload Scheduler: waits until every "
-                             "replica can start together)"}
+_SCHEDULING = {
+    "standard": "STANDARD (on-demand VMs)",
+    "spot": "SPOT (Spot VMs: cheaper, may be preempted)",
+    "flex_start": "FLEX_START (Dynamic Workload Scheduler: waits until every "
+    "replica can start together)",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,14 +42,21 @@ def pools(spec: JobSpec) -> list[Pool]:
     if spec.workers:
         listed.append(Pool(1, "workers", spec.workers, spec.machine, "our trainer"))
     if spec.reduction_servers:
-        listed.append(Pool(2, "reducers", spec.reduction_servers,
-                           spec.reduction_server_machine, "Reduction Server"))
+        listed.append(
+            Pool(
+                2,
+                "reducers",
+                spec.reduction_servers,
+                spec.reduction_server_machine,
+                "Reduction Server",
+            )
+        )
     elif spec.parameter_servers:
-        listed.append(Pool(2, "ps", spec.parameter_servers, spec.parameter_server_machine,
-                           "our trainer"))
+        listed.append(
+            Pool(2, "ps", spec.parameter_servers, spec.parameter_server_machine, "our trainer")
+        )
     if spec.evaluators:
-        listed.append(Pool(3, "evaluator", spec.evaluators, spec.evaluator_machine,
-                           "our trainer"))
+        listed.append(Pool(3, "evaluator", spec.evaluators, spec.evaluator_machine, "our trainer"))
     return listed
 
 
@@ -57,14 +66,17 @@ def totals(spec: JobSpec) -> tuple[int, dict[str, int], int]:
     for pool in pools(spec):
         machines += pool.replicas
         if pool.machine.accelerator_type:
-            accelerators[pool.machine.accelerator_type] = accelerators.get(
-                pool.machine.accelerator_type, 0) + pool.replicas * pool.machine.accelerator_count
+            accelerators[pool.machine.accelerator_type] = (
+                accelerators.get(pool.machine.accelerator_type, 0)
+                + pool.replicas * pool.machine.accelerator_count
+            )
     return machines, accelerators, spec.reduction_servers
 
 
 def _accelerators(accelerators: dict[str, int]) -> str:
-    return ", ".join(f"{count} x {name}" for name, count in accelerators.items()) or \
-        "no accelerators"
+    return (
+        ", ".join(f"{count} x {name}" for name, count in accelerators.items()) or "no accelerators"
+    )
 
 
 def _machines(count: int) -> str:
@@ -93,16 +105,24 @@ def bill_lines(spec: JobSpec, *, tuning=None) -> list[str]:
     extra = []
     if spec.reduction_servers:
         given = option_values.flag_value(spec.trainer_args, "all_reduce")
-        extra.append("all-reduce NCCL" + ("" if given else
-                                          " (--all_reduce=nccl set by the submitter)"))
+        extra.append(
+            "all-reduce NCCL" + ("" if given else " (--all_reduce=nccl set by the submitter)")
+        )
     if spec.persistent_resource_id:
-        extra.append(f"on persistent resource {spec.persistent_resource_id} (its machines, "
-                     f"not new ones)")
+        extra.append(
+            f"on persistent resource {spec.persistent_resource_id} (its machines, not new ones)"
+        )
     if spec.nfs_mounts:
-        extra.append("NFS " + ", ".join(f"{server}:{path} at /mnt/nfs/{point}"
-                                        for server, path, point in spec.nfs_mounts))
-    lines.append(f"  scheduling {_SCHEDULING.get(spec.scheduling.strategy, spec.scheduling.strategy)}"
-                 + "".join(f"; {item}" for item in extra))
+        extra.append(
+            "NFS "
+            + ", ".join(
+                f"{server}:{path} at /mnt/nfs/{point}" for server, path, point in spec.nfs_mounts
+            )
+        )
+    lines.append(
+        f"  scheduling {_SCHEDULING.get(spec.scheduling.strategy, spec.scheduling.strategy)}"
+        + "".join(f"; {item}" for item in extra)
+    )
     machines, accelerators, reducers = totals(spec)
     summary = f"  in all: {_machines(machines)}, {_accelerators(accelerators)}"
     if reducers:
@@ -111,8 +131,10 @@ def bill_lines(spec: JobSpec, *, tuning=None) -> list[str]:
     if tuning:
         parallel = tuning.parallel_trial_count
         peak = {name: count * parallel for name, count in accelerators.items()}
-        line = (f"  tuning: {tuning.max_trial_count} trials, {parallel} at once: peak "
-                f"{_machines(machines * parallel)}, {_accelerators(peak)}")
+        line = (
+            f"  tuning: {tuning.max_trial_count} trials, {parallel} at once: peak "
+            f"{_machines(machines * parallel)}, {_accelerators(peak)}"
+        )
         if reducers:
             line += f", {reducers * parallel} reducers"
         lines.append(line)

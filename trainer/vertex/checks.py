@@ -8,7 +8,6 @@ from tfdist._internal.preconditions import QUOTE_LIMIT, quoted, require
 __all__ = ["QUOTE_LIMIT", "ServiceError", "quoted", "require"]
 
 
-
 class ServiceError(Exception):
     """Vertex AI or Cloud Storage failed on their side (5xx, unreachable).
 

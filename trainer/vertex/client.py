@@ -23,13 +23,22 @@ from trainer.vertex.dependencies import require_module
 
 CUSTOM_JOB = "customJobs"
 TUNING_JOB = "hyperparameterTuningJobs"
-NO_CREDENTIALS = ("no Application Default Credentials found, expected credentials to call "
-                  "Vertex AI; run `gcloud auth application-default login` or point "
-                  "GOOGLE_APPLICATION_CREDENTIALS at a key file")
+NO_CREDENTIALS = (
+    "no Application Default Credentials found, expected credentials to call "
+    "Vertex AI; run `gcloud auth application-default login` or point "
+    "GOOGLE_APPLICATION_CREDENTIALS at a key file"
+)
 
 
-def create_job(kind: str, resource: Mapping[str, Any], *, project: str, region: str,
-               api_endpoint: str = "", credentials=None) -> str:
+def create_job(
+    kind: str,
+    resource: Mapping[str, Any],
+    *,
+    project: str,
+    region: str,
+    api_endpoint: str = "",
+    credentials=None,
+) -> str:
     """Creates a CustomJob or HyperparameterTuningJob.
 
     Args:
@@ -51,34 +60,44 @@ def create_job(kind: str, resource: Mapping[str, Any], *, project: str, region: 
             Vertex AI refused the job (4xx).
         ServiceError: Vertex AI failed (5xx) or could not be reached.
     """
-    aiplatform = require_module("google.cloud.aiplatform_v1",
-                                purpose="submitting a job to Vertex AI")
+    aiplatform = require_module(
+        "google.cloud.aiplatform_v1", purpose="submitting a job to Vertex AI"
+    )
     from google.protobuf import json_format
 
     keep_stdout_for_the_result()
     endpoint = api_endpoint or f"{region}-aiplatform.googleapis.com"
     parent = f"projects/{project}/locations/{region}"
     try:
-        with call_errors(purpose="submitting a job to Vertex AI", refused="the job",
-                         expected=f"a job it accepts: check the machine types, quota and "
-                                  f"permissions in {region}",
-                         failed="create the job", endpoint=endpoint):
-            client = aiplatform.JobServiceClient(credentials=credentials, transport="rest",
-                                                 client_options={"api_endpoint": endpoint})
+        with call_errors(
+            purpose="submitting a job to Vertex AI",
+            refused="the job",
+            expected=f"a job it accepts: check the machine types, quota and "
+            f"permissions in {region}",
+            failed="create the job",
+            endpoint=endpoint,
+        ):
+            client = aiplatform.JobServiceClient(
+                credentials=credentials, transport="rest", client_options={"api_endpoint": endpoint}
+            )
             body = json.dumps(resource)
             if kind == CUSTOM_JOB:
                 job = aiplatform.CustomJob.from_json(body, ignore_unknown_fields=False)
                 created = client.create_custom_job(parent=parent, custom_job=job)
             else:
-                job = aiplatform.HyperparameterTuningJob.from_json(body,
-                                                                   ignore_unknown_fields=False)
+                job = aiplatform.HyperparameterTuningJob.from_json(
+                    body, ignore_unknown_fields=False
+                )
                 created = client.create_hyperparameter_tuning_job(
-                    parent=parent, hyperparameter_tuning_job=job)
+                    parent=parent, hyperparameter_tuning_job=job
+                )
             return created.name
     except json_format.ParseError as error:
-        raise UsageError(f"the job does not parse as a Vertex AI {kind[:-1]} "
-                         f"({quoted(str(error))}); expected values within the API's "
-                         f"ranges") from None
+        raise UsageError(
+            f"the job does not parse as a Vertex AI {kind[:-1]} "
+            f"({quoted(str(error))}); expected values within the API's "
+            f"ranges"
+        ) from None
 
 
 @contextlib.contextmanager
@@ -98,6 +117,7 @@ def call_errors(*, purpose: str, refused: str, expected: str, failed: str, endpo
     """
     from google.api_core import exceptions as api_exceptions
     from google.auth import exceptions as auth_exceptions
+
     requests = require_module("requests", purpose=purpose)
 
     try:
@@ -105,20 +125,26 @@ def call_errors(*, purpose: str, refused: str, expected: str, failed: str, endpo
     except auth_exceptions.DefaultCredentialsError:
         raise UsageError(NO_CREDENTIALS) from None
     except auth_exceptions.RefreshError:
-        raise UsageError("Application Default Credentials could not be refreshed (expired "
-                         "or revoked); run `gcloud auth application-default login` "
-                         "again") from None
+        raise UsageError(
+            "Application Default Credentials could not be refreshed (expired "
+            "or revoked); run `gcloud auth application-default login` "
+            "again"
+        ) from None
     except api_exceptions.GoogleAPICallError as error:
         summary = quoted(" ".join(str(error.message or "").split()), 300)
         if error.code is not None and 400 <= int(error.code) < 500:
-            raise UsageError(f"Vertex AI refused {refused} ({int(error.code)}: {summary}); "
-                             f"expected {expected}") from None
-        raise ServiceError(f"Vertex AI failed to {failed} ({error.code}: "
-                           f"{summary}); try again later") from None
+            raise UsageError(
+                f"Vertex AI refused {refused} ({int(error.code)}: {summary}); expected {expected}"
+            ) from None
+        raise ServiceError(
+            f"Vertex AI failed to {failed} ({error.code}: {summary}); try again later"
+        ) from None
     except (requests.exceptions.RequestException, auth_exceptions.TransportError) as error:
-        raise ServiceError(f"Vertex AI at {quoted(endpoint)} could not be reached "
-                           f"({quoted(_last_line(error))}); check the network and "
-                           f"--api_endpoint") from None
+        raise ServiceError(
+            f"Vertex AI at {quoted(endpoint)} could not be reached "
+            f"({quoted(_last_line(error))}); check the network and "
+            f"--api_endpoint"
+        ) from None
 
 
 def _last_line(error: BaseException) -> str:
@@ -132,8 +158,7 @@ def keep_stdout_for_the_result() -> None:
     read it.
     """
     for name, logger in list(logging.root.manager.loggerDict.items()):
-        if not name.startswith("google.cloud.aiplatform") or \
-                not isinstance(logger, logging.Logger):
+        if not name.startswith("google.cloud.aiplatform") or not isinstance(logger, logging.Logger):
             continue
         for handler in list(logger.handlers):
             if isinstance(handler, logging.StreamHandler) and handler.stream is sys.stdout:

@@ -28,30 +28,45 @@ def read_json_object(path: str, *, flag: str, keys: Iterable[str], example: str)
             UTF-8 JSON, not an object, or with unknown keys.
     """
     shown = quoted(path)
-    require(os.path.exists(path), f"{flag} file {shown} does not exist, expected a JSON file "
-                                  f"such as {example}")
-    require(not os.path.isdir(path), f"{flag} {shown} is a directory, expected a JSON file "
-                                     f"such as {example}")
+    require(
+        os.path.exists(path),
+        f"{flag} file {shown} does not exist, expected a JSON file such as {example}",
+    )
+    require(
+        not os.path.isdir(path),
+        f"{flag} {shown} is a directory, expected a JSON file such as {example}",
+    )
     try:
         with open(path, "rb") as handle:
             data = handle.read(MAX_CONFIG_BYTES + 1)
     except OSError as error:
-        raise UsageError(f"{flag} file {shown} cannot be read ({error.strerror}), expected "
-                         f"a readable JSON file") from None
-    require(len(data) <= MAX_CONFIG_BYTES,
-            f"{flag} file {shown} is larger than {MAX_CONFIG_BYTES} bytes, expected a small "
-            f"JSON object of option names to values such as {example}")
+        raise UsageError(
+            f"{flag} file {shown} cannot be read ({error.strerror}), expected a readable JSON file"
+        ) from None
+    require(
+        len(data) <= MAX_CONFIG_BYTES,
+        f"{flag} file {shown} is larger than {MAX_CONFIG_BYTES} bytes, expected a small "
+        f"JSON object of option names to values such as {example}",
+    )
     try:
         raw = json.loads(data.decode("utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
         reason = quoted(str(error))
-        raise UsageError(f"{flag} file {shown} is not valid JSON ({reason}); expected an "
-                         f"object of option names to values") from None
-    require(isinstance(raw, dict), f"{flag} file {shown} holds a JSON {type(raw).__name__}, "
-                                   f"expected an object of option names to values")
+        raise UsageError(
+            f"{flag} file {shown} is not valid JSON ({reason}); expected an "
+            f"object of option names to values"
+        ) from None
+    require(
+        isinstance(raw, dict),
+        f"{flag} file {shown} holds a JSON {type(raw).__name__}, "
+        f"expected an object of option names to values",
+    )
     allowed = tuple(keys)
     unknown = sorted(set(raw) - set(allowed))
-    require(not unknown, f"{flag} file {shown} has unknown key(s) "
-                         f"{quoted(', '.join(unknown))}, expected names from: "
-                         f"{', '.join(allowed)}")
+    require(
+        not unknown,
+        f"{flag} file {shown} has unknown key(s) "
+        f"{quoted(', '.join(unknown))}, expected names from: "
+        f"{', '.join(allowed)}",
+    )
     return raw

@@ -41,7 +41,9 @@ def require_module(name: str, *, purpose: str, extra: str = VERTEX_EXTRA) -> Mod
         return importlib.import_module(name)
     except ImportError as error:
         missing = getattr(error, "name", None) or name
-        raise UsageError(f"{purpose} needs the Python package {missing!r}, which is not "
-                         f"installed; install the {extra} extra: pip install "
-                         f"'tfdist[{extra}]' (or pip install -e '.[{extra}]' in a "
-                         f"checkout)") from None
+        raise UsageError(
+            f"{purpose} needs the Python package {missing!r}, which is not "
+            f"installed; install the {extra} extra: pip install "
+            f"'tfdist[{extra}]' (or pip install -e '.[{extra}]' in a "
+            f"checkout)"
+        ) from None

@@ -54,12 +54,15 @@ PREDICTION_IMAGES = {
 }
 _PREBUILT_TRAINING = re.compile(
     r"^(?:[a-z0-9]+-docker\.pkg\.dev/vertex-ai/training/|gcr\.io/cloud-aiplatform/training/)"
-    r"([^:@/]+)(?::[^@]*)?(?:@sha256:[0-9a-f]{64})?$")
+    r"([^:@/]+)(?::[^@]*)?(?:@sha256:[0-9a-f]{64})?$"
+)
 _PREBUILT_TRAINING_PREFIX = re.compile(
-    r"^([a-z0-9]+-docker\.pkg\.dev/vertex-ai/training/|gcr\.io/cloud-aiplatform/training/)")
+    r"^([a-z0-9]+-docker\.pkg\.dev/vertex-ai/training/|gcr\.io/cloud-aiplatform/training/)"
+)
 _PREBUILT_PREDICTION = re.compile(
     r"^(?:[a-z0-9]+-docker\.pkg\.dev/vertex-ai/prediction/|gcr\.io/cloud-aiplatform/"
-    r"prediction/)([^:@/]+)(?::[^@]*)?(?:@sha256:[0-9a-f]{64})?$")
+    r"prediction/)([^:@/]+)(?::[^@]*)?(?:@sha256:[0-9a-f]{64})?$"
+)
 
 
 def is_prebuilt_training_uri(image_uri: str) -> bool:
@@ -69,15 +72,18 @@ def is_prebuilt_training_uri(image_uri: str) -> bool:
 
 def _listed(name_match, table, kind, image_uri):
     name = name_match.group(1) if name_match else ""
-    require(name in table,
-            f"--{kind} {quoted(image_uri)} is not a TensorFlow image Vertex AI lists (as of "
-            f"{TABLE_DATE}: {', '.join(sorted(table))}), expected one of those or our own "
-            f"image; build ours with docker/cloudbuild.yaml (docs/vertex.md section 7)")
+    require(
+        name in table,
+        f"--{kind} {quoted(image_uri)} is not a TensorFlow image Vertex AI lists (as of "
+        f"{TABLE_DATE}: {', '.join(sorted(table))}), expected one of those or our own "
+        f"image; build ours with docker/cloudbuild.yaml (docs/vertex.md section 7)",
+    )
     return table[name]
 
 
-def check_training_image(image_uri: str, *, today: datetime.date,
-                         allow_ended: bool = False) -> PrebuiltImage | None:
+def check_training_image(
+    image_uri: str, *, today: datetime.date, allow_ended: bool = False
+) -> PrebuiltImage | None:
     """The prebuilt image the URI names, checked; None for our own image.
 
     Raises:
@@ -86,48 +92,62 @@ def check_training_image(image_uri: str, *, today: datetime.date,
     """
     if not is_prebuilt_training_uri(image_uri):
         return None
-    image = _listed(_PREBUILT_TRAINING.match(image_uri), TRAINING_IMAGES, "container_uri",
-                    image_uri)
-    require(allow_ended or today <= image.end_of_availability,
-            f"--container_uri {quoted(image_uri)} (TensorFlow {image.framework_version}) reached "
-            f"its end of availability on {image.end_of_availability.isoformat()}, expected an "
-            f"image Vertex AI still runs; use our image (docker/cloudbuild.yaml builds it: "
-            f"--container_uri=REGION-docker.pkg.dev/PROJECT/tfdist/trainer:TAG), or pass "
-            f"--allow_ended_image if Vertex AI still runs it in your project")
+    image = _listed(
+        _PREBUILT_TRAINING.match(image_uri), TRAINING_IMAGES, "container_uri", image_uri
+    )
+    require(
+        allow_ended or today <= image.end_of_availability,
+        f"--container_uri {quoted(image_uri)} (TensorFlow {image.framework_version}) reached "
+        f"its end of availability on {image.end_of_availability.isoformat()}, expected an "
+        f"image Vertex AI still runs; use our image (docker/cloudbuild.yaml builds it: "
+        f"--container_uri=REGION-docker.pkg.dev/PROJECT/tfdist/trainer:TAG), or pass "
+        f"--allow_ended_image if Vertex AI still runs it in your project",
+    )
     return image
 
 
 def check_prediction_image(image_uri: str, *, today: datetime.date) -> None:
     """Refuses a Vertex prebuilt prediction image that is unknown or past its end."""
     match = _PREBUILT_PREDICTION.match(image_uri)
-    if not match and "vertex-ai/prediction/" not in image_uri and \
-            "cloud-aiplatform/prediction/" not in image_uri:
+    if (
+        not match
+        and "vertex-ai/prediction/" not in image_uri
+        and "cloud-aiplatform/prediction/" not in image_uri
+    ):
         return  # our own serving image
     image = _listed(match, PREDICTION_IMAGES, "serving_container_uri", image_uri)
-    require(today <= image.end_of_availability,
-            f"--serving_container_uri {quoted(image_uri)} reached its end of availability on "
-            f"{image.end_of_availability.isoformat()}, expected an image Vertex AI still "
-            f"serves from")
+    require(
+        today <= image.end_of_availability,
+        f"--serving_container_uri {quoted(image_uri)} reached its end of availability on "
+        f"{image.end_of_availability.isoformat()}, expected an image Vertex AI still "
+        f"serves from",
+    )
 
 
 def image_architecture(image_uri: str, declared: str) -> str:
     """The image's architecture: declared, else amd64 (prebuilt images and our default build)."""
-    require(not declared or declared in ARCHITECTURES,
-            f"--image_architecture is {quoted(declared)}, expected one of: "
-            f"{', '.join(ARCHITECTURES)} (multi: a multi-arch image such as "
-            f"docker/cloudbuild-multiarch.yaml builds)")
+    require(
+        not declared or declared in ARCHITECTURES,
+        f"--image_architecture is {quoted(declared)}, expected one of: "
+        f"{', '.join(ARCHITECTURES)} (multi: a multi-arch image such as "
+        f"docker/cloudbuild-multiarch.yaml builds)",
+    )
     if is_prebuilt_training_uri(image_uri):
-        require(declared in ("", "amd64"),
-                f"--image_architecture={declared} for the prebuilt image {quoted(image_uri)}, "
-                f"which is amd64; drop --image_architecture")
+        require(
+            declared in ("", "amd64"),
+            f"--image_architecture={declared} for the prebuilt image {quoted(image_uri)}, "
+            f"which is amd64; drop --image_architecture",
+        )
         return "amd64"
     return declared or "amd64"
 
 
 def check_architecture(*, flag: str, machine_type: str, architecture: str) -> None:
     """Refuses an amd64-only image on an ARM machine (A4X)."""
-    require(not machines.is_arm(machine_type) or architecture in ("arm64", "multi"),
-            f"{flag}={machine_type} has ARM (aarch64) host CPUs and runs arm64 images only, "
-            f"got an {architecture} image; build a multi-arch image "
-            f"(docker/cloudbuild-multiarch.yaml) and pass --image_architecture=multi, or "
-            f"pick an x86 machine such as a4-highgpu-8g")
+    require(
+        not machines.is_arm(machine_type) or architecture in ("arm64", "multi"),
+        f"{flag}={machine_type} has ARM (aarch64) host CPUs and runs arm64 images only, "
+        f"got an {architecture} image; build a multi-arch image "
+        f"(docker/cloudbuild-multiarch.yaml) and pass --image_architecture=multi, or "
+        f"pick an x86 machine such as a4-highgpu-8g",
+    )

@@ -42,22 +42,45 @@ def _series(accelerator: str, counts: dict[str, int]) -> dict[str, BuiltIn]:
 
 
 BUILT_IN = {
-    **_series("NVIDIA_TESLA_A100", {"a2-highgpu-1g": 1, "a2-highgpu-2g": 2,
-                                    "a2-highgpu-4g": 4, "a2-highgpu-8g": 8,
-                                    "a2-megagpu-16g": 16}),
-    **_series("NVIDIA_A100_80GB", {"a2-ultragpu-1g": 1, "a2-ultragpu-2g": 2,
-                                   "a2-ultragpu-4g": 4, "a2-ultragpu-8g": 8}),
-    **_series("NVIDIA_H100_80GB", {"a3-highgpu-1g": 1, "a3-highgpu-2g": 2,
-                                   "a3-highgpu-4g": 4, "a3-highgpu-8g": 8}),
+    **_series(
+        "NVIDIA_TESLA_A100",
+        {
+            "a2-highgpu-1g": 1,
+            "a2-highgpu-2g": 2,
+            "a2-highgpu-4g": 4,
+            "a2-highgpu-8g": 8,
+            "a2-megagpu-16g": 16,
+        },
+    ),
+    **_series(
+        "NVIDIA_A100_80GB",
+        {"a2-ultragpu-1g": 1, "a2-ultragpu-2g": 2, "a2-ultragpu-4g": 4, "a2-ultragpu-8g": 8},
+    ),
+    **_series(
+        "NVIDIA_H100_80GB",
+        {"a3-highgpu-1g": 1, "a3-highgpu-2g": 2, "a3-highgpu-4g": 4, "a3-highgpu-8g": 8},
+    ),
     **_series("NVIDIA_H100_MEGA_80GB", {"a3-megagpu-8g": 8}),
     **_series("NVIDIA_H200_141GB", {"a3-ultragpu-8g": 8}),
     **_series("NVIDIA_B200", {"a4-highgpu-8g": 8}),
     **_series("NVIDIA_GB200", {"a4x-highgpu-4g": 4}),
-    **_series("NVIDIA_L4", {"g2-standard-4": 1, "g2-standard-8": 1, "g2-standard-12": 1,
-                            "g2-standard-16": 1, "g2-standard-32": 1, "g2-standard-24": 2,
-                            "g2-standard-48": 4, "g2-standard-96": 8}),
-    **_series("NVIDIA_RTX_PRO_6000", {"g4-standard-48": 1, "g4-standard-96": 2,
-                                      "g4-standard-192": 4, "g4-standard-384": 8}),
+    **_series(
+        "NVIDIA_L4",
+        {
+            "g2-standard-4": 1,
+            "g2-standard-8": 1,
+            "g2-standard-12": 1,
+            "g2-standard-16": 1,
+            "g2-standard-32": 1,
+            "g2-standard-24": 2,
+            "g2-standard-48": 4,
+            "g2-standard-96": 8,
+        },
+    ),
+    **_series(
+        "NVIDIA_RTX_PRO_6000",
+        {"g4-standard-48": 1, "g4-standard-96": 2, "g4-standard-192": 4, "g4-standard-384": 8},
+    ),
     # TPU VMs. Single-host slices only: our trainer runs a TPU job as one
     # replica with --tpu=local, which cannot drive a multi-host slice.
     "ct5lp-hightpu-1t": BuiltIn("TPU_V5_LITEPOD", 1, ("1x1",)),
@@ -83,14 +106,20 @@ _N1 = re.compile(r"^n1-(standard|highmem|highcpu)-[0-9]+$")
 # or not usable by our trainer: the reason is the error message.
 NOT_OFFERED_FOR_TRAINING = {
     "NVIDIA_TESLA_K80": "is deprecated on Vertex AI and TensorFlow 2.21 has no kernels for it "
-                        "(K80 is compute capability 3.7); use NVIDIA_TESLA_T4 or NVIDIA_L4",
+    "(K80 is compute capability 3.7); use NVIDIA_TESLA_T4 or NVIDIA_L4",
 }
 
 # GPUs the Dynamic Workload Scheduler (--scheduling=flex_start) provisions, as
 # Vertex AI lists them on 2026-12-01 (docs/vertex.md, "What Vertex offers").
-FLEX_START_ACCELERATORS = ("NVIDIA_L4", "NVIDIA_TESLA_A100", "NVIDIA_A100_80GB",
-                           "NVIDIA_H100_80GB", "NVIDIA_H100_MEGA_80GB", "NVIDIA_H200_141GB",
-                           "NVIDIA_B200")
+FLEX_START_ACCELERATORS = (
+    "NVIDIA_L4",
+    "NVIDIA_TESLA_A100",
+    "NVIDIA_A100_80GB",
+    "NVIDIA_H100_80GB",
+    "NVIDIA_H100_MEGA_80GB",
+    "NVIDIA_H200_141GB",
+    "NVIDIA_B200",
+)
 
 # Boot disks by machine family (prefix of the machine type). Vertex AI's
 # DiskSpec: "For non-A3U machines, the default value is pd-ssd, for A3U
@@ -103,12 +132,26 @@ DEFAULT_DISK_TYPE = "pd-ssd"
 # Machines with ARM (aarch64) host CPUs: they run arm64 images only.
 ARM_MACHINE_FAMILIES = ("a4x-",)
 
-GPU_ACCELERATORS = tuple(sorted(
-    {machine.accelerator for machine in BUILT_IN.values() if
-     machine.accelerator.startswith("NVIDIA_")} | set(N1_ATTACHABLE)))
-TPU_ACCELERATORS = tuple(sorted(
-    {machine.accelerator for machine in BUILT_IN.values() if
-     machine.accelerator.startswith("TPU_")} | set(CLOUD_TPU)))
+GPU_ACCELERATORS = tuple(
+    sorted(
+        {
+            machine.accelerator
+            for machine in BUILT_IN.values()
+            if machine.accelerator.startswith("NVIDIA_")
+        }
+        | set(N1_ATTACHABLE)
+    )
+)
+TPU_ACCELERATORS = tuple(
+    sorted(
+        {
+            machine.accelerator
+            for machine in BUILT_IN.values()
+            if machine.accelerator.startswith("TPU_")
+        }
+        | set(CLOUD_TPU)
+    )
+)
 ACCELERATORS = GPU_ACCELERATORS + TPU_ACCELERATORS
 
 _MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
@@ -121,12 +164,21 @@ def machines_for(accelerator: str) -> list[str]:
         return [f"n1-standard-*, n1-highmem-*, n1-highcpu-* with {counts}"]
     if accelerator in CLOUD_TPU:
         return [f"{CLOUD_TPU_MACHINE} with {CLOUD_TPU[accelerator]}"]
-    return [f"{machine} with {spec.count}" for machine, spec in BUILT_IN.items()
-            if spec.accelerator == accelerator]
+    return [
+        f"{machine} with {spec.count}"
+        for machine, spec in BUILT_IN.items()
+        if spec.accelerator == accelerator
+    ]
 
 
-def check_machine(*, flag: str, machine_type: str, accelerator_type: str = "",
-                  accelerator_count: int = 0, tpu_topology: str = "") -> None:
+def check_machine(
+    *,
+    flag: str,
+    machine_type: str,
+    accelerator_type: str = "",
+    accelerator_count: int = 0,
+    tpu_topology: str = "",
+) -> None:
     """Checks one replica's machine the way Vertex AI would.
 
     Args:
@@ -140,80 +192,125 @@ def check_machine(*, flag: str, machine_type: str, accelerator_type: str = "",
     Raises:
         UsageError: The combination is one Vertex AI refuses.
     """
-    require(bool(machine_type), f"{flag} is empty, expected a Vertex AI machine type such as "
-                                f"n2-standard-8 or a2-highgpu-8g")
-    require(len(machine_type) <= 63 and bool(_MACHINE_TYPE.match(machine_type)),
-            f"{flag} is {quoted(machine_type)}, expected a machine type such as n2-standard-8")
-    require(accelerator_type not in NOT_OFFERED_FOR_TRAINING,
-            f"--accelerator_type={accelerator_type} "
-            f"{NOT_OFFERED_FOR_TRAINING.get(accelerator_type, '')}")
-    require(not accelerator_type or accelerator_type in ACCELERATORS,
-            f"--accelerator_type is {quoted(accelerator_type)}, expected one of: "
-            f"{', '.join(ACCELERATORS)}")
-    require(not (accelerator_type and not accelerator_count),
-            f"--accelerator_type={accelerator_type} has --accelerator_count=0, expected the "
-            f"number per machine: {'; '.join(machines_for(accelerator_type))}")
-    require(not (accelerator_count and not accelerator_type),
-            f"--accelerator_count={accelerator_count} has no --accelerator_type, expected "
-            f"one of: {', '.join(ACCELERATORS)}")
+    require(
+        bool(machine_type),
+        f"{flag} is empty, expected a Vertex AI machine type such as "
+        f"n2-standard-8 or a2-highgpu-8g",
+    )
+    require(
+        len(machine_type) <= 63 and bool(_MACHINE_TYPE.match(machine_type)),
+        f"{flag} is {quoted(machine_type)}, expected a machine type such as n2-standard-8",
+    )
+    require(
+        accelerator_type not in NOT_OFFERED_FOR_TRAINING,
+        f"--accelerator_type={accelerator_type} "
+        f"{NOT_OFFERED_FOR_TRAINING.get(accelerator_type, '')}",
+    )
+    require(
+        not accelerator_type or accelerator_type in ACCELERATORS,
+        f"--accelerator_type is {quoted(accelerator_type)}, expected one of: "
+        f"{', '.join(ACCELERATORS)}",
+    )
+    require(
+        not (accelerator_type and not accelerator_count),
+        f"--accelerator_type={accelerator_type} has --accelerator_count=0, expected the "
+        f"number per machine: {'; '.join(machines_for(accelerator_type))}",
+    )
+    require(
+        not (accelerator_count and not accelerator_type),
+        f"--accelerator_count={accelerator_count} has no --accelerator_type, expected "
+        f"one of: {', '.join(ACCELERATORS)}",
+    )
     built_in = BUILT_IN.get(machine_type)
     if built_in:
-        _check_built_in(flag, machine_type, built_in, accelerator_type, accelerator_count,
-                        tpu_topology)
+        _check_built_in(
+            flag, machine_type, built_in, accelerator_type, accelerator_count, tpu_topology
+        )
     elif machine_type == CLOUD_TPU_MACHINE:
-        require(accelerator_type in CLOUD_TPU,
-                f"{flag}={CLOUD_TPU_MACHINE} runs TPU v2 or v3, got --accelerator_type="
-                f"{accelerator_type or 'none'}; set --accelerator_type=TPU_V3 "
-                f"--accelerator_count=8")
-        _check_count(machine_type, accelerator_type, accelerator_count,
-                     (CLOUD_TPU[accelerator_type],))
-        require(not tpu_topology, f"--tpu_topology={quoted(tpu_topology)} does not apply to "
-                                  f"{accelerator_type} on {CLOUD_TPU_MACHINE}; drop it")
+        require(
+            accelerator_type in CLOUD_TPU,
+            f"{flag}={CLOUD_TPU_MACHINE} runs TPU v2 or v3, got --accelerator_type="
+            f"{accelerator_type or 'none'}; set --accelerator_type=TPU_V3 "
+            f"--accelerator_count=8",
+        )
+        _check_count(
+            machine_type, accelerator_type, accelerator_count, (CLOUD_TPU[accelerator_type],)
+        )
+        require(
+            not tpu_topology,
+            f"--tpu_topology={quoted(tpu_topology)} does not apply to "
+            f"{accelerator_type} on {CLOUD_TPU_MACHINE}; drop it",
+        )
     elif accelerator_type:
-        require(accelerator_type in N1_ATTACHABLE and bool(_N1.match(machine_type)),
-                f"--accelerator_type={accelerator_type} is not offered on {machine_type}, "
-                f"expected: {'; '.join(machines_for(accelerator_type))}")
-        _check_count(machine_type, accelerator_type, accelerator_count,
-                     N1_ATTACHABLE[accelerator_type])
-        require(not tpu_topology, f"--tpu_topology={quoted(tpu_topology)} needs a TPU "
-                                  f"machine, got {machine_type}; drop --tpu_topology")
+        require(
+            accelerator_type in N1_ATTACHABLE and bool(_N1.match(machine_type)),
+            f"--accelerator_type={accelerator_type} is not offered on {machine_type}, "
+            f"expected: {'; '.join(machines_for(accelerator_type))}",
+        )
+        _check_count(
+            machine_type, accelerator_type, accelerator_count, N1_ATTACHABLE[accelerator_type]
+        )
+        require(
+            not tpu_topology,
+            f"--tpu_topology={quoted(tpu_topology)} needs a TPU "
+            f"machine, got {machine_type}; drop --tpu_topology",
+        )
     else:
-        require(not tpu_topology, f"--tpu_topology={quoted(tpu_topology)} needs a TPU "
-                                  f"machine, got {machine_type}; drop --tpu_topology")
+        require(
+            not tpu_topology,
+            f"--tpu_topology={quoted(tpu_topology)} needs a TPU "
+            f"machine, got {machine_type}; drop --tpu_topology",
+        )
 
 
-def _check_built_in(flag, machine_type, built_in, accelerator_type, accelerator_count,
-                    tpu_topology):
-    require(flag == "--machine_type",
-            f"{flag}={machine_type} comes with {built_in.count} x {built_in.accelerator}, "
-            f"expected a CPU machine type such as n2-standard-8 ({flag} takes no "
-            f"accelerators)")
+def _check_built_in(
+    flag, machine_type, built_in, accelerator_type, accelerator_count, tpu_topology
+):
+    require(
+        flag == "--machine_type",
+        f"{flag}={machine_type} comes with {built_in.count} x {built_in.accelerator}, "
+        f"expected a CPU machine type such as n2-standard-8 ({flag} takes no "
+        f"accelerators)",
+    )
     wanted = f"--accelerator_type={built_in.accelerator} --accelerator_count={built_in.count}"
-    require(bool(accelerator_type),
-            f"{flag}={machine_type} comes with {built_in.count} x {built_in.accelerator}, "
-            f"got no --accelerator_type; set {wanted}")
-    require(accelerator_type == built_in.accelerator,
-            f"--accelerator_type={accelerator_type} is not offered on {machine_type}, which "
-            f"comes with {built_in.accelerator}; set {wanted}, or pick a machine from: "
-            f"{'; '.join(machines_for(accelerator_type))}")
+    require(
+        bool(accelerator_type),
+        f"{flag}={machine_type} comes with {built_in.count} x {built_in.accelerator}, "
+        f"got no --accelerator_type; set {wanted}",
+    )
+    require(
+        accelerator_type == built_in.accelerator,
+        f"--accelerator_type={accelerator_type} is not offered on {machine_type}, which "
+        f"comes with {built_in.accelerator}; set {wanted}, or pick a machine from: "
+        f"{'; '.join(machines_for(accelerator_type))}",
+    )
     _check_count(machine_type, accelerator_type, accelerator_count, (built_in.count,))
     if built_in.topologies == ("",):
-        require(not tpu_topology, f"--tpu_topology={quoted(tpu_topology)} needs a TPU "
-                                  f"machine, got {machine_type}; drop --tpu_topology")
+        require(
+            not tpu_topology,
+            f"--tpu_topology={quoted(tpu_topology)} needs a TPU "
+            f"machine, got {machine_type}; drop --tpu_topology",
+        )
         return
-    require(bool(tpu_topology),
-            f"--tpu_topology is not set, expected the topology of {machine_type}'s "
-            f"{built_in.count} chips: --tpu_topology={built_in.topologies[0]}")
-    require(tpu_topology in built_in.topologies,
-            f"--tpu_topology is {quoted(tpu_topology)}, expected {' or '.join(built_in.topologies)}"
-            f" for {machine_type} (one host; multi-host slices are not supported by our "
-            f"trainer)")
+    require(
+        bool(tpu_topology),
+        f"--tpu_topology is not set, expected the topology of {machine_type}'s "
+        f"{built_in.count} chips: --tpu_topology={built_in.topologies[0]}",
+    )
+    require(
+        tpu_topology in built_in.topologies,
+        f"--tpu_topology is {quoted(tpu_topology)}, expected {' or '.join(built_in.topologies)}"
+        f" for {machine_type} (one host; multi-host slices are not supported by our "
+        f"trainer)",
+    )
 
 
 def _check_count(machine_type, accelerator_type, count, allowed):
-    require(count in allowed,
-            f"--accelerator_count is {count}, expected {' or '.join(map(str, allowed))} "
-            f"{accelerator_type} on {machine_type}")
+    require(
+        count in allowed,
+        f"--accelerator_count is {count}, expected {' or '.join(map(str, allowed))} "
+        f"{accelerator_type} on {machine_type}",
+    )
 
 
 def default_disk_type(machine_type: str) -> str:
@@ -227,10 +324,12 @@ def default_disk_type(machine_type: str) -> str:
 
 def check_disk_type(machine_type: str, disk_type: str) -> None:
     """Refuses a Persistent Disk boot disk on a machine that takes Hyperdisk only."""
-    require(not (disk_type.startswith("pd-") and machine_type.startswith(HYPERDISK_ONLY_FAMILIES)),
-            f"--boot_disk_type={disk_type} on {machine_type} (A3 Ultra), which boots from "
-            f"Hyperdisk only, expected hyperdisk-balanced; drop --boot_disk_type (Vertex AI's "
-            f"default there is hyperdisk-balanced)")
+    require(
+        not (disk_type.startswith("pd-") and machine_type.startswith(HYPERDISK_ONLY_FAMILIES)),
+        f"--boot_disk_type={disk_type} on {machine_type} (A3 Ultra), which boots from "
+        f"Hyperdisk only, expected hyperdisk-balanced; drop --boot_disk_type (Vertex AI's "
+        f"default there is hyperdisk-balanced)",
+    )
 
 
 def is_arm(machine_type: str) -> bool:

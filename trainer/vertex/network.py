@@ -25,13 +25,27 @@ SOURCES = (
 _PER_VCPU = {"n1": (2, 32), "n2": (2, 32), "n2d": (2, 32), "e2": (2, 16), "c2": (2, 32)}
 _SHARED_CORE = {"e2-micro": 1, "e2-small": 1, "e2-medium": 2, "f1-micro": 1, "g1-small": 1}
 GPU_MACHINES = {
-    "a2-highgpu-1g": 24, "a2-highgpu-2g": 32, "a2-highgpu-4g": 50, "a2-highgpu-8g": 100,
-    "a2-megagpu-16g": 100, "a2-ultragpu-1g": 24, "a2-ultragpu-2g": 32,
-    "a2-ultragpu-4g": 50, "a2-ultragpu-8g": 100,
-    "a3-highgpu-8g": 1000, "a3-megagpu-8g": 1800, "a3-ultragpu-8g": 3600,
+    "a2-highgpu-1g": 24,
+    "a2-highgpu-2g": 32,
+    "a2-highgpu-4g": 50,
+    "a2-highgpu-8g": 100,
+    "a2-megagpu-16g": 100,
+    "a2-ultragpu-1g": 24,
+    "a2-ultragpu-2g": 32,
+    "a2-ultragpu-4g": 50,
+    "a2-ultragpu-8g": 100,
+    "a3-highgpu-8g": 1000,
+    "a3-megagpu-8g": 1800,
+    "a3-ultragpu-8g": 3600,
     "a4-highgpu-8g": 3600,
-    "g2-standard-4": 10, "g2-standard-8": 16, "g2-standard-12": 16, "g2-standard-16": 32,
-    "g2-standard-24": 32, "g2-standard-32": 32, "g2-standard-48": 50, "g2-standard-96": 100,
+    "g2-standard-4": 10,
+    "g2-standard-8": 16,
+    "g2-standard-12": 16,
+    "g2-standard-16": 32,
+    "g2-standard-24": 32,
+    "g2-standard-32": 32,
+    "g2-standard-48": 50,
+    "g2-standard-96": 100,
 }
 _GENERAL = re.compile(r"^(n1|n2|n2d|e2|c2)-(?:standard|highmem|highcpu)-([0-9]+)$")
 
@@ -49,8 +63,9 @@ def egress_gbps(machine_type: str) -> float | None:
     return float(min(per_vcpu * int(match.group(2)), cap))
 
 
-def reducers_needed(*, worker_machine: str, training_replicas: int,
-                    reducer_machine: str) -> int | None:
+def reducers_needed(
+    *, worker_machine: str, training_replicas: int, reducer_machine: str
+) -> int | None:
     """Reducers whose combined egress matches the chief's and workers', or None if unknown."""
     worker, reducer = egress_gbps(worker_machine), egress_gbps(reducer_machine)
     if worker is None or reducer is None:

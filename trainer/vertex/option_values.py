@@ -14,8 +14,10 @@ _MAX_LABELS = 64
 # protobuf Duration's range is 10,000 years; far beyond any job, and a bound.
 MAX_DURATION_SECONDS = 315_576_000_000
 RESERVATION_KEY = "compute.googleapis.com/reservation-name"
-_RESERVATION = re.compile(r"^projects/[a-z0-9.:-]+/zones/[a-z]+-[a-z]+[0-9]+-[a-z]/"
-                          r"reservations/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_RESERVATION = re.compile(
+    r"^projects/[a-z0-9.:-]+/zones/[a-z]+-[a-z]+[0-9]+-[a-z]/"
+    r"reservations/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
+)
 
 
 def string(name: str, value: Any) -> str:
@@ -25,10 +27,14 @@ def string(name: str, value: Any) -> str:
 
 def integer(name: str, value: Any, *, low: int = 0, high: int = 2**31 - 1) -> int:
     """`value` if it is a whole number in `[low, high]`."""
-    require(isinstance(value, int) and not isinstance(value, bool),
-            f"--{name} is {quoted(value)}, expected a whole number from {low} to {high}")
-    require(low <= value <= high,
-            f"--{name} is {quoted(value)}, expected a whole number from {low} to {high}")
+    require(
+        isinstance(value, int) and not isinstance(value, bool),
+        f"--{name} is {quoted(value)}, expected a whole number from {low} to {high}",
+    )
+    require(
+        low <= value <= high,
+        f"--{name} is {quoted(value)}, expected a whole number from {low} to {high}",
+    )
     return value
 
 
@@ -49,14 +55,16 @@ def parse_duration(name: str, text: str | int | None) -> int | None:
         value = text
     else:
         match = _DURATION.match(str(text).strip()) if len(str(text)) <= 40 else None
-        require(bool(match and any(match.groups())),
-                f"--{name} is {quoted(text)}, expected a duration such as 3600, 3600s, 90m, "
-                f"2h or 1d")
+        require(
+            bool(match and any(match.groups())),
+            f"--{name} is {quoted(text)}, expected a duration such as 3600, 3600s, 90m, 2h or 1d",
+        )
         days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
         value = ((days * 24 + hours) * 60 + minutes) * 60 + seconds
-    require(0 <= value <= MAX_DURATION_SECONDS,
-            f"--{name} is {quoted(text)}, expected a duration from 0 to "
-            f"{MAX_DURATION_SECONDS} seconds")
+    require(
+        0 <= value <= MAX_DURATION_SECONDS,
+        f"--{name} is {quoted(text)}, expected a duration from 0 to {MAX_DURATION_SECONDS} seconds",
+    )
     return value
 
 
@@ -67,22 +75,30 @@ def parse_labels(value: str | Mapping[str, str] | None) -> tuple[tuple[str, str]
     if isinstance(value, Mapping):
         pairs = [(str(key), str(label)) for key, label in value.items()]
     else:
-        require(isinstance(value, str), f"--labels is {quoted(value)}, expected "
-                                        f"key=value,key=value")
+        require(
+            isinstance(value, str), f"--labels is {quoted(value)}, expected key=value,key=value"
+        )
         pairs = []
         for item in (part.strip() for part in value.split(",")):
             if not item:
                 continue
-            require("=" in item, f"--labels item {quoted(item)} has no '=', expected "
-                                 f"key=value,key=value such as team=vision,run=exp1")
+            require(
+                "=" in item,
+                f"--labels item {quoted(item)} has no '=', expected "
+                f"key=value,key=value such as team=vision,run=exp1",
+            )
             key, label = item.split("=", 1)
             pairs.append((key.strip(), label.strip()))
-    require(len(pairs) <= _MAX_LABELS,
-            f"--labels has {len(pairs)} labels, expected at most {_MAX_LABELS}")
+    require(
+        len(pairs) <= _MAX_LABELS,
+        f"--labels has {len(pairs)} labels, expected at most {_MAX_LABELS}",
+    )
     for key, label in pairs:
-        require(bool(_LABEL_KEY.match(key) and _LABEL_VALUE.match(label)),
-                f"--labels has {quoted(f'{key}={label}')}, expected lowercase letters, "
-                f"digits, _ and - (keys start with a letter, at most 63 characters each)")
+        require(
+            bool(_LABEL_KEY.match(key) and _LABEL_VALUE.match(label)),
+            f"--labels has {quoted(f'{key}={label}')}, expected lowercase letters, "
+            f"digits, _ and - (keys start with a letter, at most 63 characters each)",
+        )
     return tuple(sorted(dict(pairs).items()))
 
 
@@ -96,20 +112,26 @@ def parse_env(value: Sequence[str] | Mapping[str, str] | None) -> tuple[tuple[st
     if isinstance(value, Mapping):
         pairs = [(str(name), str(text)) for name, text in value.items()]
     else:
-        require(not isinstance(value, str), "env is a string, expected a list of NAME=VALUE "
-                                            "items or an object")
+        require(
+            not isinstance(value, str),
+            "env is a string, expected a list of NAME=VALUE items or an object",
+        )
         pairs = []
         for item in value:
             name, sep, text = str(item).partition("=")
             require(bool(sep), f"--env item for {quoted(name)} has no '=', expected NAME=VALUE")
             pairs.append((name, text))
     for name, _ in pairs:
-        require(bool(_ENV_NAME.match(name)),
-                f"--env name {quoted(name)} is not a valid environment variable name, "
-                f"expected letters, digits and _")
-        require(name not in ("TF_CONFIG", "CLUSTER_SPEC", "TFDIST_POOL2_ROLE") and not name.startswith(
-            ("AIP_", "CLOUD_ML_")), f"--env sets {name}, which Vertex AI (or the "
-                                    f"submitter) sets on every replica; drop it")
+        require(
+            bool(_ENV_NAME.match(name)),
+            f"--env name {quoted(name)} is not a valid environment variable name, "
+            f"expected letters, digits and _",
+        )
+        require(
+            name not in ("TF_CONFIG", "CLUSTER_SPEC", "TFDIST_POOL2_ROLE")
+            and not name.startswith(("AIP_", "CLOUD_ML_")),
+            f"--env sets {name}, which Vertex AI (or the submitter) sets on every replica; drop it",
+        )
     return tuple(pairs)
 
 
@@ -127,11 +149,16 @@ def parse_reservation_affinity(value: str) -> dict:
         return {"reservationAffinityType": "NO_RESERVATION"}
     if kind == "any" and not reservation:
         return {"reservationAffinityType": "ANY_RESERVATION"}
-    require(kind == "specific" and bool(_RESERVATION.match(reservation)),
-            f"--reservation_affinity is {quoted(value)}, expected none, any, or "
-            f"specific:projects/PROJECT/zones/ZONE/reservations/NAME")
-    return {"reservationAffinityType": "SPECIFIC_RESERVATION", "key": RESERVATION_KEY,
-            "values": [reservation]}
+    require(
+        kind == "specific" and bool(_RESERVATION.match(reservation)),
+        f"--reservation_affinity is {quoted(value)}, expected none, any, or "
+        f"specific:projects/PROJECT/zones/ZONE/reservations/NAME",
+    )
+    return {
+        "reservationAffinityType": "SPECIFIC_RESERVATION",
+        "key": RESERVATION_KEY,
+        "values": [reservation],
+    }
 
 
 def has_flag(args: Sequence[str], name: str) -> bool:
@@ -139,24 +166,33 @@ def has_flag(args: Sequence[str], name: str) -> bool:
     return any(re.match(rf"^--?{name}(=|$)", arg) for arg in args)
 
 
-_NFS = re.compile(r"^([A-Za-z0-9.-]{1,253}|\[[0-9a-fA-F:]+\]):(/[^:\s]{0,1000}):([A-Za-z0-9_.-]{1,100})$")
+_NFS = re.compile(
+    r"^([A-Za-z0-9.-]{1,253}|\[[0-9a-fA-F:]+\]):(/[^:\s]{0,1000}):([A-Za-z0-9_.-]{1,100})$"
+)
 
 
 def parse_nfs_mounts(value) -> tuple[tuple[str, str, str], ...]:
     """`(server, path, mount_point)` from `SERVER:/PATH:MOUNT_POINT` items."""
     if not value:
         return ()
-    require(not isinstance(value, str), "nfs_mount is a string, expected a list of "
-                                        "SERVER:/PATH:MOUNT_POINT items")
+    require(
+        not isinstance(value, str),
+        "nfs_mount is a string, expected a list of SERVER:/PATH:MOUNT_POINT items",
+    )
     mounts = []
     for item in value:
         match = _NFS.match(str(item))
-        require(bool(match), f"--nfs_mount is {quoted(item)}, expected SERVER:/PATH:MOUNT_POINT "
-                             f"such as 10.0.0.2:/share:data (mounted at /mnt/nfs/data)")
+        require(
+            bool(match),
+            f"--nfs_mount is {quoted(item)}, expected SERVER:/PATH:MOUNT_POINT "
+            f"such as 10.0.0.2:/share:data (mounted at /mnt/nfs/data)",
+        )
         mounts.append(match.groups())
     points = [point for _, _, point in mounts]
-    require(len(set(points)) == len(points),
-            f"--nfs_mount mount points repeat in {quoted(points)}, expected one per mount")
+    require(
+        len(set(points)) == len(points),
+        f"--nfs_mount mount points repeat in {quoted(points)}, expected one per mount",
+    )
     return tuple(mounts)
 
 
@@ -175,6 +211,8 @@ def flag_value(args: Sequence[str], name: str) -> str | None:
 
 def trainer_args(value: Any) -> tuple[str, ...]:
     if isinstance(value, str) or not all(isinstance(arg, str) for arg in value):
-        raise UsageError(f"trainer_args is {quoted(value)}, expected a list of trainer.task "
-                         f"flags such as [\"--epochs=10\"]")
+        raise UsageError(
+            f"trainer_args is {quoted(value)}, expected a list of trainer.task "
+            f'flags such as ["--epochs=10"]'
+        )
     return tuple(value)

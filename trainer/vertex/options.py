@@ -13,8 +13,8 @@ after `--` on the command line).
 import dataclasses
 from typing import Any, Mapping
 
-from tfdist.errors import UsageError
 from tfdist.distribute.choice import STRATEGIES
+from tfdist.errors import UsageError
 from trainer.vertex.checks import quoted
 from trainer.vertex.option_values import parse_env
 
@@ -22,7 +22,8 @@ DEFAULT_MACHINE_TYPE = "n2-standard-4"
 # The documented Reduction Server image (also published under europe-docker and
 # asia-docker) and the machine type Vertex AI recommends for reducers.
 DEFAULT_REDUCTION_SERVER_IMAGE = (
-    "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest")
+    "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
+)
 DEFAULT_REDUCTION_SERVER_MACHINE_TYPE = "n1-highcpu-16"
 DEFAULT_BOOT_DISK_TYPE = ""  # per machine family: trainer.vertex.machines.default_disk_type
 DEFAULT_BOOT_DISK_SIZE_GB = 100
@@ -56,87 +57,210 @@ class Option:
 OPTIONS = (
     Option("project", "string", "", "Google Cloud project ID."),
     Option("region", "string", "", "Vertex AI region, e.g. us-central1."),
-    Option("staging_bucket", "string", "", "gs:// bucket for staged packages and the "
-           "default output directory.", templated=True),
-    Option("display_name", "string", "", "Job name shown by Vertex AI "
-           "(default tfdist-STRATEGY)."),
-    Option("strategy", "string", "auto", "trainer.task --strategy for every replica: "
-           + ", ".join(STRATEGIES) + "."),
-    Option("machine_type", "string", DEFAULT_MACHINE_TYPE,
-           "Machine type of the chief and workers (and by default PS and evaluator)."),
-    Option("accelerator_type", "string", "", "e.g. NVIDIA_TESLA_A100, NVIDIA_H100_80GB, "
-           "TPU_V5_LITEPOD; empty for none."),
+    Option(
+        "staging_bucket",
+        "string",
+        "",
+        "gs:// bucket for staged packages and the default output directory.",
+        templated=True,
+    ),
+    Option("display_name", "string", "", "Job name shown by Vertex AI (default tfdist-STRATEGY)."),
+    Option(
+        "strategy",
+        "string",
+        "auto",
+        "trainer.task --strategy for every replica: " + ", ".join(STRATEGIES) + ".",
+    ),
+    Option(
+        "machine_type",
+        "string",
+        DEFAULT_MACHINE_TYPE,
+        "Machine type of the chief and workers (and by default PS and evaluator).",
+    ),
+    Option(
+        "accelerator_type",
+        "string",
+        "",
+        "e.g. NVIDIA_TESLA_A100, NVIDIA_H100_80GB, TPU_V5_LITEPOD; empty for none.",
+    ),
     Option("accelerator_count", "integer", 0, "Accelerators per machine."),
     Option("tpu_topology", "string", "", "TPU topology (TPU v4/v5e), e.g. 2x2."),
     Option("workers", "integer", 0, "Replicas in worker pool 1 (besides the chief)."),
     Option("parameter_servers", "integer", 0, "Parameter servers in worker pool 2."),
-    Option("parameter_server_machine_type", "string", "",
-           "CPU machine type of the parameter servers (default: --machine_type)."),
+    Option(
+        "parameter_server_machine_type",
+        "string",
+        "",
+        "CPU machine type of the parameter servers (default: --machine_type).",
+    ),
     Option("reduction_servers", "integer", 0, "Reduction Server replicas in worker pool 2."),
-    Option("reduction_server_machine_type", "string", DEFAULT_REDUCTION_SERVER_MACHINE_TYPE,
-           "Machine type of the Reduction Server replicas."),
-    Option("reduction_server_image", "string", DEFAULT_REDUCTION_SERVER_IMAGE,
-           "Reduction Server image (europe-docker / asia-docker mirrors exist).",
-           templated=True),
+    Option(
+        "reduction_server_machine_type",
+        "string",
+        DEFAULT_REDUCTION_SERVER_MACHINE_TYPE,
+        "Machine type of the Reduction Server replicas.",
+    ),
+    Option(
+        "reduction_server_image",
+        "string",
+        DEFAULT_REDUCTION_SERVER_IMAGE,
+        "Reduction Server image (europe-docker / asia-docker mirrors exist).",
+        templated=True,
+    ),
     Option("evaluators", "integer", 0, "Evaluators in worker pool 3 (0 or 1)."),
-    Option("evaluator_machine_type", "string", "",
-           "CPU machine type of the evaluator (default: the chief's machine)."),
-    Option("boot_disk_type", "string", DEFAULT_BOOT_DISK_TYPE,
-           "Boot disk type of every replica: pd-ssd, pd-standard or hyperdisk-balanced "
-           "(default: per machine family: pd-ssd, hyperdisk-balanced on A3 Ultra, none sent "
-           "on A4, A4X and G4 so that Vertex AI decides)."),
-    Option("boot_disk_size_gb", "integer", DEFAULT_BOOT_DISK_SIZE_GB,
-           "Boot disk size of every replica, 100 to 64000 GB."),
-    Option("container_uri", "string", "", "Our trainer image, or a Vertex AI prebuilt "
-           "training image (then the sdist is built, staged and run from it).",
-           templated=True),
-    Option("image_architecture", "string", "", "CPU architecture of --container_uri: "
-           "amd64 (default), arm64 or multi (a multi-arch image); ARM machines (A4X) need "
-           "arm64 or multi."),
-    Option("allow_ended_image", "boolean", False, "Accept a Vertex AI prebuilt training "
-           "image past its end of availability (Vertex AI may refuse it)."),
-    Option("task_package", "string", "", "Directory of your own Python project (with "
-           "pyproject.toml, setup.cfg or setup.py) holding the --task code: built and "
-           "staged next to the trainer package (prebuilt images only)."),
-    Option("service_account", "string", "", "Service account the replicas run as.",
-           templated=True),
+    Option(
+        "evaluator_machine_type",
+        "string",
+        "",
+        "CPU machine type of the evaluator (default: the chief's machine).",
+    ),
+    Option(
+        "boot_disk_type",
+        "string",
+        DEFAULT_BOOT_DISK_TYPE,
+        "Boot disk type of every replica: pd-ssd, pd-standard or hyperdisk-balanced "
+        "(default: per machine family: pd-ssd, hyperdisk-balanced on A3 Ultra, none sent "
+        "on A4, A4X and G4 so that Vertex AI decides).",
+    ),
+    Option(
+        "boot_disk_size_gb",
+        "integer",
+        DEFAULT_BOOT_DISK_SIZE_GB,
+        "Boot disk size of every replica, 100 to 64000 GB.",
+    ),
+    Option(
+        "container_uri",
+        "string",
+        "",
+        "Our trainer image, or a Vertex AI prebuilt "
+        "training image (then the sdist is built, staged and run from it).",
+        templated=True,
+    ),
+    Option(
+        "image_architecture",
+        "string",
+        "",
+        "CPU architecture of --container_uri: "
+        "amd64 (default), arm64 or multi (a multi-arch image); ARM machines (A4X) need "
+        "arm64 or multi.",
+    ),
+    Option(
+        "allow_ended_image",
+        "boolean",
+        False,
+        "Accept a Vertex AI prebuilt training "
+        "image past its end of availability (Vertex AI may refuse it).",
+    ),
+    Option(
+        "task_package",
+        "string",
+        "",
+        "Directory of your own Python project (with "
+        "pyproject.toml, setup.cfg or setup.py) holding the --task code: built and "
+        "staged next to the trainer package (prebuilt images only).",
+    ),
+    Option("service_account", "string", "", "Service account the replicas run as.", templated=True),
     Option("scheduling", "string", "standard", "standard, spot or flex_start."),
-    Option("max_wait_duration", "string", "", "flex_start only: longest wait for "
-           "resources, e.g. 2h (0: no limit)."),
-    Option("restart_job_on_worker_restart", "boolean", False,
-           "Restart every replica when one restarts."),
-    Option("disable_retries", "boolean", False,
-           "Fail the job instead of retrying after internal errors."),
+    Option(
+        "max_wait_duration",
+        "string",
+        "",
+        "flex_start only: longest wait for resources, e.g. 2h (0: no limit).",
+    ),
+    Option(
+        "restart_job_on_worker_restart",
+        "boolean",
+        False,
+        "Restart every replica when one restarts.",
+    ),
+    Option(
+        "disable_retries",
+        "boolean",
+        False,
+        "Fail the job instead of retrying after internal errors.",
+    ),
     Option("timeout", "string", "", "Longest run time, e.g. 3600s, 12h, 2d."),
-    Option("base_output_dir", "string", "", "gs:// directory for AIP_MODEL_DIR, "
-           "AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR (default: under "
-           "--staging_bucket).", templated=True),
-    Option("tensorboard", "string", "",
-           "Vertex AI TensorBoard: projects/P/locations/R/tensorboards/ID.", templated=True),
+    Option(
+        "base_output_dir",
+        "string",
+        "",
+        "gs:// directory for AIP_MODEL_DIR, "
+        "AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR (default: under "
+        "--staging_bucket).",
+        templated=True,
+    ),
+    Option(
+        "tensorboard",
+        "string",
+        "",
+        "Vertex AI TensorBoard: projects/P/locations/R/tensorboards/ID.",
+        templated=True,
+    ),
     Option("enable_web_access", "boolean", False, "Interactive shell access to replicas."),
-    Option("network", "string", "", "VPC network peered with Vertex AI: "
-           "projects/PROJECT_NUMBER/global/networks/NAME.", templated=True),
-    Option("reservation_affinity", "string", "", "Compute Engine reservation for the "
-           "chief's and workers' machines: none, any, or "
-           "specific:projects/P/zones/Z/reservations/NAME.", templated=True),
-    Option("kms_key_name", "string", "", "Customer-managed encryption key: "
-           "projects/P/locations/REGION/keyRings/R/cryptoKeys/K.", templated=True),
+    Option(
+        "network",
+        "string",
+        "",
+        "VPC network peered with Vertex AI: projects/PROJECT_NUMBER/global/networks/NAME.",
+        templated=True,
+    ),
+    Option(
+        "reservation_affinity",
+        "string",
+        "",
+        "Compute Engine reservation for the "
+        "chief's and workers' machines: none, any, or "
+        "specific:projects/P/zones/Z/reservations/NAME.",
+        templated=True,
+    ),
+    Option(
+        "kms_key_name",
+        "string",
+        "",
+        "Customer-managed encryption key: projects/P/locations/REGION/keyRings/R/cryptoKeys/K.",
+        templated=True,
+    ),
     Option("labels", "string", "", "Job labels: key=value,key=value."),
-    Option("persistent_resource_id", "string", "", "Run on this Vertex AI persistent "
-           "resource (its ID, in the job's project and region) instead of new machines."),
-    Option("experiment", "string", "", "Vertex AI Experiment to associate the job with: "
-           "its name or projects/P/locations/R/metadataStores/default/contexts/NAME.",
-           templated=True),
+    Option(
+        "persistent_resource_id",
+        "string",
+        "",
+        "Run on this Vertex AI persistent "
+        "resource (its ID, in the job's project and region) instead of new machines.",
+    ),
+    Option(
+        "experiment",
+        "string",
+        "",
+        "Vertex AI Experiment to associate the job with: "
+        "its name or projects/P/locations/R/metadataStores/default/contexts/NAME.",
+        templated=True,
+    ),
     Option("experiment_run", "string", "", "With --experiment: the run's name within it."),
-    Option("nfs_mount", "multi_string", (), "SERVER:/PATH:MOUNT_POINT, mounted at "
-           "/mnt/nfs/MOUNT_POINT on every replica of ours (needs --network; repeatable).",
-           accumulates=True),
-    Option("env", "multi_string", (), "NAME=VALUE for our replicas (values never printed).",
-           accumulates=True),
-    Option("trainer_args", "list", (), "trainer.task flags (config files; on the command "
-           "line they go after --).", accumulates=True, is_flag=False),
-    Option("description", "string", "", "Free text describing a config file.",
-           is_flag=False),
+    Option(
+        "nfs_mount",
+        "multi_string",
+        (),
+        "SERVER:/PATH:MOUNT_POINT, mounted at "
+        "/mnt/nfs/MOUNT_POINT on every replica of ours (needs --network; repeatable).",
+        accumulates=True,
+    ),
+    Option(
+        "env",
+        "multi_string",
+        (),
+        "NAME=VALUE for our replicas (values never printed).",
+        accumulates=True,
+    ),
+    Option(
+        "trainer_args",
+        "list",
+        (),
+        "trainer.task flags (config files; on the command line they go after --).",
+        accumulates=True,
+        is_flag=False,
+    ),
+    Option("description", "string", "", "Free text describing a config file.", is_flag=False),
 )
 
 BY_NAME = {option.name: option for option in OPTIONS}
@@ -148,8 +272,14 @@ def define_flags(flag_values, table: tuple[Option, ...] = OPTIONS) -> None:
     """Defines one absl flag per option of `table` (those that are flags) in `flag_values`."""
     from tfdist import cli  # pylint: disable=g-import-not-at-top
 
-    cli.define_flags((cli.FlagSpec(option.name, option.default, option.help, kind=option.kind)
-                      for option in table if option.is_flag), flag_values)
+    cli.define_flags(
+        (
+            cli.FlagSpec(option.name, option.default, option.help, kind=option.kind)
+            for option in table
+            if option.is_flag
+        ),
+        flag_values,
+    )
 
 
 def merge_options(file_values: Mapping[str, Any], flag_values: Mapping[str, Any]) -> dict:
@@ -163,8 +293,9 @@ def merge_options(file_values: Mapping[str, Any], flag_values: Mapping[str, Any]
     for source in (file_values, flag_values):
         for name, value in source.items():
             if name not in BY_NAME:
-                raise UsageError(f"unknown job option {quoted(name)}, expected one of: "
-                                 f"{', '.join(CONFIG_KEYS)}")
+                raise UsageError(
+                    f"unknown job option {quoted(name)}, expected one of: {', '.join(CONFIG_KEYS)}"
+                )
             if BY_NAME[name].accumulates and options[name]:
                 options[name] = _concat(options[name], value)
             else:
@@ -173,8 +304,8 @@ def merge_options(file_values: Mapping[str, Any], flag_values: Mapping[str, Any]
         value = options[option.name]
         if option.templated and isinstance(value, str) and "{" in value:
             options[option.name] = expand_placeholders(
-                option.name, value, project=str(options["project"]),
-                region=str(options["region"]))
+                option.name, value, project=str(options["project"]), region=str(options["region"])
+            )
     return options
 
 
@@ -183,8 +314,10 @@ def expand_placeholders(name: str, value: str, *, project: str, region: str) -> 
     try:
         return value.format(project=project, region=region)
     except (KeyError, IndexError, ValueError, AttributeError):
-        raise UsageError(f"{name} {quoted(value)} has an unknown placeholder, expected "
-                         f"only {{project}} and {{region}}") from None
+        raise UsageError(
+            f"{name} {quoted(value)} has an unknown placeholder, expected "
+            f"only {{project}} and {{region}}"
+        ) from None
 
 
 def _concat(first, second):
@@ -193,6 +326,7 @@ def _concat(first, second):
         merged.update(parse_env(second))
         return merged
     if isinstance(first, str) or isinstance(second, str):
-        raise UsageError(f"trainer_args/env must be lists, got {quoted(first)} and "
-                         f"{quoted(second)}")
+        raise UsageError(
+            f"trainer_args/env must be lists, got {quoted(first)} and {quoted(second)}"
+        )
     return tuple(first) + tuple(second)

@@ -40,8 +40,9 @@ def sdk_regions() -> frozenset[str]:
 def _supported_regions(source: str) -> frozenset[str]:
     for node in ast.parse(source).body:
         if isinstance(node, ast.Assign) and any(
-                isinstance(target, ast.Name) and target.id == "SUPPORTED_REGIONS"
-                for target in node.targets):
+            isinstance(target, ast.Name) and target.id == "SUPPORTED_REGIONS"
+            for target in node.targets
+        ):
             value = node.value
             if isinstance(value, ast.Call) and value.args:  # frozenset({...})
                 value = value.args[0]
@@ -55,16 +56,26 @@ def check_region(region: str) -> str:
     Raises:
         UsageError: Not a region name, or not one the SDK lists.
     """
-    require(bool(region), "--region is not set, expected a Vertex AI region such as "
-                          "--region=us-central1")
-    require(len(region) <= 40 and bool(_REGION_SHAPE.match(region)),
-            f"--region is {quoted(region)}, expected a region name such as us-central1")
+    require(
+        bool(region),
+        "--region is not set, expected a Vertex AI region such as --region=us-central1",
+    )
+    require(
+        len(region) <= 40 and bool(_REGION_SHAPE.match(region)),
+        f"--region is {quoted(region)}, expected a region name such as us-central1",
+    )
     known = sdk_regions()
     if known and region not in known:
         close = difflib.get_close_matches(region, sorted(known), n=3, cutoff=0.6)
-        hint = f"did you mean {' or '.join(close)}?" if close else \
-            "e.g. us-central1, europe-west4 or asia-southeast1"
-        require(False, f"--region is {quoted(region)}, which Vertex AI does not run in, "
-                       f"expected one of the {len(known)} regions the Vertex AI SDK lists; "
-                       f"{hint}")
+        hint = (
+            f"did you mean {' or '.join(close)}?"
+            if close
+            else "e.g. us-central1, europe-west4 or asia-southeast1"
+        )
+        require(
+            False,
+            f"--region is {quoted(region)}, which Vertex AI does not run in, "
+            f"expected one of the {len(known)} regions the Vertex AI SDK lists; "
+            f"{hint}",
+        )
     return region

@@ -46,13 +46,17 @@ def with_labels_and_encryption(job: dict, spec: JobSpec) -> dict:
 
 def build_job_spec(spec: JobSpec, package_uris: Sequence[str] = ()) -> dict:
     """The `jobSpec` (CustomJobSpec) part, also a tuning job's `trialJobSpec`."""
-    require(not spec.uses_python_package or (
-        bool(package_uris) and all(uri.startswith("gs://") for uri in package_uris)),
+    require(
+        not spec.uses_python_package
+        or (bool(package_uris) and all(uri.startswith("gs://") for uri in package_uris)),
         f"the prebuilt image {spec.container_uri} runs a Python package, got package URIs "
-        f"{list(package_uris)!r:.100}; expected gs:// URIs of the staged sdist")
-    require(not package_uris or spec.uses_python_package,
-            f"--container_uri={spec.container_uri} is our own image, which already holds the "
-            f"trainer; a package URI is not used with it")
+        f"{list(package_uris)!r:.100}; expected gs:// URIs of the staged sdist",
+    )
+    require(
+        not package_uris or spec.uses_python_package,
+        f"--container_uri={spec.container_uri} is our own image, which already holds the "
+        f"trainer; a package URI is not used with it",
+    )
     code = _code_spec(spec, package_uris)
     reservation = option_values.parse_reservation_affinity(spec.reservation_affinity)
     pools = [
@@ -101,12 +105,19 @@ def _code_spec(spec: JobSpec, package_uris: Sequence[str]) -> tuple[str, dict]:
         env.append({"name": POOL2_ROLE, "value": spec.pool2_role})
     env.extend({"name": name, "value": value} for name, value in spec.tpu_env)
     if spec.uses_python_package:
-        code = {"executorImageUri": spec.container_uri, "packageUris": list(package_uris),
-                "pythonModule": TRAINER_MODULE, "args": list(spec.task_args)}
+        code = {
+            "executorImageUri": spec.container_uri,
+            "packageUris": list(package_uris),
+            "pythonModule": TRAINER_MODULE,
+            "args": list(spec.task_args),
+        }
         key = "pythonPackageSpec"
     else:
-        code = {"imageUri": spec.container_uri,
-                "command": ["python", "-m", TRAINER_MODULE], "args": list(spec.task_args)}
+        code = {
+            "imageUri": spec.container_uri,
+            "command": ["python", "-m", TRAINER_MODULE],
+            "args": list(spec.task_args),
+        }
         key = "containerSpec"
     if env:
         code["env"] = env
@@ -125,29 +136,41 @@ def _machine_json(machine: MachineSpec, reservation: Mapping[str, Any]) -> dict:
     return body
 
 
-def _pool(spec: JobSpec, machine: MachineSpec, replicas: int, code: tuple[str, dict],
-          reservation: Mapping[str, Any]) -> dict:
+def _pool(
+    spec: JobSpec,
+    machine: MachineSpec,
+    replicas: int,
+    code: tuple[str, dict],
+    reservation: Mapping[str, Any],
+) -> dict:
     if not replicas:
         return {}
     key, body = code
     # The reservation is for the chief's and workers' machine type only.
     reserved = reservation if machine == spec.machine else {}
-    pool = {"machineSpec": _machine_json(machine, reserved), "replicaCount": replicas,
-            "diskSpec": _disk(spec, machine), key: json.loads(json.dumps(body))}
+    pool = {
+        "machineSpec": _machine_json(machine, reserved),
+        "replicaCount": replicas,
+        "diskSpec": _disk(spec, machine),
+        key: json.loads(json.dumps(body)),
+    }
     if spec.nfs_mounts:
-        pool["nfsMounts"] = [{"server": server, "path": path, "mountPoint": point}
-                             for server, path, point in spec.nfs_mounts]
+        pool["nfsMounts"] = [
+            {"server": server, "path": path, "mountPoint": point}
+            for server, path, point in spec.nfs_mounts
+        ]
     return pool
 
 
 def _server_pool(spec: JobSpec, code: tuple[str, dict], reservation) -> dict:
     if spec.reduction_servers:
-        return {"machineSpec": _machine_json(spec.reduction_server_machine, {}),
-                "replicaCount": spec.reduction_servers,
-                "diskSpec": _disk(spec, spec.reduction_server_machine),
-                "containerSpec": {"imageUri": spec.reduction_server_image}}
-    return _pool(spec, spec.parameter_server_machine, spec.parameter_servers, code,
-                 reservation)
+        return {
+            "machineSpec": _machine_json(spec.reduction_server_machine, {}),
+            "replicaCount": spec.reduction_servers,
+            "diskSpec": _disk(spec, spec.reduction_server_machine),
+            "containerSpec": {"imageUri": spec.reduction_server_image},
+        }
+    return _pool(spec, spec.parameter_server_machine, spec.parameter_servers, code, reservation)
 
 
 def disk_type_for(spec: JobSpec, machine: MachineSpec) -> str:

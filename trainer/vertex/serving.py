@@ -14,9 +14,16 @@ DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:lat
 DEFAULT_SERVING_MACHINE = "n1-standard-4"
 
 
-def serving_commands(*, project: str, region: str, display_name: str, base_output_dir: str,
-                     tuning: bool, image: str = DEFAULT_SERVING_IMAGE,
-                     machine_type: str = DEFAULT_SERVING_MACHINE) -> list[str]:
+def serving_commands(
+    *,
+    project: str,
+    region: str,
+    display_name: str,
+    base_output_dir: str,
+    tuning: bool,
+    image: str = DEFAULT_SERVING_IMAGE,
+    machine_type: str = DEFAULT_SERVING_MACHINE,
+) -> list[str]:
     """Shell lines (gcloud) and the equivalent Python (SDK), ready to paste.
 
     Args:
@@ -45,9 +52,17 @@ def serving_commands(*, project: str, region: str, display_name: str, base_outpu
     ]
 
 
-def upload_model(*, project: str, region: str, display_name: str, artifact_uri: str,
-                 image: str = DEFAULT_SERVING_IMAGE, api_endpoint: str = "",
-                 credentials=None, labels: dict | None = None) -> str:
+def upload_model(
+    *,
+    project: str,
+    region: str,
+    display_name: str,
+    artifact_uri: str,
+    image: str = DEFAULT_SERVING_IMAGE,
+    api_endpoint: str = "",
+    credentials=None,
+    labels: dict | None = None,
+) -> str:
     """Uploads the exported SavedModel as a Vertex AI Model (`aiplatform.Model.upload`).
 
     Args:
@@ -74,12 +89,19 @@ def upload_model(*, project: str, region: str, display_name: str, artifact_uri: 
     init = {"project": project, "location": region, "credentials": credentials}
     if api_endpoint:
         init.update(api_endpoint=api_endpoint, api_transport="rest")
-    with client.call_errors(purpose="uploading a model", refused="the model upload",
-                            expected="a SavedModel directory and an image it accepts",
-                            failed="upload the model",
-                            endpoint=api_endpoint or f"{region}-aiplatform.googleapis.com"):
+    with client.call_errors(
+        purpose="uploading a model",
+        refused="the model upload",
+        expected="a SavedModel directory and an image it accepts",
+        failed="upload the model",
+        endpoint=api_endpoint or f"{region}-aiplatform.googleapis.com",
+    ):
         aiplatform.init(**init)
         model = aiplatform.Model.upload(
-            display_name=display_name, artifact_uri=artifact_uri,
-            serving_container_image_uri=image, labels=labels or None, sync=True)
+            display_name=display_name,
+            artifact_uri=artifact_uri,
+            serving_container_image_uri=image,
+            labels=labels or None,
+            sync=True,
+        )
         return model.resource_name

@@ -21,9 +21,13 @@ from typing import Any, Mapping
 from tfdist.distribute import cluster
 from trainer.vertex import images, machines, option_values, validation
 from trainer.vertex.checks import require
-from trainer.vertex.options import (DEFAULT_BOOT_DISK_SIZE_GB, DEFAULT_BOOT_DISK_TYPE,
-                                    DEFAULT_REDUCTION_SERVER_IMAGE,
-                                    DEFAULT_REDUCTION_SERVER_MACHINE_TYPE)
+from trainer.vertex.options import (
+    DEFAULT_BOOT_DISK_SIZE_GB,
+    DEFAULT_BOOT_DISK_TYPE,
+    DEFAULT_REDUCTION_SERVER_IMAGE,
+    DEFAULT_REDUCTION_SERVER_MACHINE_TYPE,
+)
+
 
 def is_prebuilt_image(image_uri: str) -> bool:
     """Whether `image_uri` is one of Vertex AI's prebuilt training images.
@@ -48,10 +52,13 @@ class MachineSpec:
     flag: str = dataclasses.field(default="--machine_type", compare=False)
 
     def __post_init__(self):
-        machines.check_machine(flag=self.flag, machine_type=self.machine_type,
-                               accelerator_type=self.accelerator_type,
-                               accelerator_count=self.accelerator_count,
-                               tpu_topology=self.tpu_topology)
+        machines.check_machine(
+            flag=self.flag,
+            machine_type=self.machine_type,
+            accelerator_type=self.accelerator_type,
+            accelerator_count=self.accelerator_count,
+            tpu_topology=self.tpu_topology,
+        )
 
     @property
     def is_gpu(self) -> bool:
@@ -131,8 +138,8 @@ class JobSpec:
     nfs_mounts: tuple[tuple[str, str, str], ...] = ()
     # The day the image table is read for (today, UTC, unless a test fixes it).
     as_of: datetime.date = dataclasses.field(
-        default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).date(),
-        compare=False)
+        default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).date(), compare=False
+    )
 
     def __post_init__(self):
         validation.check_job(self)
@@ -146,20 +153,23 @@ class JobSpec:
     def parameter_server_machine(self) -> MachineSpec:
         if not self.parameter_server_machine_type:
             return self.machine
-        return MachineSpec(machine_type=self.parameter_server_machine_type,
-                           flag="--parameter_server_machine_type")
+        return MachineSpec(
+            machine_type=self.parameter_server_machine_type, flag="--parameter_server_machine_type"
+        )
 
     @property
     def evaluator_machine(self) -> MachineSpec:
         if not self.evaluator_machine_type:
             return self.machine
-        return MachineSpec(machine_type=self.evaluator_machine_type,
-                           flag="--evaluator_machine_type")
+        return MachineSpec(
+            machine_type=self.evaluator_machine_type, flag="--evaluator_machine_type"
+        )
 
     @property
     def reduction_server_machine(self) -> MachineSpec:
-        return MachineSpec(machine_type=self.reduction_server_machine_type,
-                           flag="--reduction_server_machine_type")
+        return MachineSpec(
+            machine_type=self.reduction_server_machine_type, flag="--reduction_server_machine_type"
+        )
 
     @property
     def task_args(self) -> tuple[str, ...]:
@@ -167,8 +177,10 @@ class JobSpec:
         extra = ()
         if self.strategy == "tpu" and not option_values.has_flag(self.trainer_args, "tpu"):
             extra = ("--tpu=local",)  # a Vertex TPU job runs on a TPU VM
-        if self.reduction_servers and option_values.flag_value(
-                self.trainer_args, "all_reduce") is None:
+        if (
+            self.reduction_servers
+            and option_values.flag_value(self.trainer_args, "all_reduce") is None
+        ):
             extra += ("--all_reduce=nccl",)  # reducers serve NCCL only (validation refuses ring)
         return (f"--strategy={self.strategy}",) + extra + tuple(self.trainer_args)
 
@@ -177,8 +189,10 @@ class JobSpec:
         """What TensorFlow needs on a TPU VM without a prebuilt image (TPU v5e): PJRT's C API."""
         if self.machine.accelerator_type != "TPU_V5_LITEPOD":
             return ()
-        return (("NEXT_PLUGGABLE_DEVICE_USE_C_API", "true"),
-                ("TF_PLUGGABLE_DEVICE_LIBRARY_PATH", "/lib/libtpu.so"))
+        return (
+            ("NEXT_PLUGGABLE_DEVICE_USE_C_API", "true"),
+            ("TF_PLUGGABLE_DEVICE_LIBRARY_PATH", "/lib/libtpu.so"),
+        )
 
     @property
     def experiment_name(self) -> str:
@@ -203,57 +217,100 @@ class JobSpec:
         Raises:
             UsageError: Any value is malformed or the shape is impossible.
         """
-        text = {name: option_values.string(name, options[name]) for name in (
-            "project", "region", "staging_bucket", "display_name", "strategy", "machine_type",
-            "accelerator_type", "tpu_topology", "parameter_server_machine_type",
-            "reduction_server_machine_type", "reduction_server_image",
-            "evaluator_machine_type", "boot_disk_type", "container_uri", "task_package",
-            "image_architecture", "persistent_resource_id", "experiment", "experiment_run",
-            "service_account", "scheduling", "base_output_dir", "tensorboard", "network",
-            "reservation_affinity", "kms_key_name")}
+        text = {
+            name: option_values.string(name, options[name])
+            for name in (
+                "project",
+                "region",
+                "staging_bucket",
+                "display_name",
+                "strategy",
+                "machine_type",
+                "accelerator_type",
+                "tpu_topology",
+                "parameter_server_machine_type",
+                "reduction_server_machine_type",
+                "reduction_server_image",
+                "evaluator_machine_type",
+                "boot_disk_type",
+                "container_uri",
+                "task_package",
+                "image_architecture",
+                "persistent_resource_id",
+                "experiment",
+                "experiment_run",
+                "service_account",
+                "scheduling",
+                "base_output_dir",
+                "tensorboard",
+                "network",
+                "reservation_affinity",
+                "kms_key_name",
+            )
+        }
         strategy = text["strategy"].lower()
         display_name = text["display_name"] or f"tfdist-{strategy}"
         base_output_dir = text["base_output_dir"]
         if not base_output_dir:
             bucket = text["staging_bucket"]
-            require(bool(bucket), "--staging_bucket is not set, expected a gs:// bucket for "
-                                  "the job's outputs and staged package, e.g. gs://my-bucket; "
-                                  "or set --base_output_dir")
-            base_output_dir = f"{validation.check_gcs_uri('staging_bucket', bucket)}/" \
-                              f"tfdist-jobs/{_slug(display_name)}-{timestamp}"
-        counts = {name: option_values.integer(name, options[name], high=validation.MAX_REPLICAS)
-                  for name in ("workers", "parameter_servers", "reduction_servers",
-                               "evaluators")}
+            require(
+                bool(bucket),
+                "--staging_bucket is not set, expected a gs:// bucket for "
+                "the job's outputs and staged package, e.g. gs://my-bucket; "
+                "or set --base_output_dir",
+            )
+            base_output_dir = (
+                f"{validation.check_gcs_uri('staging_bucket', bucket)}/"
+                f"tfdist-jobs/{_slug(display_name)}-{timestamp}"
+            )
+        counts = {
+            name: option_values.integer(name, options[name], high=validation.MAX_REPLICAS)
+            for name in ("workers", "parameter_servers", "reduction_servers", "evaluators")
+        }
         machine = MachineSpec(
-            machine_type=text["machine_type"], accelerator_type=text["accelerator_type"],
-            accelerator_count=option_values.integer("accelerator_count",
-                                                    options["accelerator_count"], high=64),
-            tpu_topology=text["tpu_topology"])
+            machine_type=text["machine_type"],
+            accelerator_type=text["accelerator_type"],
+            accelerator_count=option_values.integer(
+                "accelerator_count", options["accelerator_count"], high=64
+            ),
+            tpu_topology=text["tpu_topology"],
+        )
         scheduling = Scheduling(
             strategy=text["scheduling"].lower(),
             timeout_seconds=option_values.parse_duration("timeout", options["timeout"]) or 0,
-            max_wait_seconds=option_values.parse_duration("max_wait_duration",
-                                                          options["max_wait_duration"]),
+            max_wait_seconds=option_values.parse_duration(
+                "max_wait_duration", options["max_wait_duration"]
+            ),
             restart_job_on_worker_restart=option_values.boolean(
-                "restart_job_on_worker_restart", options["restart_job_on_worker_restart"]),
-            disable_retries=option_values.boolean("disable_retries",
-                                                  options["disable_retries"]))
+                "restart_job_on_worker_restart", options["restart_job_on_worker_restart"]
+            ),
+            disable_retries=option_values.boolean("disable_retries", options["disable_retries"]),
+        )
         return cls(
-            project=text["project"], region=text["region"], display_name=display_name,
-            strategy=strategy, machine=machine, container_uri=text["container_uri"],
-            base_output_dir=base_output_dir.rstrip("/"), **counts,
+            project=text["project"],
+            region=text["region"],
+            display_name=display_name,
+            strategy=strategy,
+            machine=machine,
+            container_uri=text["container_uri"],
+            base_output_dir=base_output_dir.rstrip("/"),
+            **counts,
             parameter_server_machine_type=text["parameter_server_machine_type"],
             reduction_server_machine_type=text["reduction_server_machine_type"],
             reduction_server_image=text["reduction_server_image"],
             evaluator_machine_type=text["evaluator_machine_type"],
             boot_disk_type=text["boot_disk_type"],
             boot_disk_size_gb=option_values.integer(
-                "boot_disk_size_gb", options["boot_disk_size_gb"], low=0, high=2**31 - 1),
-            service_account=text["service_account"], scheduling=scheduling,
+                "boot_disk_size_gb", options["boot_disk_size_gb"], low=0, high=2**31 - 1
+            ),
+            service_account=text["service_account"],
+            scheduling=scheduling,
             tensorboard=text["tensorboard"],
-            enable_web_access=option_values.boolean("enable_web_access",
-                                                    options["enable_web_access"]),
-            network=text["network"], reservation_affinity=text["reservation_affinity"],
+            enable_web_access=option_values.boolean(
+                "enable_web_access", options["enable_web_access"]
+            ),
+            network=text["network"],
+            reservation_affinity=text["reservation_affinity"],
             kms_key_name=text["kms_key_name"],
             labels=option_values.parse_labels(options["labels"]),
             env=option_values.parse_env(options["env"]),
@@ -261,10 +318,13 @@ class JobSpec:
             task_package=text["task_package"],
             image_architecture=text["image_architecture"].lower(),
             persistent_resource_id=text["persistent_resource_id"],
-            experiment=text["experiment"], experiment_run=text["experiment_run"],
+            experiment=text["experiment"],
+            experiment_run=text["experiment_run"],
             nfs_mounts=option_values.parse_nfs_mounts(options["nfs_mount"]),
-            allow_ended_image=option_values.boolean("allow_ended_image",
-                                                    options["allow_ended_image"]))
+            allow_ended_image=option_values.boolean(
+                "allow_ended_image", options["allow_ended_image"]
+            ),
+        )
 
 
 def _slug(text: str) -> str:

@@ -34,8 +34,18 @@ PACKAGES_PREFIX = "tfdist/packages"
 PROJECT_FILES = ("pyproject.toml", "setup.cfg", "setup.py")
 MAX_SOURCE_BYTES = 256 << 20
 MAX_SOURCE_FILES = 20_000
-_SKIPPED_ANYWHERE = (".git", ".hg", ".svn", "__pycache__", ".pytest_cache", ".mypy_cache",
-                     ".ruff_cache", ".tox", ".nox", ".ipynb_checkpoints")
+_SKIPPED_ANYWHERE = (
+    ".git",
+    ".hg",
+    ".svn",
+    "__pycache__",
+    ".pytest_cache",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".tox",
+    ".nox",
+    ".ipynb_checkpoints",
+)
 _SKIPPED_AT_TOP = ("build", "dist", ".venv", "venv", "node_modules", ".eggs")
 
 
@@ -68,10 +78,12 @@ def find_project_root() -> str:
     """
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))
-    require(os.path.isfile(os.path.join(root, "setup.cfg")),
-            f"no setup.cfg next to the trainer package (looked in {root}), expected a tfdist "
-            f"source checkout to build the package from; run from a checkout, or use our own "
-            f"image (--container_uri) which needs no package")
+    require(
+        os.path.isfile(os.path.join(root, "setup.cfg")),
+        f"no setup.cfg next to the trainer package (looked in {root}), expected a tfdist "
+        f"source checkout to build the package from; run from a checkout, or use our own "
+        f"image (--container_uri) which needs no package",
+    )
     return root
 
 
@@ -82,12 +94,17 @@ def check_task_package(path: str) -> str:
         UsageError: Not a directory, or without pyproject.toml/setup.cfg/setup.py.
     """
     shown = quoted(path)
-    require(os.path.isdir(path), f"--task_package {shown} is not a directory, expected your "
-                                 f"project's directory (with pyproject.toml, setup.cfg or "
-                                 f"setup.py)")
-    require(any(os.path.isfile(os.path.join(path, name)) for name in PROJECT_FILES),
-            f"--task_package {shown} has none of {', '.join(PROJECT_FILES)}, expected a "
-            f"Python project that pip can install; add a pyproject.toml naming your package")
+    require(
+        os.path.isdir(path),
+        f"--task_package {shown} is not a directory, expected your "
+        f"project's directory (with pyproject.toml, setup.cfg or "
+        f"setup.py)",
+    )
+    require(
+        any(os.path.isfile(os.path.join(path, name)) for name in PROJECT_FILES),
+        f"--task_package {shown} has none of {', '.join(PROJECT_FILES)}, expected a "
+        f"Python project that pip can install; add a pyproject.toml naming your package",
+    )
     return os.path.abspath(path)
 
 
@@ -108,27 +125,41 @@ def build_sdist(project_root: str, out_dir: str, *, flag: str = "the trainer") -
     with tempfile.TemporaryDirectory(prefix="tfdist-src-") as scratch:
         source = os.path.join(scratch, "src")
         _copy_sources(project_root, source, flag)
-        builder = build.ProjectBuilder(source, python_executable=sys.executable,
-                                       runner=_quiet_runner)
+        builder = build.ProjectBuilder(
+            source, python_executable=sys.executable, runner=_quiet_runner
+        )
         # The static build-system.requires only: asking the backend for more
         # would cost one more hook subprocess per build.
-        missing = sorted({chain[0] for requirement in builder.build_system_requires
-                          for chain in build.check_dependency(requirement)})
-        require(not missing,
-                f"building {flag} from {quoted(project_root)} needs "
-                f"{quoted(', '.join(missing))} (its "
-                f"build-system.requires), which is not installed; pip install them and submit "
-                f"again")
+        missing = sorted(
+            {
+                chain[0]
+                for requirement in builder.build_system_requires
+                for chain in build.check_dependency(requirement)
+            }
+        )
+        require(
+            not missing,
+            f"building {flag} from {quoted(project_root)} needs "
+            f"{quoted(', '.join(missing))} (its "
+            f"build-system.requires), which is not installed; pip install them and submit "
+            f"again",
+        )
         try:
             path = builder.build("sdist", out_dir)
         except Exception as error:  # noqa: BLE001 (build, backend and hook errors alike)
-            raise UsageError(f"building {flag} from {quoted(project_root)} failed "
-                             f"({quoted(_last_line(error))}); expected `python -m build "
-                             f"--sdist` to work there") from None
+            raise UsageError(
+                f"building {flag} from {quoted(project_root)} failed "
+                f"({quoted(_last_line(error))}); expected `python -m build "
+                f"--sdist` to work there"
+            ) from None
     base = os.path.basename(path)
-    stem = base[:-len(".tar.gz")] if base.endswith(".tar.gz") else base
-    return BuiltPackage(path=path, staged_name=f"{stem}-{content_digest(path)[:16]}.tar.gz",
-                        size=os.path.getsize(path), source=project_root)
+    stem = base[: -len(".tar.gz")] if base.endswith(".tar.gz") else base
+    return BuiltPackage(
+        path=path,
+        staged_name=f"{stem}-{content_digest(path)[:16]}.tar.gz",
+        size=os.path.getsize(path),
+        source=project_root,
+    )
 
 
 def _copy_sources(project_root: str, target: str, flag: str) -> None:
@@ -138,10 +169,13 @@ def _copy_sources(project_root: str, target: str, flag: str) -> None:
     for directory, subdirectories, names in os.walk(root):
         top = directory == root
         subdirectories[:] = sorted(
-            name for name in subdirectories
-            if name not in _SKIPPED_ANYWHERE and not name.endswith(".egg-info")
+            name
+            for name in subdirectories
+            if name not in _SKIPPED_ANYWHERE
+            and not name.endswith(".egg-info")
             and not (top and name in _SKIPPED_AT_TOP)
-            and not os.path.islink(os.path.join(directory, name)))
+            and not os.path.islink(os.path.join(directory, name))
+        )
         relative = os.path.relpath(directory, root)
         os.makedirs(os.path.join(target, relative), exist_ok=True)
         for name in names:
@@ -150,10 +184,12 @@ def _copy_sources(project_root: str, target: str, flag: str) -> None:
                 continue
             total += os.path.getsize(source)
             files += 1
-            require(total <= MAX_SOURCE_BYTES and files <= MAX_SOURCE_FILES,
-                    f"{flag} {quoted(project_root)} holds more than {MAX_SOURCE_BYTES >> 20} MB "
-                    f"or {MAX_SOURCE_FILES} files, expected a source tree; move data and "
-                    f"outputs out of it")
+            require(
+                total <= MAX_SOURCE_BYTES and files <= MAX_SOURCE_FILES,
+                f"{flag} {quoted(project_root)} holds more than {MAX_SOURCE_BYTES >> 20} MB "
+                f"or {MAX_SOURCE_FILES} files, expected a source tree; move data and "
+                f"outputs out of it",
+            )
             shutil.copy2(source, os.path.join(target, relative, name))
 
 
@@ -167,8 +203,15 @@ def _quiet_runner(cmd, cwd=None, extra_environ=None):
 
     env = os.environ.copy()
     env.update(extra_environ or {})
-    result = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, check=False)
+    result = subprocess.run(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        check=False,
+    )
     if result.returncode:
         sys.stderr.write(result.stdout[-4000:])
         raise subprocess.CalledProcessError(result.returncode, cmd)
@@ -178,8 +221,9 @@ def content_digest(archive_path: str) -> str:
     """SHA-256 over the archive's member names and file contents, in name order."""
     digest = hashlib.sha256()
     with tarfile.open(archive_path, "r:gz") as archive:
-        members = sorted((m for m in archive.getmembers() if m.isfile()),
-                         key=lambda member: member.name)
+        members = sorted(
+            (m for m in archive.getmembers() if m.isfile()), key=lambda member: member.name
+        )
         for member in members:
             data = archive.extractfile(member).read()
             digest.update(member.name.encode("utf-8") + b"\0")
@@ -203,33 +247,45 @@ def stage(package: BuiltPackage, staging_bucket: str, *, client=None) -> str:
     storage = require_module("google.cloud.storage", purpose="uploading the package")
     from google.api_core import exceptions as api_exceptions
     from google.auth import exceptions as auth_exceptions
+
     requests = require_module("requests", purpose="uploading the package")
 
     uri = package.uri(staging_bucket)
-    bucket_name, _, blob_name = uri[len("gs://"):].partition("/")
+    bucket_name, _, blob_name = uri[len("gs://") :].partition("/")
     try:
         client = client or storage.Client()
         blob = client.bucket(bucket_name).blob(blob_name)
         if blob.exists():
             print(f"Package already staged (same contents): {uri}", file=sys.stderr)
         else:
-            print(f"Uploading {os.path.basename(package.path)} ({package.size} bytes) to "
-                  f"{uri}", file=sys.stderr)
+            print(
+                f"Uploading {os.path.basename(package.path)} ({package.size} bytes) to {uri}",
+                file=sys.stderr,
+            )
             blob.upload_from_filename(package.path, content_type="application/gzip")
     except auth_exceptions.DefaultCredentialsError:
         raise UsageError(
             "no Application Default Credentials found, expected credentials to upload the "
-            "package; run `gcloud auth application-default login`") from None
-    except (requests.exceptions.RequestException, auth_exceptions.TransportError,
-            api_exceptions.RetryError) as error:
-        raise ServiceError(f"Cloud Storage could not be reached to upload {uri} "
-                           f"({quoted(_last_line(error))}); check the network") from None
+            "package; run `gcloud auth application-default login`"
+        ) from None
+    except (
+        requests.exceptions.RequestException,
+        auth_exceptions.TransportError,
+        api_exceptions.RetryError,
+    ) as error:
+        raise ServiceError(
+            f"Cloud Storage could not be reached to upload {uri} "
+            f"({quoted(_last_line(error))}); check the network"
+        ) from None
     except api_exceptions.GoogleAPICallError as error:
         summary = quoted(" ".join(str(error.message or "").split()), 300)
         if error.code is None or int(error.code) >= 500:
-            raise ServiceError(f"uploading the package to {uri} failed ({error.code}: "
-                               f"{summary}); try again later") from None
-        raise UsageError(f"uploading the package to {uri} failed ({error.code}: {summary}); "
-                         f"expected a bucket you can write to: check --staging_bucket and "
-                         f"its permissions") from None
+            raise ServiceError(
+                f"uploading the package to {uri} failed ({error.code}: {summary}); try again later"
+            ) from None
+        raise UsageError(
+            f"uploading the package to {uri} failed ({error.code}: {summary}); "
+            f"expected a bucket you can write to: check --staging_bucket and "
+            f"its permissions"
+        ) from None
     return uri

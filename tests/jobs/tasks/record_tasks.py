@@ -34,8 +34,9 @@ _kill = {"after": 0, "marker": ""}
 
 def _example(image: np.ndarray, label: int) -> bytes:
     feature = {
-        "image": tf.train.Feature(bytes_list=tf.train.BytesList(
-            value=[tf.io.encode_jpeg(image, quality=95).numpy()])),
+        "image": tf.train.Feature(
+            bytes_list=tf.train.BytesList(value=[tf.io.encode_jpeg(image, quality=95).numpy()])
+        ),
         "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
     }
     return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
@@ -50,7 +51,7 @@ def examples(num_examples: int, seed: int = 0) -> list[bytes]:
         image = rng.integers(0, 90, size=(SIZE, SIZE, 3)).astype(np.uint8)
         half = SIZE // 2
         rows, cols = divmod(label, 2)
-        image[rows * half:(rows + 1) * half, cols * half:(cols + 1) * half] += 150
+        image[rows * half : (rows + 1) * half, cols * half : (cols + 1) * half] += 150
         records.append(_example(image, label))
     return records
 
@@ -59,8 +60,10 @@ def write_tfrecords(directory: str, num_examples: int, num_files: int, seed: int
     """Writes the records round-robin into `num_files` TFRecord files; returns their glob."""
     tf.io.gfile.makedirs(directory)
     records = examples(num_examples, seed)
-    writers = [tf.io.TFRecordWriter(f"{directory}/train-{i:05d}-of-{num_files:05d}.tfrecord")
-               for i in range(num_files)]
+    writers = [
+        tf.io.TFRecordWriter(f"{directory}/train-{i:05d}-of-{num_files:05d}.tfrecord")
+        for i in range(num_files)
+    ]
     for index, record in enumerate(records):
         writers[index % num_files].write(record)
     for writer in writers:
@@ -68,8 +71,9 @@ def write_tfrecords(directory: str, num_examples: int, num_files: int, seed: int
     return f"{directory}/train-*.tfrecord"
 
 
-def write_array_records(directory: str, num_examples: int, num_files: int = 2,
-                        seed: int = 0) -> str:
+def write_array_records(
+    directory: str, num_examples: int, num_files: int = 2, seed: int = 0
+) -> str:
     from array_record.python import array_record_module  # pylint: disable=g-import-not-at-top
 
     os.makedirs(directory, exist_ok=True)
@@ -77,8 +81,9 @@ def write_array_records(directory: str, num_examples: int, num_files: int = 2,
     per_file = -(-num_examples // num_files)
     for i in range(num_files):
         writer = array_record_module.ArrayRecordWriter(
-            f"{directory}/train-{i:05d}.array_record", "group_size:1")
-        for record in records[i * per_file:(i + 1) * per_file]:
+            f"{directory}/train-{i:05d}.array_record", "group_size:1"
+        )
+        for record in records[i * per_file : (i + 1) * per_file]:
             writer.write(record)
         writer.close()
     return f"{directory}/train-*.array_record"
@@ -86,8 +91,11 @@ def write_array_records(directory: str, num_examples: int, num_files: int = 2,
 
 def _count(batch_size):
     _decodes["count"] += int(batch_size)
-    if (_kill["after"] and _decodes["count"] >= _kill["after"]
-            and not os.path.exists(_kill["marker"])):
+    if (
+        _kill["after"]
+        and _decodes["count"] >= _kill["after"]
+        and not os.path.exists(_kill["marker"])
+    ):
         with open(_kill["marker"], "w") as handle:
             handle.write(str(_decodes["count"]))
         os.kill(os.getpid(), signal.SIGKILL)
@@ -101,8 +109,10 @@ def _write_count(count_dir: str) -> None:
 
 def decoder(count: bool):
     """Parses one `tf.train.Example` and decodes its JPEG (counting decodes if asked)."""
-    spec = {"image": tf.io.FixedLenFeature([], tf.string),
-            "label": tf.io.FixedLenFeature([], tf.int64)}
+    spec = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+    }
 
     def decode(record):
         parsed = tf.io.parse_single_example(record, spec)
@@ -119,8 +129,15 @@ def decoder(count: bool):
 class RecordImages(Task):
     """Four-class images from JPEG records; `kind` picks how the task hands them over."""
 
-    def __init__(self, pattern: str, kind: str = "dataset", count_dir: str = "",
-                 evaluation: bool = False, kill_after: int = 0, kill_marker: str = ""):
+    def __init__(
+        self,
+        pattern: str,
+        kind: str = "dataset",
+        count_dir: str = "",
+        evaluation: bool = False,
+        kill_after: int = 0,
+        kill_marker: str = "",
+    ):
         self.pattern, self.kind, self.count_dir = pattern, kind, count_dir
         self.evaluation = evaluation
         _kill.update(after=kill_after, marker=kill_marker)
@@ -128,9 +145,14 @@ class RecordImages(Task):
             atexit.register(_write_count, count_dir)
 
     def build_model(self):
-        return keras.Sequential([keras.Input((SIZE, SIZE, 3)), keras.layers.Flatten(),
-                                 keras.layers.Dense(16, activation="relu"),
-                                 keras.layers.Dense(NUM_CLASSES)])
+        return keras.Sequential(
+            [
+                keras.Input((SIZE, SIZE, 3)),
+                keras.layers.Flatten(),
+                keras.layers.Dense(16, activation="relu"),
+                keras.layers.Dense(NUM_CLASSES),
+            ]
+        )
 
     def build_inputs(self, training):
         if not training and not self.evaluation:
@@ -144,8 +166,9 @@ class RecordImages(Task):
             from array_record.python import array_record_data_source  # pylint: disable=g-import-not-at-top
 
             source = array_record_data_source.ArrayRecordDataSource(sorted(glob.glob(self.pattern)))
-            return tfdist.data.RandomAccessSource(source, preprocess=decode,
-                                                  name=f"array_record:{self.pattern}")
+            return tfdist.data.RandomAccessSource(
+                source, preprocess=decode, name=f"array_record:{self.pattern}"
+            )
         raise ValueError(f"kind is {self.kind!r}, expected dataset, files or array_record")
 
     def loss(self):

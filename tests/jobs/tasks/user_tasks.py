@@ -28,8 +28,9 @@ class Binary(Task):
         self.num_examples = num_examples
 
     def build_model(self):
-        return keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(8, "relu"),
-                                 keras.layers.Dense(2)])
+        return keras.Sequential(
+            [keras.Input((FEATURES,)), keras.layers.Dense(8, "relu"), keras.layers.Dense(2)]
+        )
 
     def build_inputs(self, training):
         x, y = _arrays(self.num_examples if training else 64, 1 if training else 2)
@@ -43,6 +44,7 @@ class Binary(Task):
 
 
 # --- custom train_step (keras.io "Customizing what happens in fit", lower level) ---
+
 
 @keras.saving.register_keras_serializable(package="tfdist_tests")
 class CustomStepModel(keras.Model):
@@ -83,7 +85,8 @@ class CustomStepsModel(CustomStepModel):
         x, y = data
         y_pred = self(x, training=False)
         self.loss_tracker.update_state(
-            keras.losses.mean_squared_error(tf.reshape(y, (-1, 1)), y_pred))
+            keras.losses.mean_squared_error(tf.reshape(y, (-1, 1)), y_pred)
+        )
         self.mae_metric.update_state(tf.reshape(y, (-1, 1)), y_pred)
         return {"loss": self.loss_tracker.result(), "mae": self.mae_metric.result()}
 
@@ -108,6 +111,7 @@ class CustomTrainStep(Task):
 
 # --- strings in the model ---
 
+
 def _phrases(count: int, seed: int):
     rng = np.random.default_rng(seed)
     first = rng.integers(0, len(WORDS), size=count)
@@ -120,8 +124,9 @@ class Text(Task):
     """String features through `TextVectorization` inside the model."""
 
     def build_model(self):
-        vectorize = keras.layers.TextVectorization(max_tokens=20, output_sequence_length=2,
-                                                   vocabulary=list(WORDS))
+        vectorize = keras.layers.TextVectorization(
+            max_tokens=20, output_sequence_length=2, vocabulary=list(WORDS)
+        )
         inputs = keras.Input((), dtype="string")
         tokens = vectorize(inputs)
         hidden = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(20, 8)(tokens))
@@ -139,6 +144,7 @@ class Text(Task):
 
 
 # --- variable-length features ---
+
 
 def _sequences(count: int, seed: int):
     """Token sequences of 1..12 tokens; the label is whether token 1 appears."""
@@ -169,16 +175,20 @@ class VariableLength(Task):
         sequences, labels = _sequences(256 if training else 64, 1 if training else 2)
         if self.source == "ragged":
             return tf.data.Dataset.from_tensor_slices(
-                (tf.ragged.constant(sequences, dtype=tf.int32), labels))
+                (tf.ragged.constant(sequences, dtype=tf.int32), labels)
+            )
 
         def generate():
             yield from zip(sequences, labels)
 
-        return tf.data.Dataset.from_generator(generate, output_signature=(
-            tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.int32)))
+        return tf.data.Dataset.from_generator(
+            generate,
+            output_signature=(tf.TensorSpec((None,), tf.int32), tf.TensorSpec((), tf.int32)),
+        )
 
     def batching(self):
         from tfdist.data import batching  # pylint: disable=g-import-not-at-top
+
         if self.batching_mode == "longest":
             return batching.PadToLongest()
         if self.batching_mode == "declared":
@@ -196,6 +206,7 @@ class VariableLength(Task):
 
 # --- weighted metrics and class weights ---
 
+
 class Weighted(Binary):
     """Declares `weighted_metrics` and `class_weight` (class 1 counts 3 times)."""
 
@@ -207,6 +218,7 @@ class Weighted(Binary):
 
 
 # --- mistakes ---
+
 
 class StringLabels(Binary):
     """Labels "yes"/"no" for a numeric loss."""
