@@ -155,63 +155,51 @@ def test_after_rays_notice_the_wait_for_ray_ends_at_the_deadline_plus_the_margin
     )
 
 
+_TWO_WORKERS = {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}
+_WITH_PS = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]}
+
+
 @pytest.mark.parametrize(
-    "tf_config,under_backend,polls",
+    "cluster_spec,task_type,under_backend,has_evaluator,ray_calls",
     [
-        (
-            {
-                "cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
-                "task": {"type": "worker", "index": 0},
-            },
-            True,
-            True,
-        ),
-        (
-            {
-                "cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
-                "task": {"type": "worker", "index": 0},
-            },
-            False,
-            False,
-        ),
-        (
-            {
-                "cluster": {
-                    "chief": ["127.0.0.1:1"],
-                    "worker": ["127.0.0.1:2"],
-                    "ps": ["127.0.0.1:3"],
-                },
-                "task": {"type": "chief", "index": 0},
-            },
-            True,
-            False,
-        ),
+        (_TWO_WORKERS, "worker", True, False, True),
+        (_TWO_WORKERS, "worker", False, False, False),
+        (_WITH_PS, "chief", True, False, False),
+        (_TWO_WORKERS, "worker", True, True, False),
     ],
-    ids=["synchronous under the backend", "outside Ray", "parameter servers"],
+    ids=["synchronous under the backend", "outside Ray", "parameter servers", "an evaluator rank"],
 )
-def test_trainer_task_polls_rays_notice_just_before_its_backup_when_every_rank_trains(
-    tmp_path, monkeypatch, tf_config, under_backend, polls
+def test_trainer_task_makes_rays_collective_calls_only_when_every_rank_trains(
+    tmp_path, monkeypatch, cluster_spec, task_type, under_backend, has_evaluator, ray_calls
 ):
+    """Ray's notice is polled just before the backup, the backups reported just after it;
+    both are collectives, which a parameter server or an evaluator rank would never join."""
     from tfdist.callbacks import BackupAndRestore
-    from tfdist.distribute.cluster import resolve_cluster
+    from tfdist.distribute.cluster import HAS_EVALUATOR, resolve_cluster
     from tfdist.ray import job_end
     from trainer.config import ExperimentConfig
     from trainer.run import callbacks as run_callbacks
     from trainer.run.directories import OutputDirs
 
+    monkeypatch.delenv(job_end.ACTOR_VARIABLE, raising=False)
+    monkeypatch.delenv(HAS_EVALUATOR, raising=False)
     if under_backend:
         monkeypatch.setenv(job_end.ACTOR_VARIABLE, "tfdist-job-end-test")
-    else:
-        monkeypatch.delenv(job_end.ACTOR_VARIABLE, raising=False)
+    if has_evaluator:
+        monkeypatch.setenv(HAS_EVALUATOR, "1")
+    tf_config = {"cluster": cluster_spec, "task": {"type": task_type, "index": 0}}
     cluster = resolve_cluster({"TF_CONFIG": json.dumps(tf_config)})
-    backup = BackupAndRestore(str(tmp_path / "backup"), cluster=cluster)
+    backup_dir = str(tmp_path / "backup")
     callbacks = run_callbacks.training_callbacks(
         config=ExperimentConfig(),
         cluster=cluster,
-        backup=backup,
+        backup=BackupAndRestore(backup_dir, cluster=cluster),
         exporter=None,
-        dirs=OutputDirs(model_dir="", backup_dir=str(tmp_path / "backup"), tensorboard_dir=""),
+        dirs=OutputDirs(model_dir="", backup_dir=backup_dir, tensorboard_dir=""),
     )
     kinds = [type(callback).__name__ for callback in callbacks]
-    assert kinds[-1] == "BackupAndRestore"
-    assert (kinds[-2] == "PreemptionNotice") is polls, kinds
+    if ray_calls:
+        assert kinds[-3:] == ["PreemptionNotice", "BackupAndRestore", "ReportBackups"], kinds
+    else:
+        assert kinds[-1] == "BackupAndRestore", kinds
+        assert not {"PreemptionNotice", "ReportBackups"} & set(kinds), kinds

@@ -2,11 +2,13 @@
 
 `training_callbacks` puts them in order (the backup last: it may end the
 process after a preemption notice; under `python -m trainer.ray`, Ray's own
-preemption notice is polled just before it); `evaluation_exporter` is the
-chief's checkpoint exporter for an evaluator task, and `finish_exports` its
-last export once training is over.
+preemption notice is polled just before it and the committed backups are
+reported to Ray just after it); `evaluation_exporter` is the chief's checkpoint
+exporter for an evaluator task, and `finish_exports` its last export once
+training is over.
 """
 
+import os
 import sys
 from typing import Mapping
 
@@ -60,23 +62,29 @@ def training_callbacks(
         if exporter is not None:
             callbacks.append(exporter)
     if backup is not None:
-        notice = ray_preemption_notice(cluster)
-        if notice is not None:
-            callbacks.append(notice)
-        callbacks.append(backup)  # last: it may end the process after a preemption notice
+        ray_backend = ray_backend_if_every_rank_trains(cluster, os.environ)
+        if ray_backend is not None:
+            callbacks.append(ray_backend.PreemptionNotice())
+        callbacks.append(backup)  # it may end the process after a preemption notice
+        if ray_backend is not None:
+            callbacks.append(ray_backend.ReportBackups(dirs.backup_dir))
     return callbacks
 
 
-def ray_preemption_notice(cluster: Cluster) -> keras.callbacks.Callback | None:
-    """Ray Train's own preemption notice, on a synchronous job under `tfdist.ray`; else None.
+def ray_backend_if_every_rank_trains(cluster: Cluster, environ: Mapping[str, str]):
+    """`tfdist.ray` when this run is a synchronous job it set up without an evaluator; else None.
 
-    Every rank of such a job runs `fit`, so every rank polls
-    `ray.train.get_preemption_info()` at the same steps (it is a collective).
+    Only then does every Ray rank run `fit`, so that all of them can make the
+    same collective calls at the same steps: `ray.train.get_preemption_info()`
+    (Ray's own preemption notice) and `ray.train.report` (the backups as Ray
+    checkpoints). Parameter-server workers and an evaluator rank never run `fit`.
     """
     ray_backend = sys.modules.get("tfdist.ray")  # never imports Ray for a run outside it
-    if ray_backend is None or not ray_backend.set_up_by_backend() or cluster.num_ps:
+    if ray_backend is None or not ray_backend.set_up_by_backend():
         return None
-    return ray_backend.PreemptionNotice()
+    if cluster.num_ps or has_evaluator(cluster, environ):
+        return None
+    return ray_backend
 
 
 def finish_exports(exporter: CheckpointExporter | None, model: keras.Model) -> None:
