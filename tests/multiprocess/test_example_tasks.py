@@ -7,7 +7,6 @@ as real processes, on loopback clusters from `tfdist.launch.testing.local_cluste
 which keeps every task's log and prints it when a test fails.
 """
 
-import dataclasses
 import importlib
 import json
 import pathlib
@@ -19,6 +18,10 @@ import numpy as np
 import pytest
 
 from tests.support.logged_process import finish, log_tail, start_logged
+from tests.unit.test_example_tasks import (
+    EXAMPLES,  # shared with the in-process half
+    Example,  # shared with the in-process half
+)
 from tfdist.backups import BackupStore
 from tfdist.launch.testing import poll_until
 
@@ -28,40 +31,6 @@ WAIT_SECONDS = 480
 CLUSTER_ENV = {"PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
 
 
-@dataclasses.dataclass(frozen=True)
-class Example:
-    spec: str
-    config: dict
-    steps: int
-    learning_rate: float
-    # Accuracy on the evaluation split that shows learning: well above both
-    # chance and the largest class's share.
-    learned_accuracy: float
-
-
-EXAMPLES = {
-    "resnet": Example(
-        "examples.tasks.resnet:ResNetTask",
-        {"num_examples": 512},
-        steps=30,
-        learning_rate=0.01,
-        learned_accuracy=0.6,
-    ),  # 4 balanced classes
-    "transformer": Example(
-        "examples.tasks.transformer:TransformerTask",
-        {"num_examples": 1024},
-        steps=40,
-        learning_rate=0.005,
-        learned_accuracy=0.85,
-    ),  # the larger class holds ~61%
-    "subclassed": Example(
-        "examples.tasks.subclassed:SubclassedTask",
-        {"num_examples": 1024},
-        steps=40,
-        learning_rate=0.005,
-        learned_accuracy=0.6,
-    ),  # 3 balanced classes
-}
 BATCH = 32
 
 

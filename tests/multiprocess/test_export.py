@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 
+from tests.unit.test_export import _model  # shared with the in-process half
 from tfdist.outputs import export
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -26,27 +27,6 @@ features = np.load(sys.argv[2])
 (output,) = serve(**{name: tf.constant(features)}).values()
 print(json.dumps({"predictions": output.numpy().tolist()}))
 """
-
-
-def _model():
-    import keras
-
-    keras.utils.set_random_seed(3)
-    inputs = keras.Input((6,), name="features")
-    hidden = keras.layers.Dense(16, activation="relu")(inputs)
-    hidden = keras.layers.BatchNormalization()(hidden)
-    outputs = keras.layers.Dense(3, activation="softmax")(hidden)
-    model = keras.Model(inputs, outputs)
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
-    rng = np.random.default_rng(0)
-    model.fit(
-        rng.normal(size=(64, 6)).astype("float32"),
-        rng.integers(0, 3, size=64),
-        epochs=1,
-        batch_size=16,
-        verbose=0,
-    )  # non-trivial weights and BN statistics
-    return model
 
 
 def test_saved_model_loads_without_keras_and_predicts_like_the_keras_model(tmp_path):

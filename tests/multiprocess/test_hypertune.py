@@ -1,18 +1,15 @@
 """tfdist.outputs.hypertune: the metric file Vertex AI tuning reads, chief only, and
 per-trial output directories."""
 
-import json
 import os
 import subprocess
 import sys
 
 import pytest
 
+from tests.unit.test_hypertune import _lines  # shared with the in-process half
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def _lines(path):
-    return [json.loads(line) for line in open(path, encoding="utf-8")]
 
 
 def test_metric_file_matches_cloudml_hypertune(tmp_path):

@@ -11,34 +11,24 @@ import sys
 import pytest
 
 from trainer.kubernetes import checks, manifest
-from trainer.kubernetes import shape as shape_lib
 
 pytest.importorskip("kubeflow.training")
+from tests.unit.test_kubernetes import (  # shared with the in-process half
+    CRD,
+    _edited,
+    _master,
+    _require_crd,
+    sdk_round_trip,
+    shape,
+)
 from trainer.kubernetes import api_schema  # noqa: E402  (needs the kubernetes extra)
 
 jsonschema = pytest.importorskip("jsonschema")
 yaml = pytest.importorskip("yaml")
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-# Not in the repository (files fetched from other repositories are not committed here): the
-# project's shared/ folder beside the checkout holds it, or TFDIST_TFJOB_CRD names it.
-CRD = pathlib.Path(
-    os.environ.get(
-        "TFDIST_TFJOB_CRD", REPO.parent / "shared" / "schemas" / "kubeflow.org_tfjobs.yaml"
-    )
-)
-CRD_SHA256 = "1fea6d2d9d3fec4697db322d4490be67b0d616478f42566e4c48ae865130a8c8"
 SHAPES = sorted((REPO / "configs" / "kubernetes").glob("*.json"))
 IMAGE = "us-docker.pkg.dev/my-project/tfdist/trainer:0.1.0"
-
-
-def _require_crd() -> None:
-    if not CRD.is_file():
-        pytest.skip(
-            f"the TFJob CRD (training-operator v1.9.0 manifests/base/crds/"
-            f"kubeflow.org_tfjobs.yaml, sha256 {CRD_SHA256[:12]}...) is not at {CRD}; "
-            f"see tests/schemas/README.md"
-        )
 
 
 @pytest.fixture(scope="module")
@@ -62,25 +52,6 @@ def run_cli(*args, check=True):
     if check:
         assert result.returncode == 0, result.stderr
     return result
-
-
-def sdk_round_trip(job: dict) -> dict:
-    """The manifest read into kubeflow-training's models and written back (unknown fields drop)."""
-    training = pytest.importorskip("kubeflow.training")
-
-    class Response:  # what ApiClient.deserialize reads: a body in `.data`
-        data = json.dumps(job)
-
-    client = training.ApiClient()
-    model = client.deserialize(Response(), "KubeflowOrgV1TFJob")
-    assert isinstance(model, training.KubeflowOrgV1TFJob)
-    return client.sanitize_for_serialization(model)
-
-
-def shape(**overrides) -> shape_lib.TFJobShape:
-    values = dict(name="tfdist-test", image=IMAGE, workers=2, volume_claim="shared")
-    values.update(overrides)
-    return shape_lib.TFJobShape(**values)
 
 
 @pytest.mark.parametrize("config", SHAPES, ids=lambda path: path.stem)
@@ -129,16 +100,6 @@ def test_check_refuses_a_hand_written_manifest_of_the_wrong_types(tmp_path):
         f"containers.0.ports.0.containerPort: '2222' is not of type 'integer'; expected a "
         f"kubeflow.org/v1 TFJob as the training operator's API defines it"
     ]
-
-
-def _edited(edit) -> dict:
-    job = manifest.build_tfjob(shape(evaluators=1))
-    edit(job["spec"])
-    return job
-
-
-def _master(spec):
-    spec["tfReplicaSpecs"]["Master"] = spec["tfReplicaSpecs"].pop("Chief")
 
 
 def test_check_of_a_hand_written_yaml_manifest(tmp_path):

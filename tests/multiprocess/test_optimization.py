@@ -7,26 +7,9 @@ import sys
 import keras
 import numpy as np
 
-from trainer.config import build_config
-from trainer.optimization import build_optimizer
+from tests.unit.test_optimization import build  # shared with the in-process half
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-class RecordingLogger:
-    def __init__(self):
-        self.lines = []
-
-    def info(self, message, *args):
-        self.lines.append(message % args)
-
-
-def build(steps_per_epoch=10, **fields):
-    logger = RecordingLogger()
-    optimizer = build_optimizer(
-        build_config(fields), steps_per_epoch=steps_per_epoch, logger=logger
-    )
-    return optimizer, logger.lines
 
 
 def test_model_saved_with_scheduled_lars_loads_after_importing_tfdist_optimizers(tmp_path):

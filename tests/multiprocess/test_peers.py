@@ -20,8 +20,6 @@ carries its LAMB.
 Select these tests with `python -m pytest -m peers`.
 """
 
-import importlib.metadata
-import importlib.util
 import json
 import os
 import pathlib
@@ -31,6 +29,12 @@ import sys
 import numpy as np
 import pytest
 
+from tests.unit.test_peers import (  # shared with the in-process half
+    _assert_bitwise_equal,
+    _max_difference,
+    _require_peer,
+)
+
 pytestmark = pytest.mark.peers
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -39,40 +43,6 @@ TUTORIAL = ROOT / "examples" / "multiworker_tutorial" / "main.py"
 ENV = {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
 WAIT_SECONDS = 300  # A backstop against hangs, never a speed assertion.
 STEPS = 30
-INSTALL_HINT = (
-    "python -m pip install -e '.[peers]' && "
-    "python -m pip install --no-deps tf-models-official==2.20.0"
-)
-
-
-def _require_peer(distribution: str) -> importlib.metadata.Distribution:
-    """The installed peer package; skips the test if it is not installed (fails under CI)."""
-    try:
-        return importlib.metadata.distribution(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        message = (
-            f"peer package {distribution!r} is not installed; install the peers "
-            f"with: {INSTALL_HINT}"
-        )
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{message} (.ci/run installs them)")
-    pytest.skip(message)
-
-
-def _max_difference(left, right) -> float:
-    assert [np.shape(a) for a in left] == [np.shape(b) for b in right]
-    return max(float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) for a, b in zip(left, right))
-
-
-def _assert_bitwise_equal(ours, theirs, what: str) -> None:
-    unequal = [
-        index
-        for index, (a, b) in enumerate(zip(ours, theirs))
-        if not np.array_equal(np.asarray(a), np.asarray(b))
-    ]
-    assert not unequal, (
-        f"{what}: variables {unequal} differ, max difference {_max_difference(ours, theirs):.3g}"
-    )
 
 
 # ---------------------------------------------------------------------------------------

@@ -12,25 +12,19 @@ import pathlib
 import signal
 import sys
 
-import keras
 import numpy as np
 import pytest
 
 from tests.jobs import callbacks_script as script
 from tests.support.logged_process import finish, log_tail, start_logged
+from tests.unit.test_resumable_callbacks import (  # shared with the in-process half
+    _assert_like_reference,
+    _weights,
+)
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tests" / "jobs" / "callbacks_script.py"
 TIMEOUT = 240
-
-
-def _weights(path: pathlib.Path) -> list[np.ndarray]:
-    return keras.saving.load_model(path, safe_mode=True, compile=False).get_weights()
-
-
-def _assert_same_weights(actual: pathlib.Path, expected: pathlib.Path) -> None:
-    for got, want in zip(_weights(actual), _weights(expected), strict=True):
-        np.testing.assert_array_equal(got, want)
 
 
 @pytest.fixture(scope="module")
@@ -44,14 +38,6 @@ def reference(tmp_path_factory):
     assert 0 < result["early_stopping"]["stopped_epoch"] < script.EPOCHS - 1
     assert result["early_stopping"]["best_epoch"] < result["early_stopping"]["stopped_epoch"]
     return out, result
-
-
-def _assert_like_reference(out: pathlib.Path, result: dict, reference) -> None:
-    reference_out, reference_result = reference
-    assert result == reference_result
-    assert (out / "log.csv").read_text() == (reference_out / "log.csv").read_text()
-    _assert_same_weights(out / "model.keras", reference_out / "model.keras")
-    _assert_same_weights(out / "best.keras", reference_out / "best.keras")
 
 
 @pytest.mark.slow

@@ -8,6 +8,11 @@ import sys
 
 import pytest
 
+from tests.unit.test_vertex_schema import (  # shared with the in-process half
+    strict_custom_job,
+    strict_tuning_job,
+)
+
 aiplatform_v1 = pytest.importorskip("google.cloud.aiplatform_v1")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -23,16 +28,6 @@ COMMON = [
     "--staging_bucket=gs://my-bucket",
     "--service_account=trainer@my-project.iam.gserviceaccount.com",
 ]
-
-
-def strict_custom_job(job: dict):
-    return aiplatform_v1.CustomJob.from_json(json.dumps(job), ignore_unknown_fields=False)
-
-
-def strict_tuning_job(job: dict):
-    return aiplatform_v1.HyperparameterTuningJob.from_json(
-        json.dumps(job), ignore_unknown_fields=False
-    )
 
 
 def dry_run(*flags):

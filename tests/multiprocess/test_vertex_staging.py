@@ -10,34 +10,14 @@ import tarfile
 
 import pytest
 
+from tests.unit.test_vertex_staging import (  # shared with the in-process half
+    make_user_project,
+)
 from trainer.vertex import staging
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREBUILT = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
 COMMON = ["--project=my-project", "--region=us-central1", "--staging_bucket=gs://my-bucket"]
-
-TASK_MODULE = '''
-class MyTask:
-    """A user's task: only its importability matters here."""
-
-    def __init__(self, units=4):
-        self.units = units
-'''
-
-
-def make_user_project(root, *, requires='["setuptools>=61"]', name="my-task"):
-    """A tiny user project: pyproject.toml and the package my_pkg with mod.py."""
-    (root / "my_pkg").mkdir(parents=True)
-    (root / "my_pkg" / "__init__.py").write_text("")
-    (root / "my_pkg" / "mod.py").write_text(TASK_MODULE)
-    (root / "pyproject.toml").write_text(
-        f'[build-system]\nrequires = {requires}\nbuild-backend = "setuptools.build_meta"\n\n'
-        f'[project]\nname = "{name}"\nversion = "1.2.0"\n\n'
-        f'[tool.setuptools]\npackages = ["my_pkg"]\n'
-    )
-    (root / "build").mkdir()  # a stale build output: not part of the sources
-    (root / "build" / "junk.txt").write_text("x")
-    return root
 
 
 def submit(*args):
