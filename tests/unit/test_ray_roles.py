@@ -3,6 +3,7 @@ over Ray's ranks, the one-line refusals of it, of its callbacks and of `python -
 and the bounded wait after Ray's notice."""
 
 import json
+import os
 
 import pytest
 
@@ -195,6 +196,7 @@ def test_trainer_task_makes_rays_collective_calls_only_when_every_rank_trains(
         cluster=cluster,
         backup=BackupAndRestore(backup_dir, cluster=cluster),
         exporter=None,
+        environ=os.environ,
         dirs=OutputDirs(model_dir="", backup_dir=backup_dir, tensorboard_dir=""),
     )
     kinds = [type(callback).__name__ for callback in callbacks]

@@ -8,7 +8,6 @@ exporter for an evaluator task, and `finish_exports` its last export once
 training is over.
 """
 
-import os
 import sys
 from typing import Mapping
 
@@ -42,9 +41,10 @@ def training_callbacks(
     dirs: OutputDirs,
     backup: BackupAndRestore | None,
     exporter: CheckpointExporter | None,
+    environ: Mapping[str, str],
     steps_per_execution: int = 1,
 ) -> list:
-    """The meter, the chief's TensorBoard and exporter, and the backup (last)."""
+    """The meter, the chief's TensorBoard and exporter, and the backup (with Ray's calls)."""
     callbacks = [
         ThroughputMeter(
             global_batch_size=config.global_batch_size, steps_per_execution=steps_per_execution
@@ -62,7 +62,7 @@ def training_callbacks(
         if exporter is not None:
             callbacks.append(exporter)
     if backup is not None:
-        ray_backend = ray_backend_if_every_rank_trains(cluster, os.environ)
+        ray_backend = ray_backend_if_every_rank_trains(cluster, environ)
         if ray_backend is not None:
             callbacks.append(ray_backend.PreemptionNotice())
         callbacks.append(backup)  # it may end the process after a preemption notice

@@ -145,6 +145,7 @@ def prepare(
         dirs=dirs,
         backup=backup,
         exporter=exporter,
+        environ=environ,
         steps_per_execution=steps_per_execution,
     )
     return Prepared(inputs, model, backup, todo, exporter, tuple(callbacks))
