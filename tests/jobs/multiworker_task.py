@@ -8,7 +8,10 @@ set whose last batch is partial. The chief writes `weights.npz`,
 `<out>/started-<task>` after step N, so a test can act once training runs.
 `--compat=none` leaves Keras unpatched (to show the upstream failure);
 `--compat=build_only` corrects only the first of the two upstream reductions;
-`--compat=no_steps_per_execution` corrects both but not the multi-step loop.
+`--compat=no_steps_per_execution` corrects both but not the multi-step loop;
+`--compat=each_upstream` tries `fit` under each of those three in turn (each
+adds its corrections to the last, as the failures come in that order) and
+writes `<out>/upstream-<task>.json`: `{setting: the error fit raised, or null}`.
 `--record` makes every task write `<out>/batch_logs-<task>.json` (the logs
 each `on_train_batch_end` saw) and the chief `<out>/history.json` and
 `<out>/train_graph.json` (whether one call of the train function runs its
@@ -33,7 +36,9 @@ def _parse_args():
     parser = argparse.ArgumentParser()
     parser.add_argument("--strategy", default="multiworker")
     parser.add_argument(
-        "--compat", default="full", choices=("full", "none", "build_only", "no_steps_per_execution")
+        "--compat",
+        default="full",
+        choices=("full", "none", "build_only", "no_steps_per_execution", "each_upstream"),
     )
     parser.add_argument("--steps_per_execution", type=int, default=1)
     parser.add_argument("--out", required=True)
@@ -130,12 +135,8 @@ def _train_graph_report(model, strategy, dataset) -> dict:
     }
 
 
-def main():
-    args = _parse_args()
-    out = pathlib.Path(args.out)
-    cluster = resolve_cluster(os.environ)
-    strategy = _make_strategy(args, cluster)
-
+def _compiled_model_and_data(args, strategy):
+    """The compiled mlp, its training batches, the test set and its images."""
     import keras  # pylint: disable=g-import-not-at-top
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -160,6 +161,44 @@ def main():
             steps_per_execution=args.steps_per_execution,
             jit_compile=args.jit_compile,
         )
+    return model, train, test, test_images
+
+
+# The upstream settings `--compat=each_upstream` tries, in order, with the corrections
+# each adds to the last.
+UPSTREAM_SETTINGS = (
+    ("none", ()),
+    ("build_only", ("symbolic_build",)),
+    ("no_steps_per_execution", ("reduce_per_replica",)),
+)
+
+
+def _try_each_upstream_setting(args, cluster, strategy, out: pathlib.Path) -> None:
+    errors = {}
+    for name, corrections in UPSTREAM_SETTINGS:
+        if corrections:
+            keras_compat.apply(corrections=corrections)
+        model, train, _, _ = _compiled_model_and_data(args, strategy)
+        try:
+            model.fit(train, epochs=1, steps_per_epoch=args.steps, verbose=0, shuffle=False)
+        except Exception as error:  # pylint: disable=broad-except  (recorded for the test)
+            errors[name] = f"{type(error).__name__}: {error}"
+        else:
+            errors[name] = None
+    task = f"{cluster.task_type}-{cluster.task_index}"
+    (out / f"upstream-{task}.json").write_text(json.dumps(errors))
+
+
+def main():
+    args = _parse_args()
+    out = pathlib.Path(args.out)
+    cluster = resolve_cluster(os.environ)
+    strategy = _make_strategy(args, cluster)
+
+    if args.compat == "each_upstream":
+        _try_each_upstream_setting(args, cluster, strategy, out)
+        return
+    model, train, test, test_images = _compiled_model_and_data(args, strategy)
     callbacks = []
     if args.marker_step:
         task = f"{cluster.task_type}-{cluster.task_index}"

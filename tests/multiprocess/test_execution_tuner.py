@@ -72,7 +72,6 @@ def single_process_runs(tmp_path_factory):
     return chosen, {"auto": auto.out, "explicit": explicit.out, "one": one.out}
 
 
-@pytest.mark.slow
 def test_the_trainer_defaults_to_auto_and_matches_the_explicit_choice(single_process_runs):
     _, outs = single_process_runs
     for name, out in outs.items():
@@ -82,7 +81,6 @@ def test_the_trainer_defaults_to_auto_and_matches_the_explicit_choice(single_pro
             np.testing.assert_array_equal(got, want, err_msg=name)
 
 
-@pytest.mark.slow
 def test_two_workers_choose_the_same_value_and_train_like_one_process(
     local_cluster, tmp_path, single_process_runs
 ):

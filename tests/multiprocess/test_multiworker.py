@@ -1,7 +1,8 @@
 """Keras 3 under MultiWorkerMirroredStrategy: equal to one process, and the upstream bug.
 
 Every test here starts real TensorFlow processes on loopback through
-`tfdist.launch.testing.local_cluster`, which keeps per-task logs, prints them when a
+`tfdist.launch.testing.local_cluster` (or, for runs several tests share, a
+`LocalCluster` in a module fixture), which keeps per-task logs, prints them when a
 test fails and checks that no process is left behind.
 """
 
@@ -17,31 +18,32 @@ import pytest
 
 from tfdist.launch.testing import poll_until
 
-pytestmark = pytest.mark.slow
-
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TASK = str(ROOT / "tests" / "jobs" / "multiworker_task.py")
 ENV = {"PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
 WAIT_SECONDS = 240
 
 
-def _run_single(args: list[str], cwd: pathlib.Path) -> subprocess.CompletedProcess:
+def _single_env() -> dict:
     import os  # pylint: disable=g-import-not-at-top
 
     env = {
         key: value for key, value in os.environ.items() if key not in ("TF_CONFIG", "CLUSTER_SPEC")
     }
     env.update(ENV)
-    result = subprocess.run(
-        [sys.executable, *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=WAIT_SECONDS,
-    )
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result
+    return env
+
+
+def _start_single(args: list[str], log_path: pathlib.Path) -> subprocess.Popen:
+    """Starts one process without a cluster; its output goes to `log_path`."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, *args],
+            cwd=ROOT,
+            env=_single_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _run_cluster(local_cluster, args: list[str], num_workers: int = 2) -> dict:
@@ -59,16 +61,7 @@ def _run_single_beside_cluster(
 
     The single process's output goes to `log_path`, shown if it fails.
     """
-    import os  # pylint: disable=g-import-not-at-top
-
-    env = {
-        key: value for key, value in os.environ.items() if key not in ("TF_CONFIG", "CLUSTER_SPEC")
-    }
-    env.update(ENV)
-    with open(log_path, "wb") as log:
-        single = subprocess.Popen(
-            [sys.executable, *single_args], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT
-        )
+    single = _start_single(single_args, log_path)
     try:
         _run_cluster(local_cluster, cluster_args)
         code = single.wait(timeout=WAIT_SECONDS)
@@ -98,107 +91,164 @@ def _max_difference(left: list[np.ndarray], right: list[np.ndarray]) -> float:
     return max(float(np.max(np.abs(a - b))) for a, b in zip(left, right))
 
 
+# The case whose 2-worker cluster also has an evaluator: the evaluator test below
+# reads that run's outputs (an evaluator reads checkpoints; it changes no weight).
+# LARS and 5 steps per execution are checked in one run: the optimizer and the fused
+# loop are independent (SGD on 2 workers against one process, at auto's choice of
+# steps per execution, is tests/multiprocess/test_execution_tuner.py's).
+EVALUATED_CASE = ("mlp", "lars", "1.0", "5")
+
+
+@pytest.fixture(scope="module")
+def trainer_runs(tmp_path_factory):
+    """`run(model, optimizer, learning_rate, steps_per_execution) -> (one, two)` output dirs.
+
+    Each configuration runs once on one process and once on 2 workers, side by
+    side (they share nothing but flags), the first time a test asks for it.
+    """
+    from tfdist.launch.local_cluster import LocalCluster  # pylint: disable=g-import-not-at-top
+
+    done = {}
+
+    def run(*case: str) -> tuple[pathlib.Path, pathlib.Path]:
+        if case in done:
+            return done[case]
+        model, optimizer, learning_rate, steps_per_execution = case
+        tmp_path = tmp_path_factory.mktemp("-".join(case))
+        common = [
+            "-m",
+            "trainer.task",
+            f"--model={model}",
+            f"--optimizer={optimizer}",
+            f"--learning_rate={learning_rate}",
+            "--global_batch_size=64",
+            "--epochs=2",
+            f"--steps_per_execution={steps_per_execution}",
+            "--steps_per_epoch=10",
+            "--num_examples=2048",
+            "--seed=3",
+        ]
+        one, two = tmp_path / "one", tmp_path / "two"
+        single = _start_single(
+            [*common, "--strategy=default", f"--model_dir={one}"], tmp_path / "one.log"
+        )
+        try:
+            with LocalCluster(
+                num_workers=2,
+                has_evaluator=case == EVALUATED_CASE,
+                env=ENV,
+                log_dir=tmp_path / "two-logs",
+                command=[sys.executable, *common, "--strategy=multiworker", f"--model_dir={two}"],
+            ) as cluster:
+                codes = cluster.wait(timeout=WAIT_SECONDS)
+                assert set(codes.values()) == {0}, cluster.format_logs()
+            code = single.wait(timeout=WAIT_SECONDS)
+        finally:
+            if single.poll() is None:  # the cluster failed or a wait timed out
+                single.kill()
+                single.wait()
+        assert code == 0, (tmp_path / "one.log").read_text(errors="replace")[-4000:]
+        done[case] = one, two
+        return one, two
+
+    return run
+
+
 @pytest.mark.parametrize(
     "model,optimizer,learning_rate,steps_per_execution",
-    [
-        ("mlp", "sgd", "0.05", "5"),
-        ("cnn", "adam", "0.001", "1"),
-        ("mlp", "lars", "1.0", "1"),
-    ],
+    [EVALUATED_CASE, ("cnn", "adam", "0.001", "1")],
 )
 def test_two_workers_end_with_the_weights_of_one_process(
-    local_cluster, tmp_path, model, optimizer, learning_rate, steps_per_execution
+    trainer_runs, model, optimizer, learning_rate, steps_per_execution
 ):
-    common = [
-        "-m",
-        "trainer.task",
-        f"--model={model}",
-        f"--optimizer={optimizer}",
-        f"--learning_rate={learning_rate}",
-        "--global_batch_size=64",
-        "--epochs=2",
-        f"--steps_per_execution={steps_per_execution}",
-        "--steps_per_epoch=10",
-        "--num_examples=2048",
-        "--seed=3",
-    ]
-    _run_single_beside_cluster(
-        local_cluster,
-        [*common, "--strategy=default", f"--model_dir={tmp_path / 'one'}"],
-        [*common, "--strategy=multiworker", f"--model_dir={tmp_path / 'two'}"],
-        tmp_path / "one.log",
-    )
+    one_dir, two_dir = trainer_runs(model, optimizer, learning_rate, steps_per_execution)
 
-    one = json.loads((tmp_path / "one" / "summary.json").read_text())
-    two = json.loads((tmp_path / "two" / "summary.json").read_text())
+    one = json.loads((one_dir / "summary.json").read_text())
+    two = json.loads((two_dir / "summary.json").read_text())
     assert (two["num_workers"], two["num_replicas"], two["steps_completed"]) == (2, 2, 20)
     assert one["steps_completed"] == 20
     assert two["final_loss"] == pytest.approx(one["final_loss"], rel=1e-5)
-    assert (
-        _max_difference(_model_weights(tmp_path / "one"), _model_weights(tmp_path / "two")) < 1e-5
-    )
+    assert _max_difference(_model_weights(one_dir), _model_weights(two_dir)) < 1e-5
 
 
-def test_only_the_chief_writes_and_an_evaluator_reads_its_checkpoints(local_cluster, tmp_path):
-    cluster = local_cluster(
-        num_workers=2,
-        has_evaluator=True,
-        env=ENV,
-        command=[
-            sys.executable,
-            "-m",
-            "trainer.task",
-            "--strategy=multiworker",
-            "--epochs=2",
-            "--steps_per_epoch=3",
-            "--num_examples=512",
-            f"--model_dir={tmp_path / 'out'}",
-        ],
-    )
-    cluster.start()
-    codes = cluster.wait(timeout=WAIT_SECONDS)
-    assert set(codes.values()) == {0}, cluster.format_logs()
+def test_only_the_chief_writes_and_an_evaluator_reads_its_checkpoints(trainer_runs):
+    _, out = trainer_runs(*EVALUATED_CASE)
 
-    written = {
-        path.relative_to(tmp_path / "out").parts[0]
-        for path in (tmp_path / "out").rglob("*")
-        if path.is_file()
-    }
+    written = {path.relative_to(out).parts[0] for path in out.rglob("*") if path.is_file()}
     assert written == {"checkpoints", "eval", "logs", "model.keras", "summary.json"}, written
     evaluated = [
-        json.loads(line)
-        for line in (tmp_path / "out" / "eval" / "metrics.jsonl").read_text().splitlines()
+        json.loads(line) for line in (out / "eval" / "metrics.jsonl").read_text().splitlines()
     ]
-    assert evaluated[-1]["step"] == 6, evaluated
+    assert evaluated[-1]["step"] == 20, evaluated
     assert set(evaluated[-1]["metrics"]) == {"loss", "accuracy"}
 
 
-def test_evaluate_and_predict_under_two_workers_equal_one_process(local_cluster, tmp_path):
-    (tmp_path / "two").mkdir()
-    _run_single_beside_cluster(
-        local_cluster,
-        [TASK, "--strategy=default", f"--out={tmp_path}", "--steps=8", "--steps_per_execution=2"],
-        [
-            TASK,
-            "--strategy=multiworker",
-            f"--out={tmp_path / 'two'}",
-            "--steps=8",
-            "--steps_per_execution=2",
-        ],
-        tmp_path / "one.log",
-    )
+# The flags of the shared runs below: 4 steps per graph execution, and every task
+# records the logs its `on_train_batch_end` saw (a callback that only reads them).
+SHARED_FLAGS = ("--steps=8", "--steps_per_execution=4", "--record")
 
-    assert (
-        _max_difference(
-            _weights(tmp_path / "weights.npz"), _weights(tmp_path / "two" / "weights.npz")
+
+@pytest.fixture(scope="module")
+def shared_runs(tmp_path_factory):
+    """The task at `SHARED_FLAGS` on one device, on 2 local CPUs and on 2 workers.
+
+    The three runs differ only in their strategy and share nothing but flags:
+    they run side by side, once for the tests below that compare them.
+
+    Returns:
+        {"one_device" | "mirrored" | "two_workers": output directory}.
+    """
+    from tfdist.launch.local_cluster import LocalCluster  # pylint: disable=g-import-not-at-top
+
+    tmp_path = tmp_path_factory.mktemp("shared_runs")
+    outs = {name: tmp_path / name for name in ("one_device", "mirrored", "two_workers")}
+    for out in outs.values():
+        out.mkdir()
+    singles = {
+        "one_device": ["--strategy=default"],
+        "mirrored": ["--strategy=mirrored", "--num_cpu_devices=2"],
+    }
+    started = {
+        name: _start_single(
+            [TASK, *strategy, f"--out={outs[name]}", *SHARED_FLAGS], tmp_path / f"{name}.log"
         )
-        < 1e-5
-    )
-    one_eval = json.loads((tmp_path / "evaluate.json").read_text())
-    two_eval = json.loads((tmp_path / "two" / "evaluate.json").read_text())
+        for name, strategy in singles.items()
+    }
+    try:
+        with LocalCluster(
+            num_workers=2,
+            env=ENV,
+            log_dir=tmp_path / "two_workers-logs",
+            command=[
+                sys.executable,
+                TASK,
+                "--strategy=multiworker",
+                f"--out={outs['two_workers']}",
+                *SHARED_FLAGS,
+            ],
+        ) as cluster:
+            codes = cluster.wait(timeout=WAIT_SECONDS)
+            assert set(codes.values()) == {0}, cluster.format_logs()
+        for name, process in started.items():
+            code = process.wait(timeout=WAIT_SECONDS)
+            log = (tmp_path / f"{name}.log").read_text(errors="replace")
+            assert code == 0, f"{name} exited {code}:\n{log[-4000:]}"
+    finally:
+        for process in started.values():
+            if process.poll() is None:  # a run failed or a wait timed out
+                process.kill()
+                process.wait()
+    return outs
+
+
+def test_evaluate_and_predict_under_two_workers_equal_one_process(shared_runs):
+    one, two = shared_runs["one_device"], shared_runs["two_workers"]
+    assert _max_difference(_weights(one / "weights.npz"), _weights(two / "weights.npz")) < 1e-5
+    one_eval = json.loads((one / "evaluate.json").read_text())
+    two_eval = json.loads((two / "evaluate.json").read_text())
     assert two_eval == pytest.approx(one_eval, rel=1e-5)
-    one_predict = np.load(tmp_path / "predict.npy", allow_pickle=False)
-    two_predict = np.load(tmp_path / "two" / "predict.npy", allow_pickle=False)
+    one_predict = np.load(one / "predict.npy", allow_pickle=False)
+    two_predict = np.load(two / "predict.npy", allow_pickle=False)
     assert two_predict.shape == one_predict.shape == (100, 10)
     np.testing.assert_allclose(two_predict, one_predict, rtol=1e-5, atol=1e-5)
 
@@ -207,21 +257,7 @@ def _json(path: pathlib.Path):
     return json.loads(path.read_text())
 
 
-def _run_mirrored_and_two_workers(local_cluster, tmp_path, *flags) -> tuple[pathlib.Path, ...]:
-    """Runs the task on 2 local CPUs in one process and on 2 workers; returns both outputs."""
-    one, two = tmp_path / "mirrored", tmp_path / "two_workers"
-    one.mkdir()
-    two.mkdir()
-    _run_single_beside_cluster(
-        local_cluster,
-        [TASK, "--strategy=mirrored", "--num_cpu_devices=2", f"--out={one}", *flags],
-        [TASK, "--strategy=multiworker", f"--out={two}", *flags],
-        tmp_path / "mirrored.log",
-    )
-    return one, two
-
-
-def test_fused_executions_under_two_workers_equal_two_local_cpus(local_cluster, tmp_path):
+def test_fused_executions_under_two_workers_equal_two_local_cpus(shared_runs):
     """`steps_per_execution=4`: 4 steps per graph execution, the same result as mirrored.
 
     Also the per-batch logs (what the progress bar and batch callbacks see):
@@ -229,9 +265,7 @@ def test_fused_executions_under_two_workers_equal_two_local_cpus(local_cluster, 
     epoch log, which Keras reads from the metric variables, so a reduction of
     step outputs that summed replicas instead of averaging them fails here.
     """
-    one, two = _run_mirrored_and_two_workers(
-        local_cluster, tmp_path, "--steps=8", "--steps_per_execution=4", "--record"
-    )
+    one, two = shared_runs["mirrored"], shared_runs["two_workers"]
 
     assert _json(two / "train_graph.json") == {"fused": True, "while_reaches_all_reduce": True}
     assert _max_difference(_weights(one / "weights.npz"), _weights(two / "weights.npz")) < 1e-6
@@ -252,38 +286,63 @@ def test_fused_executions_under_two_workers_equal_two_local_cpus(local_cluster, 
 
 def test_replica_xla_under_two_workers_equals_two_local_cpus(local_cluster, tmp_path):
     """`jit_compile=True`: each replica's step compiled by XLA, the all-reduce outside."""
-    one, two = _run_mirrored_and_two_workers(
-        local_cluster, tmp_path, "--steps=8", "--steps_per_execution=4", "--jit_compile"
+    one, two = tmp_path / "mirrored", tmp_path / "two_workers"
+    one.mkdir()
+    two.mkdir()
+    flags = ["--steps=8", "--steps_per_execution=4", "--jit_compile"]
+    _run_single_beside_cluster(
+        local_cluster,
+        [TASK, "--strategy=mirrored", "--num_cpu_devices=2", f"--out={one}", *flags],
+        [TASK, "--strategy=multiworker", f"--out={two}", *flags],
+        tmp_path / "mirrored.log",
     )
     assert _max_difference(_weights(one / "weights.npz"), _weights(two / "weights.npz")) < 1e-6
     assert _json(two / "evaluate.json") == pytest.approx(_json(one / "evaluate.json"), rel=1e-6)
 
 
-def test_mirrored_on_two_logical_cpus_equals_one_device(tmp_path):
-    (tmp_path / "two").mkdir()
-    _run_single([TASK, "--strategy=default", f"--out={tmp_path}", "--steps=8"], ROOT)
-    _run_single(
-        [
-            TASK,
-            "--strategy=mirrored",
-            "--num_cpu_devices=2",
-            f"--out={tmp_path / 'two'}",
-            "--steps=8",
-        ],
-        ROOT,
-    )
-    assert (
-        _max_difference(
-            _weights(tmp_path / "weights.npz"), _weights(tmp_path / "two" / "weights.npz")
-        )
-        < 1e-5
-    )
+def test_mirrored_on_two_logical_cpus_equals_one_device(shared_runs):
+    one, two = shared_runs["one_device"], shared_runs["mirrored"]
+    assert _max_difference(_weights(one / "weights.npz"), _weights(two / "weights.npz")) < 1e-5
     np.testing.assert_allclose(
-        np.load(tmp_path / "two" / "predict.npy"),
-        np.load(tmp_path / "predict.npy"),
-        rtol=1e-5,
-        atol=1e-5,
+        np.load(two / "predict.npy"), np.load(one / "predict.npy"), rtol=1e-5, atol=1e-5
     )
+
+
+@pytest.fixture(scope="module")
+def upstream_errors(tmp_path_factory):
+    """What `fit` raised on each worker under each upstream setting, from one 2-worker run.
+
+    `--compat=each_upstream`: every task tries `fit` with no correction, then
+    with the first, then with both reductions corrected (each failure comes
+    before the next one's place), and records each error. Skips when this Keras
+    is not patched.
+
+    Returns:
+        {task: {setting: error text or None}}.
+    """
+    from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
+    from tfdist.launch.local_cluster import LocalCluster  # pylint: disable=g-import-not-at-top
+
+    if not keras_compat.needs_patch():
+        pytest.skip(f"keras {keras_compat.keras_version()} is not patched")
+    out = tmp_path_factory.mktemp("upstream")
+    with LocalCluster(
+        num_workers=2,
+        env=ENV,
+        log_dir=out / "logs",
+        command=[
+            sys.executable,
+            TASK,
+            "--strategy=multiworker",
+            "--compat=each_upstream",
+            f"--out={out}",
+            "--steps=4",
+            "--steps_per_execution=2",
+        ],
+    ) as cluster:
+        codes = cluster.wait(timeout=WAIT_SECONDS)
+        assert set(codes.values()) == {0}, cluster.format_logs()
+    return {task: _json(out / f"upstream-{task}.json") for task in ("worker-0", "worker-1")}
 
 
 @pytest.mark.parametrize(
@@ -295,30 +354,11 @@ def test_mirrored_on_two_logical_cpus_equals_one_device(tmp_path):
     ],
 )
 def test_upstream_keras_still_fails_without_the_compat_layer(
-    local_cluster, tmp_path, compat, upstream_error
+    upstream_errors, compat, upstream_error
 ):
     """When this fails, upstream fixed the bug: raise `FIRST_FIXED_KERAS` and retire the patch."""
-    from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
-
-    if not keras_compat.needs_patch():
-        pytest.skip(f"keras {keras_compat.keras_version()} is not patched")
-    cluster = local_cluster(
-        num_workers=2,
-        command=[
-            sys.executable,
-            TASK,
-            "--strategy=multiworker",
-            f"--compat={compat}",
-            f"--out={tmp_path}",
-            "--steps=4",
-            "--steps_per_execution=2",
-        ],
-        env=ENV,
-    )
-    cluster.start()
-    codes = cluster.wait(timeout=WAIT_SECONDS, stop_on_failure=False)
-    assert codes["worker:0"] != 0, cluster.format_logs()
-    assert upstream_error in cluster.log("worker:0"), cluster.format_logs()
+    for task, errors in upstream_errors.items():
+        assert errors[compat] is not None and upstream_error in errors[compat], (task, errors)
 
 
 @pytest.mark.parametrize("program", ["trainer.task", "resumable script"])

@@ -1,4 +1,8 @@
-"""LARS against the issue's update rule, written here in float64 NumPy."""
+"""LARS and LAMB in fresh processes: a user's bad argument, and 2-CPU MirroredStrategy.
+
+The in-process halves (the update rules against float64 NumPy) are
+tests/unit/test_optimizers_lars.py and tests/unit/test_optimizers_lamb.py.
+"""
 
 import functools
 import json
@@ -6,8 +10,6 @@ import os
 import subprocess
 import sys
 import textwrap
-
-import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,7 +25,6 @@ USER_SCRIPT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.slow  # starts a TensorFlow process
 def test_a_users_script_reports_a_bad_argument_in_one_line_and_exits_2():
     result = subprocess.run(
         [sys.executable, "-c", USER_SCRIPT],
@@ -93,7 +94,8 @@ MIRRORED_SCRIPT = textwrap.dedent("""
 def run_mirrored(*names):
     """Trains under the default strategy and 2-CPU MirroredStrategy in a fresh process.
 
-    Cached: the LARS and LAMB tests share one process start.
+    Cached: the LARS and LAMB tests below share one process start (they once
+    lived in two files, which `--dist loadfile` could send to two workers).
     """
     env = dict(os.environ, PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2")
     completed = subprocess.run(
@@ -114,3 +116,11 @@ def test_mirrored_two_cpus_matches_single_device():
     assert result["lars"]["steps"] == [8, 8]
     assert result["lars"]["moved"] > 1e-3
     assert result["lars"]["max_diff"] < 1e-5, result
+
+
+def test_lamb_on_mirrored_two_cpus_matches_single_device():
+    result = run_mirrored("lars", "lamb")
+    assert result["replicas"] == 2
+    assert result["lamb"]["steps"] == [8, 8]
+    assert result["lamb"]["moved"] > 1e-3
+    assert result["lamb"]["max_diff"] < 1e-5, result

@@ -94,7 +94,6 @@ def _finish_one_process(process: subprocess.Popen, timeout: float) -> int:
             process.wait()
 
 
-@pytest.mark.slow
 def test_keras3_with_tfdist_on_two_workers_equals_tf_keras_on_two_workers(local_cluster, tmp_path):
     _require_peer("tf-keras")
     rng = np.random.default_rng(3)
@@ -205,7 +204,6 @@ def tutorial_runs(tmp_path_factory):
     return results
 
 
-@pytest.mark.slow
 def test_tutorial_trains_on_two_workers_with_the_compat_layer(tutorial_runs):
     cluster, codes, model_path = tutorial_runs["compat"]
     assert set(codes.values()) == {0}, cluster.format_logs()
@@ -225,7 +223,6 @@ def test_tutorial_trains_on_two_workers_with_the_compat_layer(tutorial_runs):
     assert saved.count_params() > 0
 
 
-@pytest.mark.slow
 def test_tutorial_fails_on_upstream_keras_without_the_compat_layer(tutorial_runs):
     """When this fails, upstream Keras fixed the bug and the layer can come off."""
     from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
