@@ -30,10 +30,11 @@ TIMEOUT = 400
 PS_STEPS = 2 * 10
 
 
-def _start(out: pathlib.Path, *args, command=(str(JOB),)) -> subprocess.Popen:
+def _start(out: pathlib.Path, *args, command=(str(JOB),), **environ) -> subprocess.Popen:
     """Starts a job in its own session (Ray's processes with it), output in `out/log.txt`."""
     out.mkdir(parents=True)
     env = clean_environment()
+    env.update(environ)
     # Ray swaps 127.0.0.1 for the machine's address unless clusters are off: keep it on
     # loopback. Ray Train's preemption watcher polls drains every 0.5 s instead of 5 s.
     env.update(
@@ -116,6 +117,10 @@ def _jobs(tmp_path_factory):
             "--num_examples=512",
             "--evaluation_checkpoints",
             command=("-m", "trainer.ray"),
+            # Its own local cluster, as without --address, even when the first job's
+            # cluster (started at the same time) is already the machine's current one:
+            # ray.init() would join that one.
+            RAY_ADDRESS="local",
         ),
     }
     yield jobs
