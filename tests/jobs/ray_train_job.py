@@ -3,6 +3,7 @@
     python tests/jobs/ray_train_job.py --out=DIR [--workers=2] [--kill_rank=1 --kill_at_step=10]
         [--nodes=3 --drain_at_step=4]
     python tests/jobs/ray_train_job.py --out=DIR --reference     # the same training, no Ray
+    python tests/jobs/ray_train_job.py --out=DIR ... --reference_out=REF  # both, one process
 
 Starts a local Ray cluster on loopback (CPUs only, no dashboard), trains an MLP
 with `tfdist.resumable.fit` through `tfdist.ray.TensorflowConfig`, and with
@@ -14,7 +15,10 @@ once at that step, through the GCS call Ray's autoscaler makes for a spot
 reclaim (`DrainNode`, reason `DRAIN_NODE_REASON_PREEMPTION`, a deadline).
 Writes
 `weights.npz` (rank 0), `iterations.json`, `starts.txt` (one line per worker
-start) and `result.json` (what Ray reports).
+start) and `result.json` (what Ray reports). With `--reference_out`, this
+driver (which has TensorFlow loaded already, through `tfdist.ray`) then runs
+the reference itself, after Ray has shut down: one uninterrupted process
+without Ray, as `--reference` does, without starting another TensorFlow process.
 """
 
 import argparse
@@ -158,6 +162,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=0)
     parser.add_argument("--drain_at_step", type=int, default=0)
     parser.add_argument("--reference", action="store_true")
+    parser.add_argument("--reference_out", default="")
     args = parser.parse_args()
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -247,6 +252,10 @@ def main() -> int:
         ray.shutdown()
         if cluster is not None:
             cluster.shutdown()
+    if args.reference_out:
+        reference_out = pathlib.Path(args.reference_out)
+        reference_out.mkdir(parents=True, exist_ok=True)
+        build_and_train(reference_out, rank=0, kill_rank=-1, kill_at_step=0, report=False)
     return 0
 
 

@@ -13,12 +13,9 @@ import pathlib
 import subprocess
 import sys
 
-import pytest
-
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
 def test_the_data_scale_benchmark_runs_and_counts_decodes(tmp_path):
     """`bench_data_scale.py --smoke` runs every pipeline and reports decode counts per kind."""
     out = tmp_path / "results.json"

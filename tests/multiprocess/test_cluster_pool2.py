@@ -9,12 +9,9 @@ import json
 import pathlib
 import sys
 
-import pytest
-
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.slow
 def test_auto_on_vertex_style_variables_runs_parameter_server_training(local_cluster, tmp_path):
     """Chief, 2 workers and a PS, each with Vertex's CLUSTER_SPEC beside TF_CONFIG."""
     model_dir = tmp_path / "model"
