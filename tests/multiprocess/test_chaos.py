@@ -16,7 +16,6 @@ import threading
 
 import keras
 import numpy as np
-import pytest
 
 from tests.support.backup_files import committed_steps
 from tests.support.logged_process import finish, log_tail, start_logged
@@ -133,7 +132,6 @@ def _run_chaos(tmp_path, launcher_flags, trainer_flags, plan) -> list[tuple]:
     return sent
 
 
-@pytest.mark.slow
 def test_two_workers_killed_five_times_end_equal_to_an_uninterrupted_run(tmp_path):
     # One step per execution and enough steps to outlast five kill cycles: a cycle moves
     # training on by at most about two backups (40 steps; measured: all five kills sent by
@@ -170,7 +168,6 @@ def test_two_workers_killed_five_times_end_equal_to_an_uninterrupted_run(tmp_pat
         np.testing.assert_allclose(actual, expected, rtol=0, atol=1e-6, err_msg=str(sent))
 
 
-@pytest.mark.slow
 def test_parameter_servers_with_each_role_preempted_apply_exactly_the_planned_steps(tmp_path):
     flags = [
         "--strategy=parameter_server",

@@ -82,7 +82,6 @@ def _assert_resumed_equal(out, reference, resumed_from_step):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
 
 
-@pytest.mark.slow
 def test_sigkill_after_a_backup_then_restart_equals_uninterrupted_run(tmp_path, reference_weights):
     backup_dir = tmp_path / "backup"
     victim = _start_job(
@@ -107,7 +106,6 @@ def test_sigkill_after_a_backup_then_restart_equals_uninterrupted_run(tmp_path, 
     assert os.listdir(backup_dir) == ["COMPLETED.json"]
 
 
-@pytest.mark.slow
 def test_sigterm_saves_at_the_notice_step_exits_143_and_resumes_there(tmp_path, reference_weights):
     backup_dir = tmp_path / "backup"
     grace = 20.0
@@ -196,7 +194,6 @@ def _only_chief_files(backup_dir: pathlib.Path, tmp_path: pathlib.Path) -> None:
     assert leftovers == [], "a worker's scratch directory was left behind"
 
 
-@pytest.mark.slow
 def test_two_workers_kill_9_one_then_restart_equals_uninterrupted_run(
     local_cluster, tmp_path, two_worker_reference
 ):
@@ -244,7 +241,6 @@ def test_two_workers_kill_9_one_then_restart_equals_uninterrupted_run(
     _only_chief_files(backup_dir, tmp_path)
 
 
-@pytest.mark.slow
 def test_two_workers_sigterm_to_one_all_exit_143_and_resume_at_the_notice(
     local_cluster, tmp_path, two_worker_reference
 ):
@@ -291,7 +287,6 @@ def test_two_workers_sigterm_to_one_all_exit_143_and_resume_at_the_notice(
     _only_chief_files(backup_dir, tmp_path)
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(
     "has_chief, notice_tasks",
     [(False, "worker-1"), (False, "worker-0,worker-1"), (True, "worker-0")],

@@ -5,7 +5,6 @@ import sys
 
 import keras
 import numpy as np
-import pytest
 
 from tests.support.logged_process import finish, log_tail, start_logged
 from tfdist.cli import EXIT_PREEMPTED
@@ -26,7 +25,6 @@ def _run(command: list[str], out: pathlib.Path) -> tuple[int, str]:
     return code, log_tail(process)
 
 
-@pytest.mark.slow
 def test_a_preempted_script_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path):
     reference, resumed = tmp_path / "reference", tmp_path / "resumed"
     reference.mkdir()

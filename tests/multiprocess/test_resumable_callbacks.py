@@ -41,7 +41,6 @@ def reference(tmp_path_factory):
     return out, result
 
 
-@pytest.mark.slow
 def test_sigkill_twice_then_reruns_end_like_the_uninterrupted_script(tmp_path, reference):
     def run(*flags: str) -> tuple[int, str]:
         process = start_logged(
@@ -62,7 +61,6 @@ def test_sigkill_twice_then_reruns_end_like_the_uninterrupted_script(tmp_path, r
 MULTIWORKER_ENV = {"PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
 
 
-@pytest.mark.slow
 def test_two_workers_killed_mid_epoch_resume_and_only_the_chief_writes_files(
     local_cluster, tmp_path, reference
 ):

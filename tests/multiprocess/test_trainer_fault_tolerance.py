@@ -7,6 +7,7 @@ restart, and compare the final model with an uninterrupted run's.
 import json
 import os
 import pathlib
+import shutil
 import signal
 import sys
 
@@ -37,6 +38,8 @@ TRAIN_FLAGS = [
 # here): room for the signal that follows that backup to land before training ends.
 PREEMPTED_STEPS_PER_EPOCH = 180
 LONGER = (f"--steps_per_epoch={PREEMPTED_STEPS_PER_EPOCH}",)  # overrides TRAIN_FLAGS'
+# One process (`--strategy=auto` picks `default` here too), the SIGTERM test's length.
+SINGLE = ("--strategy=default", *LONGER)
 
 
 def _start(
@@ -84,13 +87,28 @@ def _summary(model_dir: pathlib.Path) -> dict:
     return json.loads((model_dir / "summary.json").read_text())
 
 
-@pytest.mark.slow
-def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tmp_path):
-    # The uninterrupted reference runs beside the run to preempt (one process each):
-    # they share nothing but the flags.
-    reference = _start(tmp_path, "reference", tmp_path / "reference-backup", *LONGER)
+@pytest.fixture(scope="module")
+def finished_single(tmp_path_factory) -> tuple[pathlib.Path, pathlib.Path]:
+    """One process run from start to end without interruption (`SINGLE`, `--keep_backup`).
+
+    The SIGTERM test's uninterrupted reference, and (copied) the single-process case of
+    the restart after the last step: the same flags, and `--keep_backup` changes no step.
+
+    Returns:
+        Its model directory and its backup directory.
+    """
+    tmp_path = tmp_path_factory.mktemp("finished-single")
     backup_dir = tmp_path / "backup"
-    victim = _start(tmp_path, "preempted", backup_dir, *LONGER)
+    finished = _run(tmp_path, "finished", backup_dir, "--keep_backup", *SINGLE)
+    return finished.out, backup_dir
+
+
+def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(
+    tmp_path, finished_single
+):
+    reference_dir, _ = finished_single
+    backup_dir = tmp_path / "backup"
+    victim = _start(tmp_path, "preempted", backup_dir, *SINGLE)
     try:
         poll_until(
             lambda: committed_steps(backup_dir) or victim.poll() is not None,
@@ -100,37 +118,33 @@ def test_sigterm_exits_143_and_the_restart_ends_equal_to_an_uninterrupted_run(tm
         assert victim.poll() is None, log_tail(victim)
         victim.send_signal(signal.SIGTERM)
         code = _finish(victim, timeout=60)
-        reference_code = _finish(reference)
     finally:
         _finish(victim, timeout=1)
-        _finish(reference, timeout=1)
     assert code == EXIT_PREEMPTED, log_tail(victim)
-    assert reference_code == 0, f"reference exited {reference_code}:\n{log_tail(reference)}"
     total = EPOCHS * PREEMPTED_STEPS_PER_EPOCH
-    assert _summary(reference.out)["steps_completed"] == total
-    assert _summary(reference.out)["resumed_from_step"] == 0
+    assert _summary(reference_dir)["steps_completed"] == total
+    assert _summary(reference_dir)["resumed_from_step"] == 0
     notice_step = committed_steps(backup_dir)[-1]
     assert 0 < notice_step < total
     assert f"stopping after step {notice_step}" in log_tail(victim)
     assert not (victim.out / "summary.json").exists()
 
-    resumed = _run(tmp_path, "resumed", backup_dir, *LONGER)
+    resumed = _run(tmp_path, "resumed", backup_dir, *SINGLE)
 
     summary = _summary(resumed.out)
     assert summary["resumed_from_step"] == notice_step
     assert summary["steps_completed"] == total
-    for want, got in zip(_weights(reference.out), _weights(resumed.out), strict=True):
+    for want, got in zip(_weights(reference_dir), _weights(resumed.out), strict=True):
         np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
     assert os.listdir(backup_dir) == ["COMPLETED.json"]
 
     # Restarted by accident after it finished: no training, outputs untouched.
     before = (resumed.out / "model.keras").read_bytes()
-    again = _run(tmp_path, "again", backup_dir, *LONGER, f"--model_dir={resumed.out}")
+    again = _run(tmp_path, "again", backup_dir, *SINGLE, f"--model_dir={resumed.out}")
     assert "not training again" in log_tail(again)
     assert (resumed.out / "model.keras").read_bytes() == before
 
 
-@pytest.mark.slow
 def test_two_workers_sigterm_to_one_exit_143_then_resume(local_cluster, tmp_path):
     backup_dir = tmp_path / "backup"
     model_dir = tmp_path / "model"
@@ -179,50 +193,67 @@ def _crash_after_the_last_step(model_dir: pathlib.Path, backup_dir: pathlib.Path
 
 
 _LAUNCH = (sys.executable, "-m", "tfdist.launch", "--timeout=240")
-LAST_STEP_CASES = {
-    "default": ((), ["--strategy=default"]),
-    "multiworker": pytest.param(
-        (*_LAUNCH, "--workers=2", "--"), ["--strategy=multiworker"], marks=pytest.mark.slow
+# The clusters' runs are shorter than TRAIN_FLAGS': what is checked is the restart after
+# the last step, whichever step that is. The single process is `finished_single`.
+CLUSTER_STEPS_PER_EPOCH = 20
+_CLUSTER_STEPS = (f"--steps_per_epoch={CLUSTER_STEPS_PER_EPOCH}",)
+LAST_STEP_CASES = {  # launcher, strategy flags, steps in all
+    "default": ((), SINGLE, EPOCHS * PREEMPTED_STEPS_PER_EPOCH),
+    "multiworker": (
+        (*_LAUNCH, "--workers=2", "--"),
+        ("--strategy=multiworker", *_CLUSTER_STEPS),
+        EPOCHS * CLUSTER_STEPS_PER_EPOCH,
     ),
-    "parameter_server": pytest.param(
+    "parameter_server": (
         (*_LAUNCH, "--chief", "--workers=1", "--ps=1", "--"),
-        ["--strategy=parameter_server", "--nodeterministic"],
-        marks=pytest.mark.slow,
+        ("--strategy=parameter_server", "--nodeterministic", *_CLUSTER_STEPS),
+        EPOCHS * CLUSTER_STEPS_PER_EPOCH,
     ),
 }
 
 
-@pytest.mark.parametrize(
-    "launcher, strategy_flags", LAST_STEP_CASES.values(), ids=LAST_STEP_CASES.keys()
-)
-def test_a_restart_after_the_last_step_writes_the_outputs_and_trains_nothing(
-    tmp_path, launcher, strategy_flags
-):
+def _finished(request, tmp_path, launcher, strategy_flags) -> tuple[pathlib.Path, pathlib.Path]:
+    """A run from start to end with `--keep_backup`: its model and backup directories."""
     backup_dir = tmp_path / "backup"
+    if not launcher:  # the single process: a copy of the one the SIGTERM test compares with
+        model_dir, finished_backup = request.getfixturevalue("finished_single")
+        shutil.copytree(model_dir, tmp_path / "finished")
+        shutil.copytree(finished_backup, backup_dir)
+        return tmp_path / "finished", backup_dir
     finished = _run(
         tmp_path, "finished", backup_dir, "--keep_backup", *strategy_flags, launcher=launcher
     )
-    summary = _summary(finished.out)
-    weights = _weights(finished.out)
-    _crash_after_the_last_step(finished.out, backup_dir)
+    return finished.out, backup_dir
+
+
+@pytest.mark.parametrize(
+    "launcher, strategy_flags, total", LAST_STEP_CASES.values(), ids=LAST_STEP_CASES.keys()
+)
+def test_a_restart_after_the_last_step_writes_the_outputs_and_trains_nothing(
+    request, tmp_path, launcher, strategy_flags, total
+):
+    model_dir, backup_dir = _finished(request, tmp_path, launcher, strategy_flags)
+    summary = _summary(model_dir)
+    weights = _weights(model_dir)
+    _crash_after_the_last_step(model_dir, backup_dir)
     steps_before = committed_steps(backup_dir)
 
     again = _run(
         tmp_path,
         "again",
         backup_dir,
-        f"--model_dir={finished.out}",
+        f"--model_dir={model_dir}",
         "--keep_backup",
         *strategy_flags,
         launcher=launcher,
     )
     assert "Epoch " not in log_tail(again), "no step may run again"
-    resumed = _summary(finished.out)
-    assert resumed["steps_completed"] == EPOCHS * STEPS_PER_EPOCH
-    assert resumed["resumed_from_step"] == EPOCHS * STEPS_PER_EPOCH
+    resumed = _summary(model_dir)
+    assert resumed["steps_completed"] == total
+    assert resumed["resumed_from_step"] == total
     for key in ("final_loss", "metrics", "steps_per_epoch", "global_batch_size", "strategy"):
         assert resumed[key] == summary[key], key
-    for got, want in zip(_weights(finished.out), weights, strict=True):
+    for got, want in zip(_weights(model_dir), weights, strict=True):
         np.testing.assert_array_equal(got, want)
     assert (backup_dir / "COMPLETED.json").exists()
     assert committed_steps(backup_dir) == steps_before, "no backup may be lost"

@@ -10,6 +10,7 @@ SIGKILL and run 2 workers.
 import json
 import logging
 import pathlib
+import shutil
 import sys
 
 import keras
@@ -57,6 +58,16 @@ def reference(tmp_path_factory):
     return out, result
 
 
+def _finished_like_reference(out: pathlib.Path, reference) -> dict:
+    """Puts in `out` what the uninterrupted run left in its own directory; its result.
+
+    The same call of `script.run` in a new directory would compute the same files again.
+    """
+    reference_out, reference_result = reference
+    shutil.copytree(reference_out, out, dirs_exist_ok=True)
+    return reference_result
+
+
 def _assert_like_reference(out: pathlib.Path, result: dict, reference) -> None:
     reference_out, reference_result = reference
     assert result == reference_result
@@ -74,7 +85,7 @@ def test_crashes_mid_epoch_and_at_an_epoch_end_resume_to_the_uninterrupted_run(t
 
 
 def test_a_finished_early_stopped_job_rerun_twice_returns_the_trained_model(tmp_path, reference):
-    first = script.run(tmp_path)
+    first = _finished_like_reference(tmp_path, reference)
     files = {name: (tmp_path / name).read_bytes() for name in ("log.csv", "best.keras")}
     for _ in range(2):
         again = script.run(tmp_path)
@@ -87,7 +98,7 @@ def test_a_finished_early_stopped_job_rerun_twice_returns_the_trained_model(tmp_
 def test_a_job_killed_after_its_early_stop_before_its_completion_record_stays_stopped(
     tmp_path, reference
 ):
-    script.run(tmp_path)
+    _finished_like_reference(tmp_path, reference)
     (tmp_path / "backup" / "COMPLETED.json").unlink()  # what a kill in between leaves
     csv = (tmp_path / "log.csv").read_bytes()
     result = script.run(tmp_path)
@@ -96,8 +107,8 @@ def test_a_job_killed_after_its_early_stop_before_its_completion_record_stays_st
     assert (tmp_path / "backup" / "COMPLETED.json").exists()
 
 
-def test_a_finished_job_whose_final_backup_is_gone_is_refused(tmp_path):
-    script.run(tmp_path)
+def test_a_finished_job_whose_final_backup_is_gone_is_refused(tmp_path, reference):
+    _finished_like_reference(tmp_path, reference)
     for backup in (tmp_path / "backup").glob("backup-*"):
         for path in backup.iterdir():
             path.unlink()
