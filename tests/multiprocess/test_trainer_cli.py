@@ -396,28 +396,42 @@ REFUSED_UNDER_PARAMETER_SERVERS = {
 def found_after_tensorflow(tmp_path_factory):
     """Each bad input the trainer finds after importing TensorFlow, as its own run.
 
-    The runs are forked from one import of TensorFlow (tests/support/forked_runs.py):
-    each is its own process with its own exit code and output. Maps a case's name to
-    its result and the model directory it was given.
+    The bad inputs of a single process, the refusals of a parameter-server chief,
+    and the typos of worker 1 of a 2-worker job whose worker 0 is a socket we
+    watch (all runs are stopped at once if one contacts it). The runs are forked
+    from one import of TensorFlow (tests/support/forked_runs.py): each is its own
+    process with its own exit code and output. Maps a case's name to its result
+    and its model directory (for a typo: whether it contacted its worker 0).
     """
     root = tmp_path_factory.mktemp("after_tensorflow")
+    typos = {case.id: case.values[0] for case in TYPOS_IN_A_TWO_WORKER_JOB if not case.values[2]}
+    listeners = {name: _listen_on_free_port() for name in typos}
     cases = {
         name: ([*args, *SHORT, f"--model_dir={root / str(index) / 'out'}"], {})
         for index, (name, (args, _)) in enumerate(AFTER_TENSORFLOW.items())
     }
     for name, args in REFUSED_UNDER_PARAMETER_SERVERS.items():
         cases[name] = ([*args, *SHORT], PARAMETER_SERVER_CHIEF)
-    results = run_forked_trainers(
-        [args for args, _ in cases.values()],
-        cwd=REPO,
-        env=clean_environ(),
-        timeout=TIMEOUT,
-        run_envs=[run_env for _, run_env in cases.values()],
-    )
-    return {
-        name: (result, root / str(index) / "out")
-        for index, (name, result) in enumerate(zip(cases, results, strict=True))
-    }
+    for name, args in typos.items():
+        cases[name] = ([*args, *SHORT], {"TF_CONFIG": _worker_1_of(listeners[name])})
+    try:
+        results = run_forked_trainers(
+            [args for args, _ in cases.values()],
+            cwd=REPO,
+            env=clean_environ(),
+            timeout=TIMEOUT,
+            run_envs=[run_env for _, run_env in cases.values()],
+            stop_when=lambda: any(_contacted(listener) for listener in listeners.values()),
+        )
+        found = {
+            name: (result, root / str(index) / "out")
+            for index, (name, result) in enumerate(zip(cases, results, strict=True))
+        }
+        found.update({name: (found[name][0], _contacted(listeners[name])) for name in typos})
+        return found
+    finally:
+        for listener in listeners.values():
+            listener.close()
 
 
 @pytest.mark.parametrize("case", AFTER_TENSORFLOW)
@@ -477,25 +491,44 @@ TYPOS_IN_A_TWO_WORKER_JOB = [
 ]
 
 
+def _worker_1_of(listener: socket.socket) -> str:
+    """TF_CONFIG of worker 1 of a 2-worker job whose worker 0 is `listener`."""
+    peer_port = listener.getsockname()[1]
+    return json.dumps(
+        {
+            "cluster": {"worker": [f"127.0.0.1:{peer_port}", f"127.0.0.1:{_free_port()}"]},
+            "task": {"type": "worker", "index": 1},
+        }
+    )
+
+
+def _contacted(listener: socket.socket) -> bool:
+    return bool(select.select([listener], [], [], 0)[0])
+
+
 @pytest.mark.parametrize("args, fragments, only_line", TYPOS_IN_A_TWO_WORKER_JOB)
-def test_bad_input_fails_before_contacting_any_peer(args, fragments, only_line):
+def test_bad_input_fails_before_contacting_any_peer(request, args, fragments, only_line):
     """Worker 1 of a 2-worker job whose worker 0 is a socket we watch.
 
     MultiWorkerMirroredStrategy's worker 1 connects to worker 0 (the
     coordination service) as soon as the strategy is built. A connection on
     our socket proves the task reached a peer before rejecting its input; we
-    then stop it at once instead of waiting for a hang.
+    then stop it at once instead of waiting for a hang. The typos found after
+    importing TensorFlow run together (`found_after_tensorflow`); those
+    found before it run as a process each, whose stderr must be the error line.
     """
+    if not only_line:
+        result, contacted = request.getfixturevalue("found_after_tensorflow")[
+            request.node.callspec.id
+        ]
+        assert not contacted, f"the task connected to worker 0 before failing\n{describe(result)}"
+        assert_usage_error(result, *fragments, only_line=False)
+        return
     listener = _listen_on_free_port()
-    peer_port = listener.getsockname()[1]
-    tf_config = {
-        "cluster": {"worker": [f"127.0.0.1:{peer_port}", f"127.0.0.1:{_free_port()}"]},
-        "task": {"type": "worker", "index": 1},
-    }
     process = subprocess.Popen(
         trainer_command(*args, *SHORT),
         cwd=REPO,
-        env=clean_environ({"TF_CONFIG": json.dumps(tf_config)}),
+        env=clean_environ({"TF_CONFIG": _worker_1_of(listener)}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

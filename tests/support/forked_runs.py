@@ -10,11 +10,14 @@ and what the trainer does before it fails instead of a TensorFlow import each
 """
 
 import json
+import os
 import pathlib
+import signal
 import subprocess
 import sys
 import tempfile
-from typing import Mapping, Sequence
+import time
+from typing import Callable, Mapping, Sequence
 
 _RUNNER = pathlib.Path(__file__).resolve().parents[1] / "jobs" / "forked_trainer_runs.py"
 
@@ -26,6 +29,7 @@ def run_forked_trainers(
     env: Mapping[str, str],
     timeout: float,
     run_envs: Sequence[Mapping[str, str | None]] | None = None,
+    stop_when: Callable[[], bool] | None = None,
 ) -> list[subprocess.CompletedProcess]:
     """Runs `python -m trainer.task *args` for each of `runs`; results in order.
 
@@ -36,6 +40,8 @@ def run_forked_trainers(
         timeout: Seconds after which a run still going is killed.
         run_envs: Per run, variables to set in its environment on top of `env`
             (`None`: to unset).
+        stop_when: Called while the runs go on; once it returns True the runner
+            and every run are killed at once, and each result's returncode is None.
     """
     run_envs = run_envs or [{}] * len(runs)
     with tempfile.TemporaryDirectory() as scratch:
@@ -48,7 +54,8 @@ def run_forked_trainers(
                 ]
             )
         )
-        runner = subprocess.run(
+        log = open(root / "runner.log", "wb")  # pylint: disable=consider-using-with
+        runner = subprocess.Popen(
             [
                 sys.executable,
                 str(_RUNNER),
@@ -58,23 +65,51 @@ def run_forked_trainers(
             ],
             cwd=cwd,
             env=dict(env),
-            capture_output=True,
-            text=True,
-            # The children's own timeout, plus the runner's import of TensorFlow.
-            timeout=timeout + 120,
-            check=False,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            # The runner and its children, to stop them all at once.
+            start_new_session=True,
         )
-        assert runner.returncode == 0, (
-            f"the runner exited {runner.returncode}\n{runner.stdout[-3000:]}\n"
-            f"{runner.stderr[-3000:]}"
-        )
+        # The children's own timeout, plus the runner's import of TensorFlow.
+        deadline = time.monotonic() + timeout + 120
+        stopped = False
+        try:
+            while runner.poll() is None and time.monotonic() < deadline:
+                if stop_when is not None and stop_when():
+                    stopped = True
+                    break
+                try:
+                    runner.wait(timeout=0.2)
+                except subprocess.TimeoutExpired:
+                    pass
+        finally:
+            if runner.poll() is None:
+                os.killpg(runner.pid, signal.SIGKILL)
+                runner.wait()
+            log.close()
+        output = _read(root / "runner.log")
+        if stopped:
+            return [
+                subprocess.CompletedProcess(
+                    [sys.executable, "-m", "trainer.task", *args],
+                    None,
+                    _read(root / "out" / f"{index}.stdout"),
+                    _read(root / "out" / f"{index}.stderr") + "\n(stopped: stop_when() held)",
+                )
+                for index, args in enumerate(runs)
+            ]
+        assert runner.returncode == 0, f"the runner exited {runner.returncode}\n{output[-5000:]}"
         codes = json.loads((root / "out" / "codes.json").read_text())
         return [
             subprocess.CompletedProcess(
                 [sys.executable, "-m", "trainer.task", *args],
                 code,
-                (root / "out" / f"{index}.stdout").read_text(errors="replace"),
-                (root / "out" / f"{index}.stderr").read_text(errors="replace"),
+                _read(root / "out" / f"{index}.stdout"),
+                _read(root / "out" / f"{index}.stderr"),
             )
             for index, (args, code) in enumerate(zip(runs, codes, strict=True))
         ]
+
+
+def _read(path: pathlib.Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
