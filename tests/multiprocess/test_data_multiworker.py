@@ -70,7 +70,6 @@ def _max_difference(left: pathlib.Path, right: pathlib.Path) -> float:
     return max(float(np.max(np.abs(a - b))) for a, b in zip(_weights(left), _weights(right)))
 
 
-@pytest.mark.slow
 def test_file_based_tasks_train_under_multiworker_and_sources_decode_each_workers_share(
     local_cluster, record_files, tmp_path
 ):
@@ -135,7 +134,6 @@ def _mkdir(path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-@pytest.mark.slow
 def test_file_based_tasks_train_under_parameter_servers_default_and_mirrored(
     local_cluster, record_files, tmp_path
 ):
@@ -186,7 +184,6 @@ def test_file_based_tasks_train_under_parameter_servers_default_and_mirrored(
     assert "accuracy" in mirrored_summary["metrics"]["test"], mirrored_summary
 
 
-@pytest.mark.slow
 def test_a_kill_mid_epoch_resumes_each_source_kind_to_the_uninterrupted_weights(
     record_files, tmp_path
 ):

@@ -15,7 +15,6 @@ import sys
 
 import keras
 import numpy as np
-import pytest
 
 from tests.support.logged_process import finish, log_tail, start_logged
 from tests.unit.test_example_tasks import (
@@ -81,7 +80,6 @@ def _weights(model_dir: pathlib.Path, example: Example) -> list[np.ndarray]:
     return [np.asarray(variable) for variable in model.weights]
 
 
-@pytest.mark.slow
 def test_resnet_on_two_workers_equals_mirrored_on_two_cpus_and_is_evaluated(
     local_cluster, tmp_path
 ):
@@ -135,7 +133,6 @@ def test_resnet_on_two_workers_equals_mirrored_on_two_cpus_and_is_evaluated(
     assert set(evaluated[-1]["metrics"]) == {"loss", "accuracy"}, evaluated
 
 
-@pytest.mark.slow
 def test_subclassed_worker_killed_mid_epoch_restarts_to_the_uninterrupted_weights(
     local_cluster, tmp_path
 ):
@@ -197,7 +194,6 @@ def test_subclassed_worker_killed_mid_epoch_restarts_to_the_uninterrupted_weight
     assert difference <= 1e-6
 
 
-@pytest.mark.slow
 def test_transformer_under_parameter_servers_applies_exactly_the_planned_steps(
     local_cluster, tmp_path
 ):

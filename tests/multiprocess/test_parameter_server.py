@@ -44,7 +44,6 @@ def _summary(out: pathlib.Path, cluster) -> dict:
 # ------------------------------------------------------------ multi-process jobs
 
 
-@pytest.mark.slow
 def test_every_step_is_counted_exactly_and_the_evaluator_sees_the_last_checkpoint(
     local_cluster, tmp_path
 ):
@@ -75,7 +74,6 @@ def test_every_step_is_counted_exactly_and_the_evaluator_sees_the_last_checkpoin
     assert any(name.startswith("events.out.tfevents") for name in os.listdir(out / "eval"))
 
 
-@pytest.mark.slow
 def test_every_metric_update_path_counts_every_example_exactly(local_cluster, tmp_path):
     """Precision, Recall, AUC, F1Score, IoU and a docstring-style metric (`v.assign(v + x)`).
 
@@ -95,7 +93,6 @@ def test_every_metric_update_path_counts_every_example_exactly(local_cluster, tm
     }, summary
 
 
-@pytest.mark.slow
 def test_a_worker_killed_mid_run_loses_no_step(local_cluster, tmp_path):
     out = tmp_path / "out"
     cluster = _cluster(
@@ -131,7 +128,6 @@ def test_a_worker_killed_mid_run_loses_no_step(local_cluster, tmp_path):
     assert summary["examples_counted_at_last_sync"] == 40 * 16, summary
 
 
-@pytest.mark.slow
 def test_losing_the_parameter_server_fails_the_chief_clearly_and_soon(local_cluster, tmp_path):
     out = tmp_path / "out"
     cluster = _cluster(
@@ -165,7 +161,6 @@ def test_losing_the_parameter_server_fails_the_chief_clearly_and_soon(local_clus
     assert not (out / "summary.json").exists()
 
 
-@pytest.mark.slow
 def test_trainer_task_runs_every_role_from_one_command(local_cluster, tmp_path):
     model_dir = tmp_path / "model"
     cluster = local_cluster(
@@ -238,7 +233,6 @@ def test_trainer_task_runs_every_role_from_one_command(local_cluster, tmp_path):
     ), (lines, summary)
 
 
-@pytest.mark.slow
 def test_a_server_task_exits_0_once_the_chief_has_come_and_gone(tmp_path):
     import socket
     import threading

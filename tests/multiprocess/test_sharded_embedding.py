@@ -4,13 +4,10 @@ import json
 import pathlib
 import sys
 
-import pytest
-
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 JOB = str(ROOT / "tests" / "jobs" / "sharded_embedding_job.py")
 
 
-@pytest.mark.slow
 def test_blocks_are_spread_over_the_parameter_servers_and_train(local_cluster, tmp_path):
     cluster = local_cluster(
         num_workers=1,

@@ -10,8 +10,13 @@ import keras
 import numpy as np
 import pytest
 
+from tests.support.forked_runs import run_forked_trainers
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TOY = "tests.jobs.tasks.toy_tasks"
+# For runs whose assertions hold for any execution length: auto's probe traces and
+# times a step function per candidate, which tests/multiprocess/test_execution_tuner.py covers.
+PINNED_EXECUTION = "--steps_per_execution=1"
 
 
 def run_trainer(*flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -39,6 +44,7 @@ def test_a_subclassed_task_with_batch_norm_trains_and_saves(tmp_path):
         "--epochs=2",
         "--optimizer=adam",
         "--learning_rate=0.01",
+        PINNED_EXECUTION,
         f"--model_dir={tmp_path}",
     )
     assert result.returncode == 0, describe(result)
@@ -67,29 +73,44 @@ def test_a_zero_argument_factory_and_a_config_file(tmp_path):
         f"--task_config={config}",
         "--global_batch_size=32",
         "--epochs=1",
+        PINNED_EXECUTION,
         f"--model_dir={tmp_path}",
     )
     assert result.returncode == 0, describe(result)
     assert json.loads((tmp_path / "summary.json").read_text())["steps_completed"] == 4
 
 
-@pytest.mark.parametrize(
-    "flags, expected",
-    [
-        ([f"--task={TOY}:ReturnsALayer"], "build_model() returned Dense"),
-        (["--task=tests.jobs.tasks.broken_import:Task"], "cannot be imported"),
-    ],
-)
-def test_a_broken_task_is_one_line_and_exit_2(tmp_path, flags, expected):
-    result = run_trainer(*flags, f"--model_dir={tmp_path}")
+BROKEN_TASKS = {
+    "returns a layer": ([f"--task={TOY}:ReturnsALayer"], "build_model() returned Dense"),
+    "cannot be imported": (["--task=tests.jobs.tasks.broken_import:Task"], "cannot be imported"),
+}
+
+
+@pytest.fixture(scope="module")
+def broken_task_runs(tmp_path_factory):
+    """Each broken task's run, its own process forked from one import of TensorFlow
+    (tests/support/forked_runs.py); maps a case to its result and model directory."""
+    model_dirs = {name: tmp_path_factory.mktemp("broken") for name in BROKEN_TASKS}
+    results = run_forked_trainers(
+        [[*flags, f"--model_dir={model_dirs[name]}"] for name, (flags, _) in BROKEN_TASKS.items()],
+        cwd=REPO,
+        env=dict(os.environ, PYTHONPATH=str(REPO)),
+        timeout=300,
+    )
+    return {name: (result, model_dirs[name]) for name, result in zip(BROKEN_TASKS, results)}
+
+
+@pytest.mark.parametrize("case", BROKEN_TASKS)
+def test_a_broken_task_is_one_line_and_exit_2(broken_task_runs, case):
+    result, model_dir = broken_task_runs[case]
+    expected = BROKEN_TASKS[case][1]
     assert result.returncode == 2, describe(result)
     lines = result.stderr.strip().splitlines()
     assert lines[-1].startswith("error: ") and expected in lines[-1], describe(result)
     assert "Traceback" not in result.stderr
-    assert list(tmp_path.iterdir()) == []
+    assert list(model_dir.iterdir()) == []
 
 
-@pytest.mark.slow
 def test_a_broken_task_fails_before_any_peer_is_contacted(tmp_path):
     # Two workers whose task returns the wrong type: both exit 2 at once,
     # before the strategy is created (which would wait for the other worker).

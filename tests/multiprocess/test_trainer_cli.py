@@ -14,6 +14,7 @@ import keras
 import numpy as np
 import pytest
 
+from tests.support.forked_runs import run_forked_trainers
 from tests.support.logged_process import run_side_by_side
 from tfdist._internal import startup_logs
 from trainer import config as config_lib
@@ -22,6 +23,9 @@ from trainer.tasks import datasets as datasets_lib
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TIMEOUT = 300  # A backstop against hangs, never a speed assertion.
 SHORT = ("--epochs=1", "--steps_per_epoch=5", "--num_examples=512")
+# For runs whose assertions hold for any execution length: auto's probe traces and
+# times a step function per candidate, which tests/multiprocess/test_execution_tuner.py covers.
+PINNED_EXECUTION = "--steps_per_execution=1"
 
 
 def clean_environ(extra: dict | None = None) -> dict:
@@ -112,21 +116,42 @@ def test_embedded_default_needs_only_a_model_dir(tmp_path):
     assert not vertex_dir.exists(), "--model_dir must win over AIP_MODEL_DIR"
 
 
-def test_short_run_summary_and_model(tmp_path):
-    model_dir = tmp_path / "aip" / "model"
-    logs_dir = tmp_path / "aip" / "logs"
-    epochs, steps_per_epoch, batch, num_examples, seed = 2, 5, 32, 512, 3
+SHORT_RUN = {"epochs": 2, "steps_per_epoch": 5, "batch": 32, "num_examples": 512, "seed": 3}
+
+
+@pytest.fixture(scope="module")
+def short_run(tmp_path_factory):
+    """One short run as on Vertex AI, with the user's view of the output.
+
+    Its model and TensorBoard directories come from AIP_*, backups are on and
+    TF_CPP_MIN_LOG_LEVEL is unset, as a user runs it; no evaluator, so no
+    evaluation checkpoints. Shared by the tests of its summary, its saved model,
+    its output and its checkpoints (each setting's effect is checked apart).
+    """
+    root = tmp_path_factory.mktemp("short_run")
+    model_dir, logs_dir = root / "aip" / "model", root / "aip" / "logs"
     result = run_task(
         "--strategy=default",
-        f"--epochs={epochs}",
-        f"--steps_per_epoch={steps_per_epoch}",
-        f"--global_batch_size={batch}",
-        f"--num_examples={num_examples}",
-        f"--seed={seed}",
-        env={"AIP_MODEL_DIR": str(model_dir), "AIP_TENSORBOARD_LOG_DIR": str(logs_dir)},
+        f"--epochs={SHORT_RUN['epochs']}",
+        f"--steps_per_epoch={SHORT_RUN['steps_per_epoch']}",
+        f"--global_batch_size={SHORT_RUN['batch']}",
+        f"--num_examples={SHORT_RUN['num_examples']}",
+        f"--seed={SHORT_RUN['seed']}",
+        f"--backup_dir={root / 'backup'}",
+        env={
+            "AIP_MODEL_DIR": str(model_dir),
+            "AIP_TENSORBOARD_LOG_DIR": str(logs_dir),
+            "TF_CPP_MIN_LOG_LEVEL": None,
+        },
     )
-    assert result.returncode == 0, describe(result)
+    return result, model_dir, logs_dir
 
+
+def test_short_run_summary_and_model(short_run):
+    result, model_dir, logs_dir = short_run
+    epochs, steps_per_epoch = SHORT_RUN["epochs"], SHORT_RUN["steps_per_epoch"]
+    batch, num_examples, seed = SHORT_RUN["batch"], SHORT_RUN["num_examples"], SHORT_RUN["seed"]
+    assert result.returncode == 0, describe(result)
     summary = json.loads((model_dir / "summary.json").read_text())
     assert summary["strategy"] == "default"
     assert summary["num_replicas"] == 1
@@ -163,15 +188,9 @@ STARTUP_BANNERS = (
 )
 
 
-def test_the_default_output_shows_tfdist_lines_and_no_tensorflow_chatter(tmp_path):
+def test_the_default_output_shows_tfdist_lines_and_no_tensorflow_chatter(short_run):
     # As a user runs it: TF_CPP_MIN_LOG_LEVEL unset, backups on (as on Vertex AI).
-    result = run_task(
-        *SHORT,
-        "--epochs=2",
-        f"--model_dir={tmp_path / 'model'}",
-        f"--backup_dir={tmp_path / 'backup'}",
-        env={"TF_CPP_MIN_LOG_LEVEL": None},
-    )
+    result, _, _ = short_run
     assert result.returncode == 0, describe(result)
     output = result.stdout + result.stderr
     assert "Backed up step 5 to" in output and "Training --model=mlp" in output, describe(result)
@@ -342,22 +361,84 @@ def test_malformed_cluster_variable_exits_2(variable, value, fragment):
     assert SECRET not in result.stderr
 
 
-@pytest.mark.parametrize(
-    "args, fragments",
-    [
-        (["--model=resnet"], ["--model is 'resnet'", "mlp, cnn"]),
-        (["--dataset=no_such_dataset_xyz"], ["--dataset is 'no_such_dataset_xyz'", "synthetic"]),
-        (
-            ["--strategy=mirrored", "--num_cpu_devices=3", "--global_batch_size=64"],
-            ["--global_batch_size=64 does not divide among 3 replicas", "63 or 66"],
-        ),
-    ],
-    ids=["unknown model", "unknown dataset", "batch not divisible by replicas"],
-)
-def test_bad_input_found_after_importing_tensorflow_exits_2(tmp_path, args, fragments):
-    result = run_task(*args, *SHORT, f"--model_dir={tmp_path / 'out'}")
-    assert_usage_error(result, *fragments, only_line=False)
-    assert not (tmp_path / "out").exists()
+AFTER_TENSORFLOW = {
+    "unknown model": (["--model=resnet"], ["--model is 'resnet'", "mlp, cnn"]),
+    "unknown dataset": (
+        ["--dataset=no_such_dataset_xyz"],
+        ["--dataset is 'no_such_dataset_xyz'", "synthetic"],
+    ),
+    "batch not divisible by replicas": (
+        ["--strategy=mirrored", "--num_cpu_devices=3", "--global_batch_size=64"],
+        ["--global_batch_size=64 does not divide among 3 replicas", "63 or 66"],
+    ),
+}
+# A parameter-server chief whose peers are ports nobody listens on: a refusal must
+# come before any task is contacted.
+PARAMETER_SERVER_CHIEF = {
+    "TF_CONFIG": json.dumps(
+        {
+            "cluster": {
+                "chief": ["127.0.0.1:7"],
+                "worker": ["127.0.0.1:8"],
+                "ps": ["127.0.0.1:9"],
+            },
+            "task": {"type": "chief", "index": 0},
+        }
+    )
+}
+REFUSED_UNDER_PARAMETER_SERVERS = {
+    "deterministic": ["--strategy=parameter_server", "--deterministic"],
+    "xla": ["--strategy=parameter_server", "--jit_compile=true"],
+}
+
+
+@pytest.fixture(scope="module")
+def found_after_tensorflow(tmp_path_factory):
+    """Each bad input the trainer finds after importing TensorFlow, as its own run.
+
+    The bad inputs of a single process, the refusals of a parameter-server chief,
+    and the typos of worker 1 of a 2-worker job whose worker 0 is a socket we
+    watch (all runs are stopped at once if one contacts it). The runs are forked
+    from one import of TensorFlow (tests/support/forked_runs.py): each is its own
+    process with its own exit code and output. Maps a case's name to its result
+    and its model directory (for a typo: whether it contacted its worker 0).
+    """
+    root = tmp_path_factory.mktemp("after_tensorflow")
+    typos = {case.id: case.values[0] for case in TYPOS_IN_A_TWO_WORKER_JOB if not case.values[2]}
+    listeners = {name: _listen_on_free_port() for name in typos}
+    cases = {
+        name: ([*args, *SHORT, f"--model_dir={root / str(index) / 'out'}"], {})
+        for index, (name, (args, _)) in enumerate(AFTER_TENSORFLOW.items())
+    }
+    for name, args in REFUSED_UNDER_PARAMETER_SERVERS.items():
+        cases[name] = ([*args, *SHORT], PARAMETER_SERVER_CHIEF)
+    for name, args in typos.items():
+        cases[name] = ([*args, *SHORT], {"TF_CONFIG": _worker_1_of(listeners[name])})
+    try:
+        results = run_forked_trainers(
+            [args for args, _ in cases.values()],
+            cwd=REPO,
+            env=clean_environ(),
+            timeout=TIMEOUT,
+            run_envs=[run_env for _, run_env in cases.values()],
+            stop_when=lambda: any(_contacted(listener) for listener in listeners.values()),
+        )
+        found = {
+            name: (result, root / str(index) / "out")
+            for index, (name, result) in enumerate(zip(cases, results, strict=True))
+        }
+        found.update({name: (found[name][0], _contacted(listeners[name])) for name in typos})
+        return found
+    finally:
+        for listener in listeners.values():
+            listener.close()
+
+
+@pytest.mark.parametrize("case", AFTER_TENSORFLOW)
+def test_bad_input_found_after_importing_tensorflow_exits_2(found_after_tensorflow, case):
+    result, model_dir = found_after_tensorflow[case]
+    assert_usage_error(result, *AFTER_TENSORFLOW[case][1], only_line=False)
+    assert not model_dir.exists()
 
 
 # --- A typo never turns into a hang ------------------------------------------
@@ -410,25 +491,44 @@ TYPOS_IN_A_TWO_WORKER_JOB = [
 ]
 
 
+def _worker_1_of(listener: socket.socket) -> str:
+    """TF_CONFIG of worker 1 of a 2-worker job whose worker 0 is `listener`."""
+    peer_port = listener.getsockname()[1]
+    return json.dumps(
+        {
+            "cluster": {"worker": [f"127.0.0.1:{peer_port}", f"127.0.0.1:{_free_port()}"]},
+            "task": {"type": "worker", "index": 1},
+        }
+    )
+
+
+def _contacted(listener: socket.socket) -> bool:
+    return bool(select.select([listener], [], [], 0)[0])
+
+
 @pytest.mark.parametrize("args, fragments, only_line", TYPOS_IN_A_TWO_WORKER_JOB)
-def test_bad_input_fails_before_contacting_any_peer(args, fragments, only_line):
+def test_bad_input_fails_before_contacting_any_peer(request, args, fragments, only_line):
     """Worker 1 of a 2-worker job whose worker 0 is a socket we watch.
 
     MultiWorkerMirroredStrategy's worker 1 connects to worker 0 (the
     coordination service) as soon as the strategy is built. A connection on
     our socket proves the task reached a peer before rejecting its input; we
-    then stop it at once instead of waiting for a hang.
+    then stop it at once instead of waiting for a hang. The typos found after
+    importing TensorFlow run together (`found_after_tensorflow`); those
+    found before it run as a process each, whose stderr must be the error line.
     """
+    if not only_line:
+        result, contacted = request.getfixturevalue("found_after_tensorflow")[
+            request.node.callspec.id
+        ]
+        assert not contacted, f"the task connected to worker 0 before failing\n{describe(result)}"
+        assert_usage_error(result, *fragments, only_line=False)
+        return
     listener = _listen_on_free_port()
-    peer_port = listener.getsockname()[1]
-    tf_config = {
-        "cluster": {"worker": [f"127.0.0.1:{peer_port}", f"127.0.0.1:{_free_port()}"]},
-        "task": {"type": "worker", "index": 1},
-    }
     process = subprocess.Popen(
         trainer_command(*args, *SHORT),
         cwd=REPO,
-        env=clean_environ({"TF_CONFIG": json.dumps(tf_config)}),
+        env=clean_environ({"TF_CONFIG": _worker_1_of(listener)}),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -451,19 +551,24 @@ def test_bad_input_fails_before_contacting_any_peer(args, fragments, only_line):
     assert_usage_error(result, *fragments, only_line=only_line)
 
 
-def test_evaluation_checkpoints_only_for_an_evaluator_and_only_the_newest_few(tmp_path):
-    # Without an evaluator nothing reads them: none are written.
+def test_evaluation_checkpoints_only_for_an_evaluator_and_only_the_newest_few(short_run, tmp_path):
+    # Without an evaluator nothing reads them: none are written (the short run has none).
     # Asked for: one per epoch, the newest 3 kept, the done marker names the last.
-    plain, exported = tmp_path / "plain", tmp_path / "exported"
-    common = ["--strategy=default", "--epochs=5", "--steps_per_epoch=2", "--num_examples=256"]
-    without, with_checkpoints = run_tasks_side_by_side(
-        [*common, f"--model_dir={plain}"],
-        [*common, "--evaluation_checkpoints", f"--model_dir={exported}"],
-    )
+    without, plain, _ = short_run
     assert without.returncode == 0, describe(without)
     assert not (plain / "checkpoints").exists()
     assert (plain / "summary.json").exists()
 
+    exported = tmp_path / "exported"
+    with_checkpoints = run_task(
+        "--strategy=default",
+        "--epochs=5",
+        "--steps_per_epoch=2",
+        "--num_examples=256",
+        "--evaluation_checkpoints",
+        PINNED_EXECUTION,
+        f"--model_dir={exported}",
+    )
     assert with_checkpoints.returncode == 0, describe(with_checkpoints)
     indexes = sorted(
         {path.name.split(".")[0] for path in (exported / "checkpoints").glob("ckpt-*.index")}
@@ -473,18 +578,10 @@ def test_evaluation_checkpoints_only_for_an_evaluator_and_only_the_newest_few(tm
     assert done == {"last_checkpoint": "ckpt-10", "step": 10}
 
 
-def test_deterministic_parameter_server_training_is_refused_before_any_peer():
-    # Ports nobody listens on: the check must come before any task is contacted.
-    tf_config = {
-        "cluster": {"chief": ["127.0.0.1:7"], "worker": ["127.0.0.1:8"], "ps": ["127.0.0.1:9"]},
-        "task": {"type": "chief", "index": 0},
-    }
-    result = run_task(
-        "--strategy=parameter_server",
-        "--deterministic",
-        *SHORT,
-        env={"TF_CONFIG": json.dumps(tf_config)},
-    )
+def test_deterministic_parameter_server_training_is_refused_before_any_peer(
+    found_after_tensorflow,
+):
+    result, _ = found_after_tensorflow["deterministic"]
     assert_usage_error(
         result, "--deterministic was given with parameter-server training", only_line=False
     )
@@ -502,6 +599,7 @@ def test_xla_under_mirrored_matches_the_run_without_it(tmp_path):
                 "--steps_per_epoch=10",
                 "--num_examples=512",
                 "--deterministic",
+                PINNED_EXECUTION,
                 f"--jit_compile={setting}",
                 f"--model_dir={tmp_path / setting}",
             ]
@@ -521,17 +619,8 @@ def test_xla_under_mirrored_matches_the_run_without_it(tmp_path):
         np.testing.assert_allclose(with_xla, without, rtol=0, atol=1e-5)
 
 
-def test_xla_under_parameter_servers_is_refused_before_any_peer():
-    tf_config = {
-        "cluster": {"chief": ["127.0.0.1:7"], "worker": ["127.0.0.1:8"], "ps": ["127.0.0.1:9"]},
-        "task": {"type": "chief", "index": 0},
-    }
-    result = run_task(
-        "--strategy=parameter_server",
-        "--jit_compile=true",
-        *SHORT,
-        env={"TF_CONFIG": json.dumps(tf_config)},
-    )
+def test_xla_under_parameter_servers_is_refused_before_any_peer(found_after_tensorflow):
+    result, _ = found_after_tensorflow["xla"]
     assert_usage_error(
         result, "--jit_compile=true was given with parameter-server training", only_line=False
     )

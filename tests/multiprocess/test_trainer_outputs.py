@@ -8,13 +8,16 @@ import sys
 
 import keras
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from tests.support.logged_process import clean_environment, run_side_by_side
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TIMEOUT = 300
-SHORT = ["--epochs=2", "--steps_per_epoch=4", "--global_batch_size=32"]
+# steps_per_execution is pinned (no assertion here depends on it): auto's probe traces and
+# times a step function per candidate, which tests/multiprocess/test_execution_tuner.py covers.
+SHORT = ["--epochs=2", "--steps_per_epoch=4", "--global_batch_size=32", "--steps_per_execution=1"]
 
 
 def _train(*flags: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -47,39 +50,46 @@ def _ok(result):
     assert result.returncode == 0, f"{result.stdout[-2000:]}\n{result.stderr[-4000:]}"
 
 
-def test_a_task_model_exports_a_savedmodel_that_plain_tensorflow_serves(tmp_path):
-    result = _train(
-        "--task=tests.jobs.tasks.toy_tasks:SubclassedTask",
-        "--export=both",
-        f"--model_dir={tmp_path}",
-    )
-    _ok(result)
-    assert (tmp_path / "saved_model.pb").exists() and (tmp_path / "model.keras").exists()
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """Three runs side by side, one per export setting; maps a name to its directory.
+
+    "vertex": a task's model, with AIP_MODEL_DIR and no --export (Vertex AI's
+    default: both formats); "local": --model_dir and no --export; "served":
+    --export=savedmodel.
+    """
+    root = tmp_path_factory.mktemp("exports")
+    dirs = {name: root / name for name in ("vertex", "local", "served")}
+    for result in _train_side_by_side(
+        (
+            ["--task=tests.jobs.tasks.toy_tasks:SubclassedTask"],
+            {"AIP_MODEL_DIR": str(dirs["vertex"])},
+        ),
+        ([f"--model_dir={dirs['local']}"], {}),
+        (["--export=savedmodel", f"--model_dir={dirs['served']}"], {}),
+    ):
+        _ok(result)
+    return dirs
+
+
+def test_a_task_model_exports_a_savedmodel_that_plain_tensorflow_serves(exports):
+    model_dir = exports["vertex"]
+    assert (model_dir / "saved_model.pb").exists() and (model_dir / "model.keras").exists()
     features = np.random.default_rng(0).normal(size=(5, 6)).astype(np.float32)
-    served = tf.saved_model.load(str(tmp_path)).signatures["serving_default"]
+    served = tf.saved_model.load(str(model_dir)).signatures["serving_default"]
     outputs = list(served(tf.constant(features)).values())
     from tests.jobs.tasks.toy_tasks import TwoHeads  # pylint: disable=g-import-not-at-top
 
     model = keras.saving.load_model(
-        tmp_path / "model.keras", safe_mode=True, custom_objects={"TwoHeads": TwoHeads}
+        model_dir / "model.keras", safe_mode=True, custom_objects={"TwoHeads": TwoHeads}
     )
     np.testing.assert_allclose(
         outputs[0].numpy(), model.predict(features, verbose=0), rtol=1e-5, atol=1e-6
     )
 
 
-def test_vertex_defaults_to_both_and_savedmodel_alone_writes_no_keras_file(tmp_path):
-    vertex_dir, local_dir, served_only = (
-        tmp_path / "vertex",
-        tmp_path / "local",
-        tmp_path / "served",
-    )
-    for result in _train_side_by_side(
-        ([], {"AIP_MODEL_DIR": str(vertex_dir)}),
-        ([f"--model_dir={local_dir}"], {}),
-        (["--export=savedmodel", f"--model_dir={served_only}"], {}),
-    ):
-        _ok(result)
+def test_vertex_defaults_to_both_and_savedmodel_alone_writes_no_keras_file(exports):
+    vertex_dir, local_dir, served_only = exports["vertex"], exports["local"], exports["served"]
     assert (vertex_dir / "saved_model.pb").exists() and (vertex_dir / "model.keras").exists()
     assert (local_dir / "model.keras").exists() and not (local_dir / "saved_model.pb").exists()
     assert (served_only / "saved_model.pb").exists()

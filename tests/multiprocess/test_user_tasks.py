@@ -14,18 +14,24 @@ import sys
 import numpy as np
 import pytest
 
+from tests.support.forked_runs import run_forked_trainers
 from tests.support.logged_process import clean_environment, run_side_by_side
+from tfdist.launch.local_cluster import pick_free_ports
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TASKS = "tests.jobs.tasks.user_tasks"
 TIMEOUT = 300
+# For runs whose assertions hold for any execution length: auto's probe traces and
+# times a step function per candidate, which tests/multiprocess/test_execution_tuner.py covers.
+PINNED_EXECUTION = "--steps_per_execution=1"
 
 
 def trainer_command(task: str, model_dir, *flags: str) -> list[str]:
+    return [sys.executable, "-m", "trainer.task", *trainer_args(task, model_dir, *flags)]
+
+
+def trainer_args(task: str, model_dir, *flags: str) -> list[str]:
     return [
-        sys.executable,
-        "-m",
-        "trainer.task",
         f"--task={TASKS}:{task}",
         "--global_batch_size=32",
         "--epochs=2",
@@ -109,6 +115,7 @@ def test_a_custom_train_step_with_its_test_step_is_evaluated(tmp_path):
         tmp_path,
         "--learning_rate=0.01",
         '--task_config={"with_test_step": true}',
+        PINNED_EXECUTION,
     )
     assert result.returncode == 0, describe(result)
     assert "Skipping evaluation" not in result.stderr
@@ -148,7 +155,12 @@ def test_upstream_string_symbolic_build_under_mirrored_still_fails(tmp_path):
 
 def test_a_text_task_trains_under_mirrored_on_two_devices(tmp_path):
     result = run_trainer(
-        "Text", tmp_path, "--strategy=mirrored", "--num_cpu_devices=2", "--epochs=3"
+        "Text",
+        tmp_path,
+        "--strategy=mirrored",
+        "--num_cpu_devices=2",
+        "--epochs=3",
+        PINNED_EXECUTION,
     )
     assert result.returncode == 0, describe(result)
     written = summary(tmp_path)
@@ -175,7 +187,7 @@ def test_variable_length_features_train_when_the_task_declares_batching(tmp_path
 
 
 def test_weighted_metrics_and_class_weight_reach_compile_and_the_inputs(tmp_path):
-    result = run_trainer("Weighted", tmp_path)
+    result = run_trainer("Weighted", tmp_path, PINNED_EXECUTION)
     assert result.returncode == 0, describe(result)
     train = summary(tmp_path)["metrics"]["train"]
     # Class 1 weighs 3: the weighted accuracy is not the plain one.
@@ -222,11 +234,13 @@ def _one_error_line(output: str) -> str:
 
 
 def test_every_mistake_is_one_line_and_exit_2(tmp_path):
-    commands = []
+    # Each mistake is its own `python -m trainer.task` process (its own exit code and
+    # stderr), forked from one import of TensorFlow: every mistake is found before training.
+    runs = []
     for index, (task, task_config, _) in enumerate(MISTAKES.values()):
         flags = [f"--task_config={task_config}"] if task_config else []
-        commands.append((trainer_command(task, tmp_path / str(index), *flags), clean_environment()))
-    results = run_side_by_side(commands, cwd=REPO, timeout=TIMEOUT)
+        runs.append(trainer_args(task, tmp_path / str(index), *flags))
+    results = run_forked_trainers(runs, cwd=REPO, env=clean_environment(), timeout=TIMEOUT)
     for index, (name, (_, _, expected)) in enumerate(MISTAKES.items()):
         result = results[index]
         assert result.returncode == 2, f"{name}: {describe(result)}"
@@ -237,39 +251,51 @@ def test_every_mistake_is_one_line_and_exit_2(tmp_path):
         )
 
 
-@pytest.mark.slow
 def test_mistakes_and_a_text_task_under_two_workers(local_cluster, tmp_path):
     # Several 2-worker jobs side by side: every worker of a mistaken job exits 2
     # with the one line; the text task (strings) and a bucketed ragged task train.
-    jobs = {
-        "StringLabels": ("labels are strings", 2),
-        "WrongWidth": ("received input", 2),
-        "Compiled": ("compiled model", 2),
-        "Text": (None, 0),
-        "VariableLength": (None, 0),
+    # A mistaken job's workers are found out before any task contacts another:
+    # each worker is its own process, forked from one import of TensorFlow.
+    mistakes = {
+        "StringLabels": "labels are strings",
+        "WrongWidth": "received input",
+        "Compiled": "compiled model",
     }
-    clusters = {}
-    for task in jobs:
-        extra = (
-            ['--task_config={"batching": "buckets", "source": "ragged"}']
-            if task == "VariableLength"
-            else []
+    trained = {
+        "Text": [],
+        "VariableLength": ['--task_config={"batching": "buckets", "source": "ragged"}'],
+    }
+    multiworker = ("--strategy=multiworker", "--steps_per_execution=1")
+    clusters = {
+        task: local_cluster(
+            num_workers=2,
+            command=trainer_command(task, tmp_path / task, *multiworker, *extra),
+            env={"PYTHONPATH": str(REPO)},
         )
-        command = trainer_command(
-            task, tmp_path / task, "--strategy=multiworker", "--steps_per_execution=1", *extra
-        )
-        clusters[task] = local_cluster(
-            num_workers=2, command=command, env={"PYTHONPATH": str(REPO)}
-        )
+        for task, extra in trained.items()
+    }
     for cluster in clusters.values():
         cluster.start()
-    for task, (expected, code) in jobs.items():
-        codes = clusters[task].wait(timeout=TIMEOUT, stop_on_failure=False)
-        assert set(codes.values()) == {code}, f"{task}: {codes}\n{clusters[task].format_logs()}"
-        for name in codes:
-            log = clusters[task].log_path(name).read_text(errors="replace")
-            if expected:
-                assert expected in _one_error_line(log), log[-3000:]
-    for task in ("Text", "VariableLength"):
+    workers, runs, run_envs = [], [], []
+    for task in mistakes:
+        addresses = [f"127.0.0.1:{port}" for port in pick_free_ports("127.0.0.1", 2)]
+        for index in range(2):
+            workers.append((task, f"worker:{index}"))
+            runs.append(trainer_args(task, tmp_path / task, *multiworker))
+            tf_config = {
+                "cluster": {"worker": addresses},
+                "task": {"type": "worker", "index": index},
+            }
+            run_envs.append({"TF_CONFIG": json.dumps(tf_config)})
+    results = run_forked_trainers(
+        runs, cwd=REPO, env=clean_environment(), timeout=TIMEOUT, run_envs=run_envs
+    )
+    for (task, worker), result in zip(workers, results, strict=True):
+        assert result.returncode == 2, f"{task} {worker}: {describe(result)}"
+        assert mistakes[task] in _one_error_line(result.stdout + result.stderr), describe(result)
+    for task, cluster in clusters.items():
+        codes = cluster.wait(timeout=TIMEOUT, stop_on_failure=False)
+        assert set(codes.values()) == {0}, f"{task}: {codes}\n{cluster.format_logs()}"
+    for task in trained:
         assert summary(tmp_path / task)["num_workers"] == 2
         assert summary(tmp_path / task)["steps_completed"] == 16
