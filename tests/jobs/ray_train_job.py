@@ -28,6 +28,9 @@ import pathlib
 import signal
 import sys
 
+# Printed once this job's own cluster is up (and the machine's current Ray cluster).
+CLUSTER_UP = "ray_train_job: the cluster is up"
+
 STEPS_PER_EPOCH = 8
 EPOCHS = 3
 GLOBAL_BATCH = 32
@@ -210,6 +213,7 @@ def main() -> int:
         for _ in range(args.nodes):
             cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1")
         ray.init(address=cluster.address, log_to_driver=True, runtime_env=runtime_env)
+        print(CLUSTER_UP, flush=True)
     else:
         ray.init(
             num_cpus=args.workers,

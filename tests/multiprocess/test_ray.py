@@ -24,7 +24,9 @@ import sys
 import numpy as np
 import pytest
 
+from tests.jobs.ray_train_job import CLUSTER_UP
 from tests.support.logged_process import clean_environment
+from tfdist.launch.testing import poll_until
 
 pytest.importorskip("ray.train")
 
@@ -38,6 +40,7 @@ def _start(out: pathlib.Path, *args, command=(str(JOB),), **environ) -> subproce
     """Starts a job in its own session (Ray's processes with it), output in `out/log.txt`."""
     out.mkdir(parents=True)
     env = clean_environment()
+    env.pop("RAY_ADDRESS", None)
     env.update(environ)
     # Ray swaps 127.0.0.1 for the machine's address unless clusters are off: keep it on
     # loopback. Ray Train's preemption watcher polls drains every 0.5 s instead of 5 s.
@@ -92,19 +95,34 @@ def _kill_session(process: subprocess.Popen) -> None:
 @pytest.fixture(scope="module")
 def _jobs(tmp_path_factory):
     root = tmp_path_factory.mktemp("ray")
+    resumable = _start(
+        root / "ray",
+        f"--out={root / 'ray'}",
+        f"--reference_out={root / 'reference'}",
+        "--workers=2",
+        "--nodes=3",
+        "--drain_at_step=4",
+        "--kill_rank=1",
+        "--kill_at_step=10",
+        "--term_at_step=18",
+        "--max_failures=2",
+    )
+    # trainer.ray without --address starts once the first job's cluster is the machine's
+    # current one, which plain ray.init() would join (and then refuse the CPU count).
+    try:
+        poll_until(
+            lambda: (
+                CLUSTER_UP in (root / "ray" / "log.txt").read_text(errors="replace")
+                or resumable.poll() is not None
+            ),
+            timeout=TIMEOUT,
+            what="the first Ray job's cluster",
+        )
+    except BaseException:
+        _kill_session(resumable)
+        raise
     jobs = {
-        "resumable": _start(
-            root / "ray",
-            f"--out={root / 'ray'}",
-            f"--reference_out={root / 'reference'}",
-            "--workers=2",
-            "--nodes=3",
-            "--drain_at_step=4",
-            "--kill_rank=1",
-            "--kill_at_step=10",
-            "--term_at_step=18",
-            "--max_failures=2",
-        ),
+        "resumable": resumable,
         "trainer": _start(
             root / "trainer",
             "--chief",
@@ -121,10 +139,6 @@ def _jobs(tmp_path_factory):
             "--num_examples=512",
             "--evaluation_checkpoints",
             command=("-m", "trainer.ray"),
-            # Its own local cluster, as without --address, even when the first job's
-            # cluster (started at the same time) is already the machine's current one:
-            # ray.init() would join that one.
-            RAY_ADDRESS="local",
         ),
     }
     yield jobs
