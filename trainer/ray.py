@@ -12,7 +12,8 @@ a training function that runs `trainer.task`'s main with the flags after `--`
 on every rank (under parameter servers, the worker and ps ranks serve until
 the chief returns). `--max_failures` goes to Ray's `FailureConfig`, which
 restarts the whole group; `trainer.task` resumes from `--backup_dir`. With no
-`--address`, a local Ray cluster is started on 127.0.0.1.
+`--address` (or `RAY_ADDRESS`, as `ray job submit` sets it), a local Ray cluster of
+its own is started on 127.0.0.1, even when another Ray cluster runs on the machine.
 
 The flags are checked before Ray starts: a bad one is one line on stderr and
 exit 2. Exit 1 when Ray gives up on the run (its error on one line).
@@ -56,7 +57,10 @@ cli.define_flags(
         ),
         cli.FlagSpec("name", "tfdist-trainer", "Ray RunConfig(name)."),
         cli.FlagSpec(
-            "address", "", "Ray cluster to join (e.g. auto); empty starts a local one on 127.0.0.1."
+            "address",
+            "",
+            "Ray cluster to join (e.g. auto); empty: RAY_ADDRESS if set, else a new local cluster on"
+            " 127.0.0.1.",
         ),
     ],
     flag_values=RAY_FLAGS,
@@ -64,6 +68,17 @@ cli.define_flags(
 )
 
 _TASK = "trainer.task"
+
+
+def cluster_to_join(address_flag: str, environ) -> str:
+    """The Ray cluster to join, or "" to start a local one.
+
+    `--address` first; without it `RAY_ADDRESS` (which `ray job submit` sets for
+    its entrypoint), unless that is "local". Never the cluster Ray last started
+    on this machine: with neither, the run gets a local cluster of its own.
+    """
+    address = address_flag or environ.get("RAY_ADDRESS", "")
+    return "" if address == "local" else address
 
 
 def check_task_flags(task_argv: list[str], tensorflow_config, world_size: int) -> None:
@@ -176,10 +191,14 @@ def main(argv: list[str]) -> int:
         for name in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES", "TF_CPP_MIN_LOG_LEVEL")
         if name in os.environ
     }
-    if RAY_FLAGS.address:
-        ray.init(address=RAY_FLAGS.address, runtime_env={"env_vars": env_vars})
+    address = cluster_to_join(RAY_FLAGS.address, os.environ)
+    if address:
+        ray.init(address=address, runtime_env={"env_vars": env_vars})
     else:
+        # "local": a new cluster even when another one is the machine's current
+        # (/tmp/ray/ray_current_cluster), which ray.init() without an address would join.
         ray.init(
+            address="local",
             num_cpus=world_size * RAY_FLAGS.cpus_per_task,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",
