@@ -11,7 +11,8 @@ import sys
 import pytest
 
 from tests.support.backup_files import committed_steps, snapshot
-from tests.support.logged_process import finish, log_tail, start_logged
+from tests.support.forked_runs import run_forked_trainers
+from tests.support.logged_process import clean_environment, finish, log_tail, start_logged
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TIMEOUT = 300
@@ -75,46 +76,30 @@ REFUSED = {
 
 @pytest.fixture(scope="module")
 def refused_restarts(interrupted_backup, tmp_path_factory) -> dict:
-    """Each REFUSED restart, on its own copy of the backup; two processes at a time.
+    """Each REFUSED restart, on its own copy of the backup, each its own process.
 
-    The restarts share nothing (each has its backup copy and model dir), and each
-    fails in its start-up: running them in pairs overlaps their TensorFlow imports.
+    Every restart is refused in its start-up, before it trains, so each runs as a
+    process forked from one import of TensorFlow (`tests.support.forked_runs`): its
+    own exit code and output, without a TensorFlow import apiece.
 
     Returns:
         Case name to (exit code, log, snapshot of its backup before, its backup dir).
     """
     root = tmp_path_factory.mktemp("refused")
-    results, cases = {}, list(REFUSED.items())
-    for first in range(0, len(cases), 2):
-        running = []
-        try:
-            for name, (flags, _) in cases[first : first + 2]:
-                case_dir = root / name.replace(" ", "_")
-                backup_dir = case_dir / "backup"
-                shutil.copytree(interrupted_backup, backup_dir)
-                before = snapshot(backup_dir)
-                out = case_dir / "model"
-                out.mkdir()
-                process = start_logged(
-                    [
-                        sys.executable,
-                        "-m",
-                        "trainer.task",
-                        *BASE,
-                        *flags,
-                        f"--model_dir={out}",
-                        f"--backup_dir={backup_dir}",
-                    ],
-                    out,
-                    cwd=REPO,
-                )
-                running.append((name, process, before, backup_dir))
-            for name, process, before, backup_dir in running:
-                results[name] = (finish(process, TIMEOUT), log_tail(process), before, backup_dir)
-        finally:
-            for _, process, _, _ in running:
-                finish(process, 1)
-    return results
+    runs, prepared = [], {}
+    for name, (flags, _) in REFUSED.items():
+        case_dir = root / name.replace(" ", "_")
+        backup_dir = case_dir / "backup"
+        shutil.copytree(interrupted_backup, backup_dir)
+        out = case_dir / "model"
+        out.mkdir()
+        prepared[name] = (snapshot(backup_dir), backup_dir)
+        runs.append([*BASE, *flags, f"--model_dir={out}", f"--backup_dir={backup_dir}"])
+    results = run_forked_trainers(runs, cwd=REPO, env=clean_environment(), timeout=TIMEOUT)
+    return {
+        name: (result.returncode, result.stdout + result.stderr, *prepared[name])
+        for name, result in zip(REFUSED, results, strict=True)
+    }
 
 
 @pytest.mark.parametrize("case", REFUSED)
