@@ -1,6 +1,7 @@
 """tfdist under Ray Train's own TensorflowTrainer with `tfdist.ray.TensorflowConfig`,
 on real local Ray clusters (loopback, CPUs, no dashboard). Ray's start-up dominates, so
-the module starts its two jobs at once (`_jobs`) and each test waits for its own:
+the module starts its two jobs side by side (`_jobs`; trainer.ray once the first job's
+cluster is up, so that it must start a cluster of its own) and each test waits for its own:
 
 - a 2-worker `tfdist.resumable` job on a cluster of three one-CPU nodes: at step 4 the
   node of rank 0 is drained for preemption (Ray's own notice), worker 1 is SIGKILLed at
@@ -117,6 +118,7 @@ def _jobs(tmp_path_factory):
             ),
             timeout=TIMEOUT,
             what="the first Ray job's cluster",
+            interval=0.5,
         )
     except BaseException:
         _kill_session(resumable)

@@ -1,13 +1,5 @@
-"""tfdist under Ray Train's own TensorflowTrainer with `tfdist.ray.TensorflowConfig`,
-on real local Ray clusters (loopback, CPUs, no dashboard). Ray's start-up dominates, so
-the module starts its three jobs at once (`_jobs`) and each test waits for its own:
-
-- a 2-worker `tfdist.resumable` job on a cluster of three one-CPU nodes: at step 4 the
-  node of rank 0 is drained for preemption (Ray's own notice), worker 1 is SIGKILLed at
-  step 10 and gets a SIGTERM at step 18; each time Ray's FailureConfig restarts the group
-  and tfdist resumes from its backups; compared with one uninterrupted process;
-- `python -m trainer.ray` running `trainer.task` as a parameter-server job (chief,
-  worker, ps, evaluator), which must finish and leave no process behind."""
+"""tfdist.ray and trainer.ray in process: the backend config Ray receives, and which Ray
+cluster trainer.ray joins (tests/multiprocess/test_ray.py runs them on real local clusters)."""
 
 import signal
 
