@@ -16,6 +16,7 @@ import pytest
 
 from tfdist.distribute import cluster as cluster_lib
 from tfdist.errors import UsageError
+from tfdist.launch import preload
 from tfdist.launch.local_cluster import LocalCluster, pick_free_ports
 from tfdist.launch.testing import poll_until
 
@@ -23,6 +24,17 @@ REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 TASK = str(REPO_ROOT / "tests" / "jobs" / "cluster_task.py")
 WAIT_SECONDS = 30
 GRACE_SECONDS = 2.0
+
+
+@pytest.fixture(autouse=True, params=["fresh", "forked"])
+def task_start(request, monkeypatch):
+    """Every test twice: tasks as fresh processes, and forked from a preload server.
+
+    The server preloads `json`, not TensorFlow (these tasks never import it):
+    what is tested is the forking, which is the same whatever was imported.
+    """
+    monkeypatch.setenv(preload.PRELOAD_VARIABLE, "" if request.param == "fresh" else "json")
+    return request.param
 
 
 def task_command(mode, out_dir):

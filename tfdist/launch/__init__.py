@@ -3,14 +3,15 @@
 - `python -m tfdist.launch --workers N [--ps M] [--chief] [--evaluator] -- CMD...`
   (`launcher`, which defines the launcher's absl flags: imported only by the command);
 - `local_cluster.LocalCluster`: the same cluster from Python;
+- `preload`: forking a cluster's Python tasks from one import of TensorFlow;
 - `testing`: the `local_cluster` pytest fixture and `poll_until`.
 
-None of them imports TensorFlow. See docs/local_cluster.md.
+None of them imports TensorFlow (the preload server does, in its own process). See docs/local_cluster.md.
 """
 
 import importlib
 
-_SUBMODULES = ("launcher", "local_cluster", "testing")
+_SUBMODULES = ("launcher", "local_cluster", "preload", "testing")
 
 
 def __getattr__(name: str):

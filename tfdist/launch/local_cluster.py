@@ -7,6 +7,10 @@ up after them. `python -m tfdist.launch` is its command-line face.
 This module does not import TensorFlow: it only launches processes, and the
 tasks import TensorFlow themselves.
 
+With `preload=("tensorflow",)` (or `TFDIST_LAUNCH_PRELOAD=tensorflow`), Python
+tasks are forked from one process that imported TensorFlow once
+(`tfdist.launch.preload`); otherwise each task is a fresh process.
+
 Every task runs in its own session (and so its own process group), so a task
 and everything it started are signalled and killed together. A task's stdout
 and stderr go, merged, to `<log_dir>/<role>-<index>.log`, and optionally to a
@@ -35,6 +39,7 @@ from tfdist._internal.preconditions import check_seconds, check_whole_number
 from tfdist.distribute import cluster as cluster_lib
 from tfdist.distribute.cluster import is_loopback_host
 from tfdist.errors import UsageError
+from tfdist.launch import preload as preload_lib
 
 PortPicker = Callable[[str, int], Sequence[int]]
 
@@ -47,6 +52,8 @@ BIND_FAILURE_MARKERS = (
     "could not start grpc server",
 )
 
+# The preload server's own output (its imports), beside the tasks' logs.
+PRELOAD_LOG_NAME = "preload-server.log"
 _POLL_SECONDS = 0.02
 _OUTPUT_DRAIN_SECONDS = 5.0
 _LEFTOVER_CHECK_SECONDS = 10.0
@@ -213,28 +220,43 @@ class _TaskProcess:
         console: TextIO | None,
         console_lock: threading.Lock,
         header: str | None,
+        preloader: preload_lib.Preloader | None = None,
     ):
         self.name = name
         self._console = console
         self._console_lock = console_lock
+        self._preloader = preloader
+        self._popen: subprocess.Popen | None = None
         self._log_file = open(log_path, "ab")
         if header:
             self._log_file.write(f"==== {header} ====\n".encode())
             self._log_file.flush()
         self.log_offset = self._log_file.tell()
         try:
-            self._popen = subprocess.Popen(
-                list(command),
-                env=dict(env),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            if preloader is None:
+                self._popen = subprocess.Popen(
+                    list(command),
+                    env=dict(env),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                self.pid = self._popen.pid
+                self._output = self._popen.stdout
+            else:
+                read_end, write_end = os.pipe()
+                try:
+                    self.pid = preloader.spawn(command, env=env, stdout_fd=write_end)
+                except BaseException:
+                    os.close(read_end)
+                    raise
+                finally:
+                    os.close(write_end)
+                self._output = os.fdopen(read_end, "rb")
         except BaseException:
             self._log_file.close()
             raise
-        self.pid = self._popen.pid
         self.returncode: int | None = None
         self._pump = threading.Thread(target=self._copy_output, name=f"output-{name}", daemon=True)
         self._pump.start()
@@ -243,7 +265,7 @@ class _TaskProcess:
         prefix = f"[{self.name}] "
         console = self._console
         try:
-            for line in iter(self._popen.stdout.readline, b""):
+            for line in iter(self._output.readline, b""):
                 self._log_file.write(line)
                 self._log_file.flush()
                 if console is None:
@@ -257,7 +279,7 @@ class _TaskProcess:
                     # A closed console (e.g. `| head` exited) must not stop the log.
                     console = None
         finally:
-            self._popen.stdout.close()
+            self._output.close()
             self._log_file.close()
 
     def signal_group(self, sig: int) -> None:
@@ -276,6 +298,14 @@ class _TaskProcess:
         process group is killed, the process is reaped and its output drained.
         """
         if self.returncode is not None:
+            return self.returncode
+        if self._popen is None:
+            # A preloaded task: its server reaps it, after killing its group's leftovers.
+            code = self._preloader.exit_code(self.pid)
+            if code is None:
+                return None
+            self.returncode = code
+            self._pump.join(_OUTPUT_DRAIN_SECONDS)
             return self.returncode
         if hasattr(os, "waitid"):
             # WNOWAIT keeps the exited leader unreaped, so its process group id
@@ -340,6 +370,7 @@ class LocalCluster:
         max_port_retries: int = 3,
         restart_on_failure: int = 0,
         grace_period: float = 10.0,
+        preload: Sequence[str] | None = None,
     ):
         """Describes the cluster; nothing starts until `start()`.
 
@@ -372,6 +403,13 @@ class LocalCluster:
                 fails (any non-zero exit, including 143), like Vertex AI's
                 `restart_job_on_worker_restart`.
             grace_period: Seconds between SIGTERM and SIGKILL when stopping.
+            preload: Modules to import once in a server process from which
+                every task whose command is `python -m MODULE` or `python
+                SCRIPT.py` (this interpreter) is forked, such as
+                `("tensorflow",)`: each task then skips that import
+                (`tfdist.launch.preload` says what else differs). None: the
+                comma-separated names in `TFDIST_LAUNCH_PRELOAD` (of `env`,
+                else of this process), none when it is unset.
 
         Raises:
             UsageError: A bad argument, including a non-loopback `host`.
@@ -419,6 +457,17 @@ class LocalCluster:
         self._owns_log_dir = log_dir is None
         self._log_dir = pathlib.Path(log_dir) if log_dir is not None else None
         self._console_lock = threading.Lock()
+        if preload is None:
+            preload = preload_lib.modules_from_environment({**os.environ, **overrides})
+        if isinstance(preload, str) or not all(
+            isinstance(name, str) and name.strip() for name in preload
+        ):
+            raise UsageError(
+                f"preload is {preload!r}, expected a sequence of module names such as "
+                f"('tensorflow',)"
+            )
+        self._preload = tuple(preload) if preload_lib.forkable(self._command) else ()
+        self._preloader: preload_lib.Preloader | None = None
 
         self._names = self._layout.task_names()
         self._addresses: dict[str, str] = {}
@@ -631,6 +680,8 @@ class LocalCluster:
             return
         self._closed = True
         self.stop()
+        if self._preloader is not None:
+            self._preloader.close()
         leftovers = self._leftover_processes()
         if self._owns_log_dir and self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)
@@ -687,8 +738,25 @@ class LocalCluster:
             env[cluster_lib.HAS_EVALUATOR] = "1"
         return env
 
+    def _start_preloader(self) -> preload_lib.Preloader | None:
+        """The preload server, started at the first task (None: no preloading)."""
+        if self._preload and self._preloader is None:
+            shared = self._task_env("")
+            for key in (cluster_lib.TF_CONFIG, cluster_lib.HAS_EVALUATOR):
+                shared.pop(key, None)
+            try:
+                self._preloader = preload_lib.Preloader(
+                    self._preload, env=shared, log_path=self._log_dir / PRELOAD_LOG_NAME
+                )
+            except UsageError:
+                self._finished = True
+                raise
+            self._emit(f"preloaded {', '.join(self._preload)}; tasks are forked from it")
+        return self._preloader
+
     def _launch(self, name: str, header: str | None) -> None:
         tf_config = tf_configs(self._layout, self._addresses)[name]
+        preloader = self._start_preloader()
         try:
             process = _TaskProcess(
                 name=name,
@@ -698,6 +766,7 @@ class LocalCluster:
                 console=self._console,
                 console_lock=self._console_lock,
                 header=header,
+                preloader=preloader,
             )
         except OSError as error:
             self._stop(self._running())
