@@ -10,6 +10,7 @@ import json
 import os
 import pathlib
 import random
+import re
 import signal
 import sys
 import threading
@@ -47,22 +48,53 @@ def _launch(tmp_path: pathlib.Path, name: str, launcher_flags: list[str], traine
     return start_logged(command, out, cwd=REPO)
 
 
-def _task_pids(launcher_pid: int) -> dict[int, str]:
-    """The launcher's task processes and their role, read from /proc."""
+_STARTED = re.compile(r"(\w+):(\d+) at [^,;\s]+:(\d+)")
+
+
+def _listening_inodes(port: int) -> set[str]:
+    """The inodes of the TCP sockets listening on `port` (Linux /proc/net)."""
+    inodes = set()
+    for table in ("tcp", "tcp6"):
+        path = pathlib.Path("/proc/net") / table
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            fields = line.split()
+            # local_address is HEXADDR:HEXPORT; state 0A is LISTEN.
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                inodes.add(fields[9])
+    return inodes
+
+
+def _socket_owner(inodes: set[str]) -> int | None:
+    wanted = {f"socket:[{inode}]" for inode in inodes}
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if any(os.readlink(fd) in wanted for fd in (entry / "fd").iterdir()):
+                return int(entry.name)
+        except OSError:
+            continue
+    return None
+
+
+def _task_pids(process) -> dict[int, str]:
+    """The running tasks of the launcher's latest cluster start, and their roles.
+
+    Each task is the process listening on its port, as the launcher's last
+    "started" line gives them (its environment in /proc is not its own when
+    the cluster forks tasks from a preload server).
+    """
+    started = [line for line in log_tail(process, 10**6).splitlines() if "tfdist: started " in line]
+    if not started:
+        return {}
     pids = {}
-    for thread in pathlib.Path(f"/proc/{launcher_pid}/task").iterdir():
-        children = (thread / "children").read_text().split()
-        for pid in map(int, children):
-            try:
-                environ = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            config = next(
-                (item[len(b"TF_CONFIG=") :] for item in environ if item.startswith(b"TF_CONFIG=")),
-                None,
-            )
-            if config:
-                pids[pid] = json.loads(config)["task"]["type"]
+    for role, _, port in _STARTED.findall(started[-1]):
+        inodes = _listening_inodes(int(port))
+        owner = _socket_owner(inodes) if inodes else None
+        if owner is not None:
+            pids[owner] = role
     return pids
 
 
@@ -105,18 +137,25 @@ def _kill_after_each_new_backup(process, backup_dir: pathlib.Path, plan: list[tu
         assert process.poll() is None, f"the job ended before kill {len(sent) + 1}"
         last_seen = step
         threading.Event().wait(rng.uniform(0.0, 0.2))  # a random moment after the backup
-        tasks = poll_until(
-            lambda wanted=role: {
+
+        def kill_one(wanted=role, signum=signum):
+            """Signals a random running task (of role `wanted`); None if none is left to."""
+            tasks = {
                 pid: kind
-                for pid, kind in _task_pids(process.pid).items()
+                for pid, kind in _task_pids(process).items()
                 if wanted is None or kind == wanted
-            },
-            timeout=TIMEOUT,
-            what=f"a running {role or 'task'}",
-        )
-        victim = rng.choice(sorted(tasks))
-        os.kill(victim, signum)
-        sent.append((step, tasks[victim], signal.Signals(signum).name))
+            }
+            if not tasks:
+                return None
+            victim = rng.choice(sorted(tasks))
+            try:
+                os.kill(victim, signum)
+            except ProcessLookupError:
+                return None  # it exited (a cluster stopping for a restart): look again
+            return tasks[victim]
+
+        killed = poll_until(kill_one, timeout=TIMEOUT, what=f"a running {role or 'task'}")
+        sent.append((step, killed, signal.Signals(signum).name))
     return sent
 
 

@@ -3,13 +3,23 @@
 process = start_logged([sys.executable, "-m", "trainer.task", ...], out_dir, cwd=REPO)
 code = finish(process, timeout=120)   # kills it if the timeout passes
 print(log_tail(process))
+
+With `TFDIST_LAUNCH_PRELOAD` set (tests/conftest.py sets it), a command of this
+interpreter on a module or a script is forked from a preload server of this
+pytest process (`tfdist.launch.preload`, one per distinct environment), as local
+clusters fork their tasks: still its own process, pid, session, environment,
+output and exit code, without importing TensorFlow again.
 """
 
+import atexit
 import os
 import pathlib
 import subprocess
 import tempfile
+import time
 from typing import Mapping, Sequence
+
+from tfdist.launch import preload
 
 LOG_NAME = "log.txt"
 _REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -34,12 +44,80 @@ def clean_environment() -> dict:
     return env
 
 
+class ForkedProcess:
+    """A process forked by a preload server, with the `Popen` methods tests use."""
+
+    def __init__(self, preloader: preload.Preloader, command: Sequence[str], pid: int):
+        self.args = list(command)
+        self.pid = pid
+        self.returncode: int | None = None
+        self._preloader = preloader
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            self.returncode = self._preloader.exit_code(self.pid)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            time.sleep(0.02)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(15)
+
+    def kill(self) -> None:
+        self.send_signal(9)
+
+
+_PRELOADERS: dict[tuple, preload.Preloader] = {}
+# Variables TensorFlow does not read while it is imported: runs that differ only in
+# these share one preload server.
+_PER_RUN = ("TF_CONFIG", "CLUSTER_SPEC", "AIP_", "CLOUD_ML_", "TFDIST_", "PYTEST_")
+
+
+def _preloader(env: Mapping[str, str]) -> preload.Preloader | None:
+    modules = preload.modules_from_environment(env)
+    if not modules:
+        return None
+    key = tuple(sorted((k, v) for k, v in env.items() if not k.startswith(_PER_RUN)))
+    if key not in _PRELOADERS:
+        _PRELOADERS[key] = preload.Preloader(modules, env=dict(env), log_path=os.devnull)
+    return _PRELOADERS[key]
+
+
+@atexit.register
+def _close_preloaders() -> None:
+    for server in _PRELOADERS.values():
+        server.close()
+
+
+def start(
+    command: Sequence[str], *, cwd, env: Mapping[str, str], stdout, stderr
+) -> subprocess.Popen | ForkedProcess:
+    """`subprocess.Popen(command, ...)`, or the same run forked from a preload server.
+
+    `stdout` and `stderr` are open files (`stderr` may be `subprocess.STDOUT`).
+    """
+    server = _preloader(env) if preload.forkable(command) else None
+    if server is None:
+        return subprocess.Popen(list(command), cwd=cwd, env=dict(env), stdout=stdout, stderr=stderr)
+    err = None if stderr == subprocess.STDOUT else stderr.fileno()
+    pid = server.spawn(command, env=env, stdout_fd=stdout.fileno(), stderr_fd=err, cwd=cwd)
+    return ForkedProcess(server, command, pid)
+
+
 def start_logged(command: list[str], out_dir: pathlib.Path, *, cwd) -> subprocess.Popen:
     """Starts `command` with stdout and stderr in `<out_dir>/log.txt`."""
     log = open(out_dir / LOG_NAME, "wb")  # pylint: disable=consider-using-with
-    process = subprocess.Popen(
-        command, cwd=cwd, env=clean_environment(), stdout=log, stderr=subprocess.STDOUT
-    )
+    process = start(command, cwd=cwd, env=clean_environment(), stdout=log, stderr=subprocess.STDOUT)
     process.out, process.log = out_dir, log
     return process
 
@@ -74,9 +152,7 @@ def run_side_by_side(
             stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
             started.append(
                 (
-                    subprocess.Popen(
-                        list(command), cwd=cwd, env=dict(environ), stdout=stdout, stderr=stderr
-                    ),
+                    start(command, cwd=cwd, env=environ, stdout=stdout, stderr=stderr),
                     stdout,
                     stderr,
                 )
