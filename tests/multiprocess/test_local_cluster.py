@@ -137,6 +137,16 @@ def test_parameter_server_job_ends_with_the_chief(local_cluster, tmp_path):
     assert {codes["worker:0"], codes["worker:1"], codes["ps:0"]} == {-signal.SIGTERM}
 
 
+def test_a_signal_sent_right_after_the_start_reaches_the_task(local_cluster, tmp_path):
+    # A forked task must lead its own process group before its pid is known: a
+    # signal to the group sent at once was lost before (SIGKILL after the grace period).
+    cluster = local_cluster(num_workers=1, command=task_command("block", tmp_path))
+    cluster.start()
+    assert cluster.kill("worker:0", signal.SIGTERM)
+    codes = cluster.wait(WAIT_SECONDS, stop_on_failure=False)
+    assert codes == {"worker:0": -signal.SIGTERM}, cluster.format_logs()
+
+
 def test_port_conflict_restarts_the_cluster_on_new_ports(local_cluster, tmp_path):
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", 0))

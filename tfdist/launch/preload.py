@@ -223,11 +223,19 @@ def _finish_interpreter(code: int) -> int:
     return code
 
 
-def _become_task(request: dict, fds: Sequence[int], connection: socket.socket) -> None:
-    """In the forked child: runs the request as `python ARGS` would; never returns."""
+def _become_task(
+    request: dict, fds: Sequence[int], connection: socket.socket, in_session: int
+) -> None:
+    """In the forked child: runs the request as `python ARGS` would; never returns.
+
+    Writes to `in_session` once it leads its own session, so that its process
+    group exists before anyone is told its pid.
+    """
     code = 1
     try:
         os.setsid()
+        os.write(in_session, b"1")
+        os.close(in_session)
         connection.close()
         signal.signal(signal.SIGINT, signal.default_int_handler)
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -338,9 +346,14 @@ def serve(connection: socket.socket, modules: Sequence[str]) -> int:
                 request = json.loads(message)
                 sys.stdout.flush()
                 sys.stderr.flush()
+                ready, in_session = os.pipe()
                 pid = os.fork()
                 if pid == 0:
-                    _become_task(request, fds, connection)
+                    os.close(ready)
+                    _become_task(request, fds, connection, in_session)
+                os.close(in_session)
+                os.read(ready, 1)  # b"" if the child died first: then it has no group
+                os.close(ready)
                 for fd in fds:
                     os.close(fd)
                 live.add(pid)
