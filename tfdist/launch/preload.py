@@ -22,7 +22,6 @@ starts); `/proc/<pid>/environ` and `cmdline` show the server's. Off by default.
 """
 
 import argparse
-import atexit
 import importlib
 import json
 import os
@@ -35,7 +34,6 @@ import socket
 import subprocess
 import sys
 import threading
-import traceback
 from typing import Mapping, Sequence
 
 from tfdist.errors import UsageError
@@ -199,78 +197,39 @@ class Preloader:
 # ---------------------------------------------------------------- the server
 
 
-def _exit_code(code) -> int:
-    """The exit code the interpreter gives `SystemExit(code)`."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    sys.stderr.write(f"{code}\n")
-    return 1
-
-
-def _finish_interpreter(code: int) -> int:
-    """What the interpreter does at exit: join non-daemon threads, run atexit."""
-    for thread in threading.enumerate():
-        if thread is not threading.main_thread() and not thread.daemon:
-            thread.join()
-    try:
-        atexit._run_exitfuncs()  # pylint: disable=protected-access
-    except SystemExit as exit_:
-        code = _exit_code(exit_.code)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    return code
-
-
 def _become_task(
     request: dict, fds: Sequence[int], connection: socket.socket, in_session: int
 ) -> None:
-    """In the forked child: runs the request as `python ARGS` would; never returns.
+    """In the forked child: becomes `python ARGS` and runs its code.
 
     Writes to `in_session` once it leads its own session, so that its process
-    group exists before anyone is told its pid.
+    group exists before anyone is told its pid. The code's `SystemExit` or
+    exception ends the interpreter as it would end `python ARGS`.
     """
-    code = 1
-    try:
-        os.setsid()
-        os.write(in_session, b"1")
-        os.close(in_session)
-        connection.close()
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-        devnull = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(devnull, 0)
-        os.close(devnull)
-        os.dup2(fds[0], 1)
-        os.dup2(fds[-1], 2)
-        for fd in set(fds):
-            os.close(fd)
-        os.chdir(request["cwd"])
-        os.environ.clear()
-        os.environ.update(request["env"])
-        arguments = request["argv"][1:]
-        if arguments[0] == "-m":
-            sys.path[0] = os.getcwd()
-            sys.argv = ["-m", *arguments[2:]]  # run_module puts the module's file first
-            runpy.run_module(arguments[1], run_name="__main__", alter_sys=True)
-        else:
-            sys.path[0] = os.path.dirname(os.path.abspath(arguments[0]))
-            sys.argv = list(arguments)
-            runpy.run_path(arguments[0], run_name="__main__")
-        code = 0
-    except SystemExit as exit_:
-        code = _exit_code(exit_.code)
-    except KeyboardInterrupt:
-        traceback.print_exc()
-        code = 128 + signal.SIGINT
-    except BaseException:  # pylint: disable=broad-except  (reported as the interpreter would)
-        sys.excepthook(*sys.exc_info())
-        code = 1
-    finally:
-        try:
-            code = _finish_interpreter(code)
-        finally:
-            os._exit(code)
+    os.setsid()
+    os.write(in_session, b"1")
+    os.close(in_session)
+    connection.close()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(fds[0], 1)
+    os.dup2(fds[-1], 2)
+    for fd in set(fds):
+        os.close(fd)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    arguments = request["argv"][1:]
+    if arguments[0] == "-m":
+        sys.path[0] = os.getcwd()
+        sys.argv = ["-m", *arguments[2:]]  # run_module puts the module's file first
+        runpy.run_module(arguments[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.path[0] = os.path.dirname(os.path.abspath(arguments[0]))
+        sys.argv = list(arguments)
+        runpy.run_path(arguments[0], run_name="__main__")
 
 
 def _runtime_started(tensorflow) -> bool:
@@ -335,6 +294,7 @@ def serve(connection: socket.socket, modules: Sequence[str]) -> int:
         _send(connection, {"failed": problem})
         return 1
     _send(connection, {"ready": True})
+    server = os.getpid()
     live: set[int] = set()
     try:
         while True:
@@ -342,7 +302,7 @@ def serve(connection: socket.socket, modules: Sequence[str]) -> int:
             if readable:
                 message, fds, _, _ = socket.recv_fds(connection, _MESSAGE_BYTES, 2)
                 if not message:
-                    return 0
+                    break
                 request = json.loads(message)
                 sys.stdout.flush()
                 sys.stderr.flush()
@@ -351,6 +311,9 @@ def serve(connection: socket.socket, modules: Sequence[str]) -> int:
                 if pid == 0:
                     os.close(ready)
                     _become_task(request, fds, connection, in_session)
+                    # The task's code returned: the interpreter exits 0 and
+                    # finalizes as `python ARGS` would.
+                    return 0
                 os.close(in_session)
                 os.read(ready, 1)  # b"" if the child died first: then it has no group
                 os.close(ready)
@@ -359,14 +322,22 @@ def serve(connection: socket.socket, modules: Sequence[str]) -> int:
                 live.add(pid)
                 _send(connection, {"started": pid})
             _reap(connection, live)
-    finally:
-        for pid in live:
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        for pid in live:
-            os.waitpid(pid, 0)
+    except BaseException:
+        if os.getpid() == server:  # not a task's own exit or error
+            _end_tasks(live)
+        raise
+    _end_tasks(live)
+    return 0
+
+
+def _end_tasks(live: set[int]) -> None:
+    for pid in live:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+    for pid in live:
+        os.waitpid(pid, 0)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
