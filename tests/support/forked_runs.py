@@ -1,25 +1,31 @@
-"""Trainer runs that fail before training, each its own process forked from one import of TensorFlow.
+"""Several `python -m trainer.task` runs side by side, with a way to stop them all early.
 
 results = run_forked_trainers([["--task=...", "--model_dir=..."], ...], cwd=REPO, env=..., timeout=300)
 
 Each result is a `subprocess.CompletedProcess` of one `python -m trainer.task ARGS`
 (its own exit code, stdout and stderr), as `logged_process.run_side_by_side`
-returns them; `tests/jobs/forked_trainer_runs.py` says how. A run costs a fork
-and what the trainer does before it fails instead of a TensorFlow import each
-(about 4.5 s of CPU).
+returns them. Runs start through `logged_process.start`, so with
+`TFDIST_LAUNCH_PRELOAD` set (tests/conftest.py) each is forked from a preload
+server instead of importing TensorFlow again (about 3 s of CPU a run).
 """
 
-import json
-import os
-import pathlib
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from typing import Callable, Mapping, Sequence
 
-_RUNNER = pathlib.Path(__file__).resolve().parents[1] / "jobs" / "forked_trainer_runs.py"
+from tests.support.logged_process import start
+
+
+def _environment(env: Mapping[str, str], run_env: Mapping[str, str | None]) -> dict:
+    merged = dict(env)
+    for key, value in run_env.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return merged
 
 
 def run_forked_trainers(
@@ -37,79 +43,66 @@ def run_forked_trainers(
         runs: Each run's arguments.
         cwd: The working directory of every run.
         env: The environment of every run.
-        timeout: Seconds after which a run still going is killed.
+        timeout: Seconds after which the runs still going are killed (their
+            returncode is then None).
         run_envs: Per run, variables to set in its environment on top of `env`
             (`None`: to unset).
-        stop_when: Called while the runs go on; once it returns True the runner
-            and every run are killed at once, and each result's returncode is None.
+        stop_when: Called while the runs go on; once it returns True every run
+            still going is killed at once, and each result's returncode is None.
     """
     run_envs = run_envs or [{}] * len(runs)
-    with tempfile.TemporaryDirectory() as scratch:
-        root = pathlib.Path(scratch)
-        (root / "runs.json").write_text(
-            json.dumps(
-                [
-                    {"args": list(args), "env": dict(run_env)}
-                    for args, run_env in zip(runs, run_envs, strict=True)
-                ]
-            )
-        )
-        log = open(root / "runner.log", "wb")  # pylint: disable=consider-using-with
-        runner = subprocess.Popen(
-            [
-                sys.executable,
-                str(_RUNNER),
-                f"--runs={root / 'runs.json'}",
-                f"--out={root / 'out'}",
-                f"--timeout={timeout}",
-            ],
-            cwd=cwd,
-            env=dict(env),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            # The runner and its children, to stop them all at once.
-            start_new_session=True,
-        )
-        # The children's own timeout, plus the runner's import of TensorFlow.
-        deadline = time.monotonic() + timeout + 120
-        stopped = False
-        try:
-            while runner.poll() is None and time.monotonic() < deadline:
-                if stop_when is not None and stop_when():
-                    stopped = True
-                    break
-                try:
-                    runner.wait(timeout=0.2)
-                except subprocess.TimeoutExpired:
-                    pass
-        finally:
-            if runner.poll() is None:
-                os.killpg(runner.pid, signal.SIGKILL)
-                runner.wait()
-            log.close()
-        output = _read(root / "runner.log")
-        if stopped:
-            return [
-                subprocess.CompletedProcess(
-                    [sys.executable, "-m", "trainer.task", *args],
-                    None,
-                    _read(root / "out" / f"{index}.stdout"),
-                    _read(root / "out" / f"{index}.stderr") + "\n(stopped: stop_when() held)",
+    started = []
+    try:
+        for args, run_env in zip(runs, run_envs, strict=True):
+            command = [sys.executable, "-m", "trainer.task", *args]
+            stdout, stderr = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+            started.append(
+                (
+                    command,
+                    start(
+                        command,
+                        cwd=cwd,
+                        env=_environment(env, run_env),
+                        stdout=stdout,
+                        stderr=stderr,
+                    ),
+                    stdout,
+                    stderr,
                 )
-                for index, args in enumerate(runs)
-            ]
-        assert runner.returncode == 0, f"the runner exited {runner.returncode}\n{output[-5000:]}"
-        codes = json.loads((root / "out" / "codes.json").read_text())
-        return [
-            subprocess.CompletedProcess(
-                [sys.executable, "-m", "trainer.task", *args],
-                code,
-                _read(root / "out" / f"{index}.stdout"),
-                _read(root / "out" / f"{index}.stderr"),
             )
-            for index, (args, code) in enumerate(zip(runs, codes, strict=True))
-        ]
-
-
-def _read(path: pathlib.Path) -> str:
-    return path.read_text(errors="replace") if path.exists() else ""
+        deadline = time.monotonic() + timeout
+        stopped = False
+        while any(process.poll() is None for _, process, _, _ in started):
+            if stop_when is not None and stop_when():
+                stopped = True
+                break
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        results = []
+        for command, process, stdout, stderr in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+                code = None
+            else:
+                code = None if stopped else process.returncode
+            stdout.seek(0)
+            stderr.seek(0)
+            note = "\n(stopped: stop_when() held)" if stopped else ""
+            results.append(
+                subprocess.CompletedProcess(
+                    command,
+                    code,
+                    stdout.read().decode(errors="replace"),
+                    stderr.read().decode(errors="replace") + note,
+                )
+            )
+        return results
+    finally:
+        for _, process, stdout, stderr in started:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            stdout.close()
+            stderr.close()
