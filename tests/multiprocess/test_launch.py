@@ -177,6 +177,14 @@ def test_the_evaluator_is_waited_for_after_the_chief(tmp_path):
     assert "evaluator:0 exited with code 7" in launch.stderr
 
 
+def test_the_preload_flag_wins_over_the_variable(tmp_path, task_start, monkeypatch):
+    # The variable names a module that does not exist: only the flag can make this run.
+    monkeypatch.setenv(preload.PRELOAD_VARIABLE, "tfdist_no_such_module")
+    flag = "--preload=" if task_start == "fresh" else "--preload=json"
+    code, launch = run_launch(["--workers=2", flag], "exit0", tmp_path)
+    assert code == 0, launch.output
+
+
 @pytest.mark.parametrize(
     "args, message",
     [
@@ -187,6 +195,18 @@ def test_the_evaluator_is_waited_for_after_the_chief(tmp_path):
         (["--workers=1", "--ps=1", "--", "python", "task.py"], "no chief"),
         (["--workers=1", "--", "no-such-program-tfdist"], "cannot run command"),
         (["--workers=x", "--", "python", "task.py"], "--workers"),
+        (
+            [
+                "--workers=1",
+                "--preload=tfdist_no_such_module",
+                "--",
+                sys.executable,
+                TASK,
+                "exit0",
+                ".",
+            ],
+            "cannot preload tfdist_no_such_module: importing tfdist_no_such_module failed",
+        ),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args, message):

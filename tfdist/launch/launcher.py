@@ -75,6 +75,14 @@ _FLAGS = cli.define_flags(
             "trusted, firewalled network.",
         ),
         cli.FlagSpec("quiet", False, "Do not copy task output to the console."),
+        cli.FlagSpec(
+            "preload",
+            None,
+            "Modules (comma-separated, e.g. tensorflow) to import once in a server from which "
+            "each `python -m MODULE` or `python SCRIPT.py` task is forked; empty: none. "
+            "Unset: TFDIST_LAUNCH_PRELOAD. See docs/local_cluster.md.",
+            kind="list",
+        ),
     )
 )
 # absl.logging already defines --log_dir ("directory to write logfiles into"); the
@@ -110,6 +118,7 @@ def _run_cluster(leftover_args: Sequence[str], command: Sequence[str]) -> int:
         max_port_retries=_FLAGS["port_retries"].value,
         restart_on_failure=_FLAGS["restart_on_failure"].value,
         grace_period=_FLAGS["grace_period"].value,
+        preload=_FLAGS["preload"].value,
     )
 
     def forward(signum, _frame):
