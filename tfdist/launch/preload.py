@@ -111,7 +111,8 @@ class Preloader:
             raise UsageError(
                 f"cannot preload {', '.join(modules)}: {reply.get('failed', reply)}; expected "
                 f"modules that import without starting TensorFlow's runtime "
-                f"(unset {PRELOAD_VARIABLE} to start tasks without preloading)"
+                f"(unset {PRELOAD_VARIABLE}, or pass --preload= to tfdist.launch, to start "
+                f"tasks without preloading)"
             )
 
     def spawn(
