@@ -12,13 +12,14 @@ that both jobs end with the same weights. Results: docs/benchmarks.md.
 
 import argparse
 import json
-import os
 import pathlib
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
+
+import two_workers
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -31,9 +32,7 @@ def _children_cpu() -> float:
 def run_job(out: pathlib.Path, preload: str, steps: int) -> float:
     """Runs the job once; returns its CPU seconds."""
     env = {
-        **os.environ,
-        "PYTHONPATH": str(REPO),
-        "TF_CPP_MIN_LOG_LEVEL": "2",
+        **two_workers.child_environ(),
         "CUDA_VISIBLE_DEVICES": "",
         "TFDIST_LAUNCH_PRELOAD": preload,
     }

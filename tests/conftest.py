@@ -9,9 +9,9 @@ modules they run live in tests/jobs/, helpers the tests import in tests/support/
 Local clusters here fork their Python tasks from one import of TensorFlow
 (`TFDIST_LAUNCH_PRELOAD=tensorflow`, tfdist.launch.preload), as TensorFlow's own
 multi-worker tests do: a task then costs about 3 s less CPU. The tests of the
-cluster itself (test_local_cluster.py, test_launch.py) and those that need a
-task's own /proc entries run without it; tests/multiprocess/test_preload.py
-checks what a forked task shares with a fresh one.
+cluster itself (test_local_cluster.py, test_launch.py) run each case both ways
+(the `task_start` fixture); tests/multiprocess/test_preload.py checks what a
+forked task shares with a fresh one.
 """
 
 import os
@@ -19,8 +19,10 @@ import pathlib
 
 import pytest
 
+from tfdist.launch import preload
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("TFDIST_LAUNCH_PRELOAD", "tensorflow")
+os.environ.setdefault(preload.PRELOAD_VARIABLE, "tensorflow")
 
 # `local_cluster` (tfdist.launch.testing) for every test module, without an import in each.
 pytest_plugins = ("tfdist.launch.testing",)
@@ -32,3 +34,14 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if _MULTIPROCESS in pathlib.Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(params=["fresh", "forked"])
+def task_start(request, monkeypatch):
+    """A test's local-cluster tasks as fresh processes, then forked from a preload server.
+
+    The server preloads `json`, not TensorFlow (the cluster tests' tasks never
+    import it): what is tested is the forking, the same whatever was imported.
+    """
+    monkeypatch.setenv(preload.PRELOAD_VARIABLE, "" if request.param == "fresh" else "json")
+    return request.param

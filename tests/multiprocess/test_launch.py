@@ -22,15 +22,8 @@ TASK = str(REPO_ROOT / "tests" / "jobs" / "cluster_task.py")
 WAIT_SECONDS = 30
 
 
-@pytest.fixture(autouse=True, params=["fresh", "forked"])
-def task_start(request, monkeypatch):
-    """Every test twice: tasks as fresh processes, and forked from a preload server.
-
-    The server preloads `json`, not TensorFlow (these tasks never import it):
-    what is tested is the forking, which is the same whatever was imported.
-    """
-    monkeypatch.setenv(preload.PRELOAD_VARIABLE, "" if request.param == "fresh" else "json")
-    return request.param
+# Every test twice: with fresh tasks and with tasks forked from a preload server (conftest).
+pytestmark = pytest.mark.usefixtures("task_start")
 
 
 class Launch:

@@ -16,7 +16,6 @@ import pytest
 
 from tfdist.distribute import cluster as cluster_lib
 from tfdist.errors import UsageError
-from tfdist.launch import preload
 from tfdist.launch.local_cluster import LocalCluster, pick_free_ports
 from tfdist.launch.testing import poll_until
 
@@ -26,15 +25,8 @@ WAIT_SECONDS = 30
 GRACE_SECONDS = 2.0
 
 
-@pytest.fixture(autouse=True, params=["fresh", "forked"])
-def task_start(request, monkeypatch):
-    """Every test twice: tasks as fresh processes, and forked from a preload server.
-
-    The server preloads `json`, not TensorFlow (these tasks never import it):
-    what is tested is the forking, which is the same whatever was imported.
-    """
-    monkeypatch.setenv(preload.PRELOAD_VARIABLE, "" if request.param == "fresh" else "json")
-    return request.param
+# Every test twice: with fresh tasks and with tasks forked from a preload server (conftest).
+pytestmark = pytest.mark.usefixtures("task_start")
 
 
 def task_command(mode, out_dir):

@@ -14,6 +14,7 @@ output and exit code, without importing TensorFlow again.
 import atexit
 import os
 import pathlib
+import signal
 import subprocess
 import tempfile
 import time
@@ -71,10 +72,10 @@ class ForkedProcess:
             os.kill(self.pid, sig)
 
     def terminate(self) -> None:
-        self.send_signal(15)
+        self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        self.send_signal(9)
+        self.send_signal(signal.SIGKILL)
 
 
 _PRELOADERS: dict[tuple, preload.Preloader] = {}
