@@ -41,7 +41,7 @@ RETRYABLE_EXIT_CODES = (EXIT_GRACE_EXPIRED, EXIT_PREEMPTED, EXIT_PEER_LOST)
 
 _LONG_TOKEN = re.compile(r"\S{121,}")
 # absl's own --help exits 1; asking for help is not an error. True: the short help.
-_HELP_FLAGS = {
+HELP_FLAGS = {
     "--help": True,
     "-help": True,
     "-h": True,
@@ -75,8 +75,8 @@ def exit_usage_error(message: str) -> NoReturn:
 def parse_flags_or_exit(argv: Sequence[str]) -> list:
     """absl flags parser for `app.run`: help exits 0, a flag error exits 2 in one line."""
     for arg in argv[1:]:
-        if arg in _HELP_FLAGS:
-            app.usage(shorthelp=_HELP_FLAGS[arg], writeto_stdout=True, exitcode=EXIT_OK)
+        if arg in HELP_FLAGS:
+            app.usage(shorthelp=HELP_FLAGS[arg], writeto_stdout=True, exitcode=EXIT_OK)
     try:
         return flags.FLAGS(list(argv))
     except flags.Error as error:

@@ -16,15 +16,23 @@ restarts the whole group; `trainer.task` resumes from `--backup_dir`. With no
 its own is started on 127.0.0.1, even when another Ray cluster runs on the machine.
 
 The flags are checked before Ray starts: a bad one is one line on stderr and
-exit 2. Exit 1 when Ray gives up on the run (its error on one line).
+exit 2. Exit 1 when the Ray cluster cannot be started or joined, or when Ray
+gives up on the run (its error on one line). `--use_gpu` gives each rank GPUs
+of its own (`--gpus_per_task`, `--accelerator_type`); without it a rank is
+given none (`CUDA_VISIBLE_DEVICES=''`: Ray 2.60 would show it every GPU of its
+node). `--help` prints the flags and exits 0.
 """
 
+import dataclasses
+import math
 import os
+import re
 import sys
 
 from absl import flags
 
 from tfdist import cli
+from tfdist._internal.preconditions import quoted
 from tfdist.errors import UsageError
 
 RAY_FLAGS = flags.FlagValues()
@@ -37,6 +45,30 @@ cli.define_flags(
         ),
         cli.FlagSpec("evaluator", False, "The last rank is the evaluator."),
         cli.FlagSpec("cpus_per_task", 1, "CPUs Ray reserves for each rank.", lower_bound=1),
+        cli.FlagSpec(
+            "use_gpu",
+            False,
+            "Ray ScalingConfig(use_gpu): each rank asks for GPUs (--gpus_per_task, default 1) "
+            "and sees only its own; without it ranks are given no GPU (CUDA_VISIBLE_DEVICES='').",
+        ),
+        cli.FlagSpec(
+            "gpus_per_task",
+            0.0,
+            "With --use_gpu: GPUs Ray reserves for each rank (0: Ray's default, 1).",
+            kind="float",
+            lower_bound=0,
+        ),
+        cli.FlagSpec(
+            "resources_per_task",
+            "",
+            "More Ray resources each rank asks for, NAME=AMOUNT,... (custom node resources).",
+        ),
+        cli.FlagSpec(
+            "accelerator_type",
+            "",
+            "Ray ScalingConfig(accelerator_type): place ranks on nodes with this accelerator "
+            "(e.g. A100, H100, L4); needs --use_gpu.",
+        ),
         cli.FlagSpec(
             "max_failures",
             0,
@@ -79,6 +111,88 @@ def cluster_to_join(address_flag: str, environ) -> str:
     """
     address = address_flag or environ.get("RAY_ADDRESS", "")
     return "" if address == "local" else address
+
+
+_RESOURCE = re.compile(r"^[A-Za-z][A-Za-z0-9_:./-]{0,99}$")
+
+
+@dataclasses.dataclass(frozen=True)
+class RankResources:
+    """What each rank asks Ray for (ScalingConfig's use_gpu, resources_per_worker, accelerator_type).
+
+    Attributes:
+        use_gpu: Ray gives each rank GPUs of its own and sets its CUDA_VISIBLE_DEVICES.
+        per_rank: `resources_per_worker`: CPU, GPU and custom resources.
+        accelerator_type: Nodes with this accelerator only; empty for any.
+    """
+
+    use_gpu: bool
+    per_rank: dict
+    accelerator_type: str = ""
+
+
+def rank_resources(
+    *,
+    cpus: int,
+    use_gpu: bool,
+    gpus: float,
+    resources: str,
+    accelerator_type: str,
+) -> RankResources:
+    """The resources each rank asks for, from this command's flags.
+
+    Raises:
+        UsageError: GPUs or an accelerator type without --use_gpu, or a
+            --resources_per_task item that is not NAME=AMOUNT.
+    """
+    if not use_gpu and (gpus or accelerator_type):
+        given = "--gpus_per_task" if gpus else "--accelerator_type"
+        raise UsageError(
+            f"{given} is set but --use_gpu is off, expected --use_gpu with it (a rank that "
+            f"asks for no GPU is given none)"
+        )
+    if not math.isfinite(gpus):
+        raise UsageError(f"--gpus_per_task is {gpus}, expected a finite number of GPUs")
+    per_rank = {"CPU": cpus}
+    if use_gpu:
+        per_rank["GPU"] = gpus or 1
+    for item in filter(None, (part.strip() for part in resources.split(","))):
+        name, _, amount = item.partition("=")
+        try:
+            value = float(amount)
+        except ValueError:
+            value = float("nan")
+        if not _RESOURCE.match(name) or not (math.isfinite(value) and value > 0):
+            raise UsageError(
+                f"--resources_per_task has {quoted(item)}, expected NAME=AMOUNT with a "
+                f"positive amount, e.g. --resources_per_task=tpu_host=1,fast_disk=0.5"
+            )
+        if name in ("CPU", "GPU"):
+            raise UsageError(
+                f"--resources_per_task sets {name}, expected --cpus_per_task or "
+                f"--gpus_per_task for it"
+            )
+        per_rank[name] = value
+    return RankResources(
+        use_gpu=use_gpu, per_rank=per_rank, accelerator_type=accelerator_type.strip()
+    )
+
+
+def rank_environment(environ, resources: RankResources) -> dict:
+    """The environment Ray's runtime_env gives every rank.
+
+    Without --use_gpu each rank is given no GPU: Ray 2.60 leaves a rank that
+    asks for none seeing all of its node's GPUs, so ranks on one node would
+    share them unplaced. A CUDA_VISIBLE_DEVICES the user set is kept.
+    """
+    env_vars = {
+        name: environ[name]
+        for name in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES", "TF_CPP_MIN_LOG_LEVEL")
+        if name in environ
+    }
+    if not resources.use_gpu:
+        env_vars.setdefault("CUDA_VISIBLE_DEVICES", "")
+    return env_vars
 
 
 def check_task_flags(task_argv: list[str], tensorflow_config, world_size: int) -> None:
@@ -154,13 +268,26 @@ def train_loop(config: dict) -> None:
     task.main([_TASK])
 
 
+def _print_help_if_asked(argv: list[str]) -> None:
+    """`--help` (before `--`) prints this command's flags and exits 0, as every entry point does."""
+    own, _ = cli.split_command(argv)
+    if any(arg in cli.HELP_FLAGS for arg in own[1:]):
+        print(__doc__.strip(), end="\n\n")
+        print(RAY_FLAGS.get_help())
+        sys.exit(cli.EXIT_OK)
+
+
 def main(argv: list[str]) -> int:
+    _print_help_if_asked(argv)
     RAY_FLAGS.unparse_flags()  # a second call in one process starts from the defaults
     try:
         task_argv = RAY_FLAGS(argv)[1:]
     except flags.Error as error:
         cli.exit_usage_error(f"{error} (run python -m trainer.ray --helpfull to list the flags)")
     # pylint: disable=g-import-not-at-top
+    from tfdist._internal import startup_logs
+
+    startup_logs.import_tensorflow_quietly()  # ray.train.tensorflow imports it, banners and all
     try:
         import ray
         import ray.train
@@ -183,26 +310,40 @@ def main(argv: list[str]) -> int:
             + int(RAY_FLAGS.evaluator)
         )
         check_task_flags(task_argv, backend, world_size)
+        resources = rank_resources(
+            cpus=RAY_FLAGS.cpus_per_task,
+            use_gpu=RAY_FLAGS.use_gpu,
+            gpus=RAY_FLAGS.gpus_per_task,
+            resources=RAY_FLAGS.resources_per_task,
+            accelerator_type=RAY_FLAGS.accelerator_type,
+        )
     except UsageError as error:
         cli.exit_usage_error(str(error))
 
-    env_vars = {
-        name: os.environ[name]
-        for name in ("PYTHONPATH", "CUDA_VISIBLE_DEVICES", "TF_CPP_MIN_LOG_LEVEL")
-        if name in os.environ
-    }
+    env_vars = rank_environment(os.environ, resources)
     address = cluster_to_join(RAY_FLAGS.address, os.environ)
-    if address:
-        ray.init(address=address, runtime_env={"env_vars": env_vars})
-    else:
-        # "local": a new cluster even when another one is the machine's current
-        # (/tmp/ray/ray_current_cluster), which ray.init() without an address would join.
-        ray.init(
-            address="local",
-            num_cpus=world_size * RAY_FLAGS.cpus_per_task,
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            runtime_env={"env_vars": env_vars},
+    try:
+        if address:
+            ray.init(address=address, runtime_env={"env_vars": env_vars})
+        else:
+            # "local": a new cluster even when another one is the machine's current
+            # (/tmp/ray/ray_current_cluster), which ray.init() without an address would join.
+            ray.init(
+                address="local",
+                num_cpus=world_size * RAY_FLAGS.cpus_per_task,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                runtime_env={"env_vars": env_vars},
+            )
+    except Exception as error:  # pylint: disable=broad-except  (Ray raises many kinds here)
+        where = (
+            f"join the Ray cluster at {quoted(address)}" if address else "start a local Ray cluster"
+        )
+        first_line = (str(error).strip().splitlines() or [""])[0][:300]
+        cli.exit_with_error(
+            f"could not {where} ({type(error).__name__}: {first_line}); check --address, "
+            f"RAY_ADDRESS and RAY_TMPDIR",
+            cli.EXIT_SERVICE_FAILURE,
         )
     try:
         trainer = TensorflowTrainer(
@@ -211,8 +352,9 @@ def main(argv: list[str]) -> int:
             tensorflow_config=backend,
             scaling_config=ray.train.ScalingConfig(
                 num_workers=world_size,
-                use_gpu=False,
-                resources_per_worker={"CPU": RAY_FLAGS.cpus_per_task},
+                use_gpu=resources.use_gpu,
+                resources_per_worker=resources.per_rank,
+                accelerator_type=resources.accelerator_type or None,
             ),
             run_config=ray.train.RunConfig(
                 name=RAY_FLAGS.name,

@@ -18,6 +18,12 @@ stdout; progress goes to stderr. Exit codes: 0 success, 2 a usage error or a
 job Vertex AI refused (4xx), 1 Vertex AI or Cloud Storage failing (5xx,
 unreachable); every error is one line.
 
+`--wait` then follows the created job to its end (`trainer/vertex/follow.py`):
+one stderr line per state change, the console link, the failed job's error;
+the exit code is then the job's outcome: 0 succeeded, 1 failed, cancelled or
+expired, 130 after Ctrl-C (the job keeps running: `--attach=JOB` follows it
+again). `--attach=JOB` follows an existing job, `--cancel=JOB` cancels one.
+
 Credentials: Application Default Credentials, except for a plain `http://`
 loopback `--api_endpoint` (an emulator or test stand-in), which gets none.
 """
@@ -36,7 +42,17 @@ from tfdist.distribute.cluster import is_loopback_host
 from tfdist.errors import UsageError
 
 # client imports the Vertex AI library only inside its calls: real submissions only.
-from trainer.vertex import bill, client, config_files, images, options, serving, staging, tuning
+from trainer.vertex import (
+    bill,
+    client,
+    config_files,
+    follow,
+    images,
+    options,
+    serving,
+    staging,
+    tuning,
+)
 from trainer.vertex.checks import ServiceError, quoted
 from trainer.vertex.dependencies import check_installed, require_module
 from trainer.vertex.rendering import build_custom_job, redact_env
@@ -58,6 +74,31 @@ cli.define_flags(
             "HyperparameterTuningJob; the --hparam* flags override it.",
         ),
         cli.FlagSpec("dry_run", False, "Print the job JSON and contact nothing."),
+        cli.FlagSpec(
+            "wait",
+            False,
+            "After creating the job (or with --attach/--cancel), follow it to its end: one "
+            "line per state change; exit 0 if it succeeded, 1 if it failed, was cancelled "
+            "or expired.",
+        ),
+        cli.FlagSpec(
+            "attach",
+            "",
+            "Follow an existing job instead of creating one: its resource name, or a "
+            "CustomJob ID with --project and --region. Exit code as for --wait.",
+        ),
+        cli.FlagSpec(
+            "cancel",
+            "",
+            "Cancel an existing job (resource name, or CustomJob ID with --project and "
+            "--region); add --wait to follow it until it has stopped.",
+        ),
+        cli.FlagSpec(
+            "poll_seconds",
+            follow.DEFAULT_POLL_SECONDS,
+            "Seconds between two reads of a followed job's state.",
+            kind="float",
+        ),
         cli.FlagSpec(
             "api_endpoint",
             "",
@@ -104,6 +145,14 @@ def main(argv, trainer_args=()):
     if FLAGS.upload:
         _upload_model()
         return
+    if FLAGS.attach or FLAGS.cancel:
+        _existing_job(trainer_args)
+        return
+    _check_poll_seconds()
+    if FLAGS.wait and FLAGS.dry_run:
+        raise UsageError(
+            "--wait follows a created job, but --dry_run creates none; drop one of them"
+        )
     file_values = (
         config_files.read_json_object(
             FLAGS.job_config,
@@ -156,16 +205,74 @@ def main(argv, trainer_args=()):
         credentials = _anonymous() if is_emulator else _application_default_credentials()
         for package in packages:
             staging.stage(package, staging_bucket)
-    print(
-        client.create_job(
-            kind,
-            job,
-            project=spec.project,
-            region=spec.region,
-            api_endpoint=endpoint,
-            credentials=credentials,
-        )
+    created = client.create_job(
+        kind,
+        job,
+        project=spec.project,
+        region=spec.region,
+        api_endpoint=endpoint,
+        credentials=credentials,
     )
+    print(created, flush=True)
+    if FLAGS.wait:
+        name = follow.parse_job_name(created, flag="the created job")
+        _follow(name, endpoint, credentials)
+
+
+def _check_poll_seconds() -> None:
+    value = FLAGS.poll_seconds
+    if not value > 0 or value == float("inf"):
+        raise UsageError(
+            f"--poll_seconds is {value}, expected a finite number of seconds > 0 "
+            f"between two reads of the job's state, e.g. --poll_seconds=30"
+        )
+
+
+def _existing_job(trainer_args) -> None:
+    """--attach / --cancel: a job that exists; nothing is built or created."""
+    _check_poll_seconds()
+    if FLAGS.attach and FLAGS.cancel:
+        raise UsageError(
+            "--attach and --cancel are both set, expected one of them; to cancel a job "
+            "and follow it until it has stopped, pass --cancel=JOB --wait"
+        )
+    flag, value = ("--attach", FLAGS.attach) if FLAGS.attach else ("--cancel", FLAGS.cancel)
+    given = [
+        f"--{other}"
+        for other in ("job_config", "hparam_tuning", "dry_run")
+        if FLAGS[other].present and FLAGS[other].value
+    ]
+    if given or trainer_args:
+        what = ", ".join(given + (["trainer flags after --"] if trainer_args else []))
+        raise UsageError(
+            f"{flag} follows or cancels a job that exists, but {what} describe a new one; "
+            f"drop them, or drop {flag} to create a job"
+        )
+    name = follow.parse_job_name(
+        value, flag=flag, project=FLAGS.project.strip(), region=FLAGS.region.strip()
+    )
+    endpoint, is_emulator = parse_api_endpoint(FLAGS.api_endpoint)
+    check_installed(
+        "google.auth",
+        "requests",
+        "google.cloud.aiplatform_v1",
+        purpose="following a Vertex AI job",
+    )
+    credentials = _anonymous() if is_emulator else _application_default_credentials()
+    client.keep_stdout_for_the_result()
+    if FLAGS.cancel:
+        follow.cancel(name, api_endpoint=endpoint, credentials=credentials)
+        if not FLAGS.wait:
+            return
+    _follow(name, endpoint, credentials)
+
+
+def _follow(name, endpoint: str, credentials) -> None:
+    """Follows the job to its end; exits 1 unless it succeeded (Ctrl-C: 130, job left running)."""
+    state = follow.follow(
+        name, api_endpoint=endpoint, credentials=credentials, poll_seconds=FLAGS.poll_seconds
+    )
+    follow.exit_for(state)
 
 
 def _upload_model() -> None:

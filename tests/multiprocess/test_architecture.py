@@ -37,6 +37,8 @@ TENSORFLOW_FREE = (
     "trainer.vertex.validation",
     "trainer.kubernetes",
     "trainer.kubernetes.manifest",
+    "trainer.kubernetes.jobset",
+    "trainer.vertex.follow",
 )
 
 

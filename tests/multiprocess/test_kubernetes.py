@@ -140,3 +140,31 @@ def test_a_bad_shape_is_one_line_and_exit_2(args, expected):
     assert result.returncode == 2, result.stderr
     assert result.stdout == ""
     assert len(result.stderr.splitlines()) == 1 and expected in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("api, kinds", [("jobset", ["JobSet"]), ("trainjob", ["List"])])
+def test_jobset_and_trainer_v2_manifests_come_from_the_same_command(api, kinds):
+    config = REPO / "configs" / "kubernetes" / "parameter_server_cpu.json"
+    result = run_cli(f"--job_config={config}", f"--api={api}", "--format=yaml", "--", "--epochs=3")
+    document = yaml.safe_load(result.stdout)
+    assert [document["kind"]] == kinds
+    assert "restarts of the whole set on exit 137, 143 or 200" in result.stderr
+    spec = document["spec"] if api == "jobset" else document["items"][0]["spec"]["template"]["spec"]
+    (chief,) = [job for job in spec["replicatedJobs"] if job["name"] == "chief"]
+    (container,) = chief["template"]["spec"]["template"]["spec"]["containers"]
+    assert container["command"][-1] == "--epochs=3"
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--api=kubeflow"], "--api is 'kubeflow', expected one of tfjob, jobset, trainjob"),
+        (["--api=jobset", "--restart_policy=OnFailure"], "which are TFJob's"),
+    ],
+)
+def test_a_jobset_shape_it_cannot_write_is_one_line(args, expected):
+    config = REPO / "configs" / "kubernetes" / "multiworker_cpu.json"
+    result = run_cli(f"--job_config={config}", *args, check=False)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: ") and expected in line

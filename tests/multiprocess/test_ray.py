@@ -241,3 +241,27 @@ def test_trainer_task_with_every_role_under_ray_finishes_and_leaves_nothing(_job
     for role in ("worker:0", "ps:0"):
         assert f"The chief's training function returned; {role} stops serving." in log, log[-6000:]
     assert _session_processes(process.pid) == [], log[-3000:]
+
+
+def test_a_ray_cluster_that_cannot_start_is_one_line_and_exit_1(tmp_path):
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_text("")
+    env = clean_environment()
+    env.pop("RAY_ADDRESS", None)
+    env.update(RAY_TMPDIR=str(not_a_directory), RAY_USAGE_STATS_ENABLED="0", PYTHONPATH=str(REPO))
+    result = subprocess.run(
+        [sys.executable, "-m", "trainer.ray", "--num_workers=1", "--", "--strategy=default"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert errors == [
+        f"error: could not start a local Ray cluster (NotADirectoryError: [Errno 20] Not a "
+        f"directory: '{not_a_directory}/ray'); check --address, RAY_ADDRESS and RAY_TMPDIR"
+    ], result.stderr[-3000:]
+    assert result.stderr.splitlines()[-1] == errors[0]

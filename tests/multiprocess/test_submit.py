@@ -3,7 +3,6 @@ and a real submission through the Vertex AI SDK to a local REST stand-in with
 the package staged into gcp-storage-emulator."""
 
 import contextlib
-import http.server
 import io
 import json
 import os
@@ -12,10 +11,11 @@ import socket
 import subprocess
 import sys
 import tarfile
-import threading
 import time
 
 import pytest
+
+from tests.support.vertex_stand_in import running_stand_in
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 JOBS = os.path.join(REPO, "configs", "jobs")
@@ -282,122 +282,10 @@ def test_impossible_shapes_exit_2_with_one_line(flags):
 # --- A real submission: Vertex-shaped REST stand-in + Cloud Storage emulator. ---
 
 
-class VertexStandIn(http.server.ThreadingHTTPServer):
-    """Answers `POST /v1/projects/P/locations/R/customJobs` like Vertex AI does."""
-
-    def __init__(self):
-        super().__init__(("127.0.0.1", 0), _VertexHandler)
-        self.requests = []
-
-    @property
-    def url(self):
-        return f"http://127.0.0.1:{self.server_address[1]}"
-
-
-class _VertexHandler(http.server.BaseHTTPRequestHandler):
-    _path = re.compile(
-        r"^/v1/projects/([^/]+)/locations/([^/]+)/(customJobs|hyperparameterTuningJobs)$"
-    )
-    _upload = re.compile(r"^/v1/projects/([^/]+)/locations/([^/]+)/models:upload$")
-
-    def do_POST(self):  # noqa: N802 (http.server's naming)
-        path = self.path.split("?", 1)[0]
-        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        self.server.requests.append(
-            {"path": path, "headers": dict(self.headers), "body": json.loads(body or b"{}")}
-        )
-        upload = self._upload.match(path)
-        if upload:  # Model.upload: a finished long-running operation naming the new model
-            model = f"projects/{upload[1]}/locations/{upload[2]}/models/77"
-            self._reply(
-                200,
-                {
-                    "name": f"{model}/operations/1",
-                    "done": True,
-                    "response": {
-                        "@type": "type.googleapis.com/google.cloud.aiplatform.v1.UploadModelResponse",
-                        "model": model,
-                    },
-                },
-            )
-            return
-        match = self._path.match(path)
-        if not match:
-            self._reply(
-                404, {"error": {"code": 404, "message": f"no route {path}", "status": "NOT_FOUND"}}
-            )
-            return
-        job = dict(self.server.requests[-1]["body"])
-        if job.get("displayName") == "refuse-me":
-            self._reply(
-                400,
-                {
-                    "error": {
-                        "code": 400,
-                        "status": "INVALID_ARGUMENT",
-                        "message": "Machine type a9-huge is not supported.",
-                    }
-                },
-            )
-            return
-        if job.get("displayName") == "fail-me":
-            self._reply(
-                503,
-                {
-                    "error": {
-                        "code": 503,
-                        "status": "UNAVAILABLE",
-                        "message": "The service is currently unavailable.",
-                    }
-                },
-            )
-            return
-        job.update(
-            name=f"projects/{match[1]}/locations/{match[2]}/{match[3]}/4242",
-            state="JOB_STATE_QUEUED",
-            createTime="2026-11-30T00:00:00Z",
-        )
-        self._reply(200, job)
-
-    def do_GET(self):  # noqa: N802 (http.server's naming)
-        path = self.path.split("?", 1)[0]
-        self.server.requests.append({"path": path, "headers": dict(self.headers), "body": None})
-        upload = next(
-            (
-                request["body"]
-                for request in self.server.requests
-                if request["path"].endswith("/models:upload")
-            ),
-            None,
-        )
-        if not re.match(r"^/v1/projects/[^/]+/locations/[^/]+/models/77$", path) or not upload:
-            self._reply(
-                404, {"error": {"code": 404, "message": f"no route {path}", "status": "NOT_FOUND"}}
-            )
-            return
-        self._reply(200, {**upload["model"], "name": path[len("/v1/") :]})
-
-    def _reply(self, status, payload):
-        data = json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 @pytest.fixture
 def vertex_stand_in():
-    server = VertexStandIn()  # port 0: the kernel picks a free port, no conflict possible
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=10)
+    with running_stand_in() as server:
+        yield server
 
 
 def _free_port():
@@ -754,3 +642,131 @@ def test_upload_refuses_a_serving_image_vertex_does_not_list():
     )
     assert result.returncode == 2, result.stderr
     assert "is not a TensorFlow image Vertex AI lists" in result.stderr
+
+
+# --- Following a job: --wait, --attach, --cancel (the stand-in moves jobs through states). ---
+
+FOLLOW = ["--poll_seconds=0.05"]
+
+
+def _states_followed(stderr):
+    return [line.split(" is ")[1].split()[0] for line in stderr.splitlines() if " is JOB_" in line]
+
+
+@pytest.mark.parametrize(
+    "display_name, code, states",
+    [
+        (
+            "ends-well",
+            0,
+            ["JOB_STATE_QUEUED", "JOB_STATE_PENDING", "JOB_STATE_RUNNING", "JOB_STATE_SUCCEEDED"],
+        ),
+        ("fail-later", 1, ["JOB_STATE_QUEUED", "JOB_STATE_RUNNING", "JOB_STATE_FAILED"]),
+    ],
+)
+def test_wait_follows_the_created_job_and_exits_with_its_outcome(
+    vertex_stand_in, display_name, code, states
+):
+    result = submit(
+        f"--job_config={os.path.join(JOBS, 'mirrored_1x8_gpu.json')}",
+        *COMMON,
+        f"--display_name={display_name}",
+        f"--api_endpoint={vertex_stand_in.url}",
+        "--wait",
+        *FOLLOW,
+        "--",
+        "--epochs=1",
+        timeout=180,
+    )
+    logs = f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    assert result.returncode == code, logs
+    name = f"projects/{PROJECT}/locations/{REGION}/customJobs/4242"
+    assert result.stdout == f"{name}\n", "stdout stays the created job's name alone"
+    assert _states_followed(result.stderr) == states, logs
+    assert f"https://console.cloud.google.com/agent-platform/locations/{REGION}/training/4242" in (
+        result.stderr
+    )
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    if code:
+        from tests.support.vertex_stand_in import FAILED_JOB_ERROR
+
+        assert errors == [f"error: CustomJob {name} ended JOB_STATE_FAILED: {FAILED_JOB_ERROR!r}"]
+    else:
+        assert errors == []
+    assert "Traceback" not in result.stderr
+
+
+def test_attach_by_id_and_cancel_with_wait(vertex_stand_in):
+    running = vertex_stand_in.add_job(
+        f"projects/{PROJECT}/locations/{REGION}/customJobs/77", ("JOB_STATE_RUNNING",)
+    )
+    where = [f"--project={PROJECT}", f"--region={REGION}", f"--api_endpoint={vertex_stand_in.url}"]
+    cancelled = submit(*where, "--cancel=77", "--wait", *FOLLOW, timeout=180)
+    assert cancelled.returncode == 1, cancelled.stderr
+    assert f"Asked Vertex AI to cancel {running}" in cancelled.stderr
+    assert _states_followed(cancelled.stderr) == ["JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"]
+    assert f"/v1/{running}:cancel" in [request["path"] for request in vertex_stand_in.requests]
+    again = submit(*where, f"--attach={running}", *FOLLOW, timeout=180)
+    assert again.returncode == 1, again.stderr
+    assert _states_followed(again.stderr) == ["JOB_STATE_CANCELLED"]
+
+
+def test_ctrl_c_while_waiting_leaves_the_job_running_and_says_how_to_attach(vertex_stand_in):
+    import signal
+
+    running = vertex_stand_in.add_job(
+        f"projects/{PROJECT}/locations/{REGION}/customJobs/78",
+        ("JOB_STATE_QUEUED", "JOB_STATE_RUNNING"),
+    )
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trainer.submit",
+            f"--attach={running}",
+            f"--api_endpoint={vertex_stand_in.url}",
+            *FOLLOW,
+        ],
+        cwd=REPO,
+        env=base_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        seen = []
+        deadline = time.monotonic() + 120
+        for line in process.stderr:  # the lines arrive as the job moves; EOF ends the loop
+            seen.append(line)
+            if " is JOB_STATE_RUNNING" in line or time.monotonic() > deadline:
+                break
+        assert any(" is JOB_STATE_RUNNING" in line for line in seen), "".join(seen)
+        process.send_signal(signal.SIGINT)
+        rest = process.communicate(timeout=60)[1]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+    assert process.returncode == 130, "".join(seen) + rest
+    assert f"--attach={running}" in rest and "keeps running" in rest
+    assert "Traceback" not in rest
+    assert vertex_stand_in.state_of(running) == "JOB_STATE_RUNNING"
+    assert f"/v1/{running}:cancel" not in [r["path"] for r in vertex_stand_in.requests]
+
+
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (["--attach=1", "--cancel=1"], "--attach and --cancel are both set"),
+        (["--attach=77"], "needs --project and --region"),
+        (["--attach=77", f"--project={PROJECT}", f"--region={REGION}", "--dry_run"], "--dry_run"),
+        (["--job_config=x.json", "--cancel=projects/p/locations/r/customJobs/1"], "--job_config"),
+        ([*COMMON, "--dry_run", "--wait"], "--dry_run creates none"),
+        (["--attach=projects/p/locations/r/customJobs/1", "--poll_seconds=0"], "--poll_seconds"),
+    ],
+)
+def test_following_usage_errors_are_one_line(flags, expected):
+    result = submit(*flags, timeout=60)
+    assert result.returncode == 2, result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("error: ") and expected in line

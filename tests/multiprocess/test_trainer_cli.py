@@ -247,12 +247,14 @@ COMMANDS = {
     "trainer.submit": "--job_config",
     "trainer.kubernetes": "--restart_policy",
     "tfdist.launch": "--workers",
+    "trainer.ray": "--num_workers",
 }
 
 
 @pytest.mark.parametrize("module, own_flag", COMMANDS.items(), ids=COMMANDS.keys())
 def test_help_of_every_command_exits_0_and_lists_its_flags(module, own_flag):
-    # absl exits 1 after --help; all four share tfdist.cli.run, which exits 0.
+    # absl exits 1 after --help; the four share tfdist.cli.run, which exits 0, and trainer.ray
+    # (its own flag set) does the same.
     result = subprocess.run(
         [sys.executable, "-m", module, "--help"],
         cwd=REPO,

@@ -221,9 +221,39 @@ def _lower_case(spec):
     spec["tfReplicaSpecs"]["worker"] = spec["tfReplicaSpecs"].pop("Worker")
 
 
+def _memory_with_a_space(spec):
+    resources = spec["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"]
+    resources["limits"]["memory"] = "32 GB"
+
+
+def _sometimes(spec):
+    spec["tfReplicaSpecs"]["Worker"]["restartPolicy"] = "Sometimes"
+
+
+def _pod_exit_code(spec):
+    spec["tfReplicaSpecs"]["Worker"]["template"]["spec"]["restartPolicy"] = "ExitCode"
+
+
+def _clean_some(spec):
+    spec["runPolicy"]["cleanPodPolicy"] = "Some"
+
+
+def _volume_size(spec):
+    pod = spec["tfReplicaSpecs"]["Chief"]["template"]["spec"]
+    pod["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "1 Gi"}}]
+
+
 @pytest.mark.parametrize(
     "edit,expected",
     [
+        (
+            _memory_with_a_space,
+            "containers[0].resources.limits.memory is '32 GB', expected a Kubernetes quantity",
+        ),
+        (_sometimes, "Worker.restartPolicy is 'Sometimes', expected one of ExitCode, OnFailure"),
+        (_pod_exit_code, "template.spec.restartPolicy is 'ExitCode', expected one of Always"),
+        (_clean_some, "cleanPodPolicy is 'Some', expected one of None, Running, All"),
+        (_volume_size, "emptyDir.sizeLimit is '1 Gi'"),
         (_two_chiefs, "Chief.replicas is 2, expected 1"),
         (_master, "has a Master replica"),
         (_renamed_container, "expected one named tensorflow"),

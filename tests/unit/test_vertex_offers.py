@@ -329,3 +329,108 @@ def test_tpu_v5e_replicas_get_the_pjrt_variables():
     assert "which the submitter sets for TPU v5e" in refused(
         **tpu, env=("TF_PLUGGABLE_DEVICE_LIBRARY_PATH=/x.so",)
     )
+
+
+def test_fewer_reducers_go_when_asked_and_the_bill_says_how_many_were_asked_for():
+    # 3 x a2-highgpu-4g (50 Gbps each) over n1-highcpu-32 reducers (32 Gbps): the table asks for 5.
+    shape = {
+        "strategy": "multiworker",
+        "workers": 2,
+        "reduction_servers": 3,
+        "machine_type": "a2-highgpu-4g",
+        "accelerator_type": "NVIDIA_TESLA_A100",
+        "accelerator_count": 4,
+        "reduction_server_machine_type": "n1-highcpu-32",
+    }
+    message = refused(**shape)
+    assert "expected at least 5 reducers" in message and "--allow_fewer_reducers" in message
+    spec = make_spec(**shape, allow_fewer_reducers=True)
+    assert pools_of(spec)[2]["replicaCount"] == 3
+    assert any(
+        "3 reducers where the bandwidth table asks for 5 (--allow_fewer_reducers)" in line
+        for line in bill.bill_lines(spec)
+    )
+
+
+# ------------------------------------------------------------------ more CustomJob fields
+
+NETWORK = "projects/123456789/global/networks/vpc-1"
+ATTACHMENT = "projects/my-project/regions/us-central1/networkAttachments/att-1"
+LUSTRE = "10.90.1.4:my-project/us-central1-a/lustre1:lfs:data"
+
+
+def _sdk_job(spec):
+    """The job as the SDK's own message type parses it (unknown fields refused)."""
+    import json
+
+    from google.cloud.aiplatform_v1.types import custom_job
+
+    body = rendering.build_custom_job(spec)
+    return body, custom_job.CustomJob.from_json(json.dumps(body), ignore_unknown_fields=False)
+
+
+def test_dashboard_access_psc_interface_and_gpu_partitions_reach_the_job():
+    spec = make_spec(
+        **A100X8,
+        strategy="mirrored",
+        enable_dashboard_access=True,
+        psc_network_attachment=ATTACHMENT,
+        gpu_partition_size="1g.10gb",
+        lustre_mount=(LUSTRE,),
+    )
+    body, job = _sdk_job(spec)
+    assert job.job_spec.enable_dashboard_access is True
+    assert job.job_spec.psc_interface_config.network_attachment == ATTACHMENT
+    (pool,) = job.job_spec.worker_pool_specs
+    assert pool.machine_spec.gpu_partition_size == "1g.10gb"
+    (mount,) = pool.lustre_mounts
+    assert (mount.instance_ip, mount.volume_handle, mount.filesystem, mount.mount_point) == (
+        "10.90.1.4",
+        "my-project/us-central1-a/lustre1",
+        "lfs",
+        "data",
+    )
+    assert "network" not in body["jobSpec"]
+    assert any(
+        "Lustre 10.90.1.4 (lfs) at /mnt/lustre/data" in line for line in bill.bill_lines(spec)
+    )
+
+
+def test_reserved_ip_ranges_reach_the_job_with_a_network():
+    _, job = _sdk_job(make_spec(network=NETWORK, reserved_ip_ranges="range-a, range-b"))
+    assert list(job.job_spec.reserved_ip_ranges) == ["range-a", "range-b"]
+    assert job.job_spec.network == NETWORK
+
+
+def test_without_the_flags_none_of_the_new_fields_is_sent():
+    body = rendering.build_custom_job(make_spec())
+    for key in ("enableDashboardAccess", "pscInterfaceConfig", "reservedIpRanges"):
+        assert key not in body["jobSpec"]
+    (pool,) = body["jobSpec"]["workerPoolSpecs"]
+    assert "lustreMounts" not in pool and "gpuPartitionSize" not in pool["machineSpec"]
+
+
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        ({"psc_network_attachment": ATTACHMENT, "network": NETWORK}, "both set, expected one"),
+        (
+            {"psc_network_attachment": ATTACHMENT.replace("us-central1", "europe-west4")},
+            "expected an attachment in the job's region us-central1",
+        ),
+        ({"psc_network_attachment": "att-1"}, "expected projects/P/regions/REGION/"),
+        ({"reserved_ip_ranges": "range-a"}, "need --network"),
+        ({"network": NETWORK, "reserved_ip_ranges": "Range_A"}, "has 'Range_A'"),
+        ({"lustre_mount": (LUSTRE,)}, "--lustre_mount needs --network"),
+        ({"network": NETWORK, "lustre_mount": ("10.0.0.1:lfs:data",)}, "--lustre_mount is"),
+        (
+            {"network": NETWORK, "lustre_mount": (LUSTRE, LUSTRE)},
+            "mount points repeat",
+        ),
+        ({"gpu_partition_size": "1g.10gb"}, "partitions GPUs, but --accelerator_type"),
+        ({**A100X8, "strategy": "mirrored", "gpu_partition_size": "half"}, "is 'half'"),
+    ],
+)
+def test_the_new_fields_refuse_what_vertex_would_refuse_in_one_line(values, expected):
+    message = refused(**values)
+    assert expected in message and "\n" not in message

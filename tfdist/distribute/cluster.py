@@ -1,4 +1,13 @@
-"""Reads the cluster from `TF_CONFIG` or Vertex AI's `CLUSTER_SPEC`.
+"""Reads the cluster from `TF_CONFIG`, Vertex AI's `CLUSTER_SPEC`, or a JobSet pod's names.
+
+A pod of a JobSet (Kubernetes, also what Kubeflow Trainer v2 runs) that
+`python -m trainer.kubernetes --api=jobset` wrote gets no `TF_CONFIG`: its
+cluster follows from JobSet's stable pod names,
+`<jobset>-<replicatedJob>-<jobIndex>-<podIndex>.<subdomain>`, with one
+replicated job per role (`chief`, `worker`, `ps`, `evaluator`). The pod
+template carries `TFDIST_JOBSET` (the roles' job and pod counts, the port),
+and the downward API gives the pod its JobSet's name, its replicated job and
+job index (JobSet's labels); Kubernetes sets `JOB_COMPLETION_INDEX`.
 
 A pure module: it does not import TensorFlow, so flag validation and job
 building can use it without paying for TensorFlow's import.
@@ -31,6 +40,14 @@ ROLES = (CHIEF, WORKER, PS, EVALUATOR)
 
 TF_CONFIG = "TF_CONFIG"
 CLUSTER_SPEC = "CLUSTER_SPEC"
+# A JobSet pod's cluster (module docstring): the shape, then what the downward API
+# and Kubernetes give each pod.
+JOBSET = "TFDIST_JOBSET"
+JOBSET_NAME = "TFDIST_JOBSET_NAME"
+JOBSET_REPLICATED_JOB = "TFDIST_JOBSET_REPLICATED_JOB"
+JOBSET_JOB_INDEX = "TFDIST_JOBSET_JOB_INDEX"
+JOB_COMPLETION_INDEX = "JOB_COMPLETION_INDEX"
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 # Set by `trainer.submit` on every replica that runs our code, when the job has
 # a worker pool 2: what that pool runs. `pool2_is_reduction_server` reads it.
 POOL2_ROLE = "TFDIST_POOL2_ROLE"
@@ -68,7 +85,7 @@ class Cluster:
         addresses: Role name to the `host:port` addresses of its tasks. Roles
             without tasks are absent.
         source: Where the description came from: `"TF_CONFIG"`,
-            `"CLUSTER_SPEC"` or `"none"`.
+            `"CLUSTER_SPEC"`, `"TFDIST_JOBSET"` or `"none"`.
         num_reduction_servers: Replicas of a Reduction Server pool. They run
             Vertex's reducer, not our code, and are not part of `addresses`.
     """
@@ -154,11 +171,12 @@ class Cluster:
 def resolve_cluster(
     environ: Mapping[str, str], *, pool2_is_reduction_server: bool = False
 ) -> Cluster:
-    """Reads the cluster from `TF_CONFIG` or `CLUSTER_SPEC` in `environ`.
+    """Reads the cluster from `TF_CONFIG`, `CLUSTER_SPEC` or `TFDIST_JOBSET` in `environ`.
 
     When both are set, `TF_CONFIG` wins: TensorFlow's own cluster resolvers read
     it, so tfdist and TensorFlow then agree on the cluster. Vertex AI sets both
-    for TensorFlow jobs, describing the same cluster.
+    for TensorFlow jobs, describing the same cluster. `TFDIST_JOBSET` (a JobSet
+    pod, module docstring) is read only when neither is set.
 
     Args:
         environ: The environment, usually `os.environ`.
@@ -194,6 +212,9 @@ def resolve_cluster(
         return cluster
     if cluster_spec:
         return _parse_cluster_spec(cluster_spec, pool2_is_reduction_server)
+    jobset = (environ.get(JOBSET) or "").strip()
+    if jobset:
+        return _parse_jobset(jobset, environ)
     return Cluster()
 
 
@@ -465,6 +486,92 @@ def _parse_cluster_spec(text: str, pool2_is_reduction_server: bool) -> Cluster:
         source=CLUSTER_SPEC,
         num_reduction_servers=num_reduction_servers,
     )
+
+
+def _jobset_field(environ: Mapping[str, str], name: str, expected: str) -> str:
+    value = (environ.get(name) or "").strip()
+    if not value:
+        raise ClusterConfigError(
+            f"{JOBSET} is set but {name} is not, expected {expected}; give the pod "
+            f"the env entries python -m trainer.kubernetes --api=jobset writes"
+        )
+    return value
+
+
+def _bounded_count(field: str, value, maximum: int) -> int:
+    check_whole_number(field, value, error=ClusterConfigError)
+    if value > maximum:
+        raise ClusterConfigError(f"{field} is {value}, expected at most {maximum}")
+    return value
+
+
+def jobset_hosts(
+    jobset_name: str, role: str, *, jobs: int, pods: int, subdomain: str, port: int
+) -> tuple[str, ...]:
+    """The addresses of one role's pods: JobSet's stable DNS names, job by job."""
+    return tuple(
+        f"{jobset_name}-{role}-{job}-{pod}.{subdomain}:{port}"
+        for job in range(jobs)
+        for pod in range(pods)
+    )
+
+
+def _parse_jobset(text: str, environ: Mapping[str, str]) -> Cluster:
+    shape = _load_json_object(text, JOBSET)
+    roles = _require_mapping(shape, "replicatedJobs", JOBSET)
+    port = _bounded_count(f"{JOBSET}['port']", shape.get("port", 2222), 65535)
+    name = _jobset_field(environ, JOBSET_NAME, "the JobSet's name (its jobset-name label)")
+    subdomain = shape.get("subdomain") or name
+    for field, value in (("the JobSet's name", name), (f"{JOBSET}['subdomain']", subdomain)):
+        if not isinstance(value, str) or not _DNS_LABEL.match(value):
+            raise ClusterConfigError(
+                f"{field} is {value!r}, expected a DNS label (lowercase letters, digits, '-')"
+            )
+    addresses = {}
+    for role, counts in roles.items():
+        if role not in ROLES:
+            raise ClusterConfigError(
+                f"{JOBSET}['replicatedJobs'] has {role!r}, expected replicated jobs named "
+                f"after tfdist's roles: {', '.join(ROLES)}"
+            )
+        field = f"{JOBSET}['replicatedJobs']['{role}']"
+        if not isinstance(counts, dict):
+            raise ClusterConfigError(f"{field} is {counts!r}, expected {{'jobs': J, 'pods': P}}")
+        jobs, pods = (
+            _bounded_count(f"{field}['{key}']", counts.get(key, 1), 10_000)
+            for key in ("jobs", "pods")
+        )
+        addresses[role] = jobset_hosts(
+            name, role, jobs=jobs, pods=pods, subdomain=subdomain, port=port
+        )
+    if len(addresses.get(CHIEF, ())) > 1:
+        raise ClusterConfigError(
+            f"{JOBSET} gives the chief {len(addresses[CHIEF])} pods, expected 1 (one job of "
+            f"one pod); make the others workers"
+        )
+    task_type = _jobset_field(environ, JOBSET_REPLICATED_JOB, "the pod's replicated job")
+    if task_type not in addresses:
+        raise ClusterConfigError(
+            f"{JOBSET_REPLICATED_JOB} is {task_type!r}, expected one of the replicated jobs "
+            f"{JOBSET} names: {', '.join(addresses)}"
+        )
+    job_index = _check_index(
+        _jobset_field(environ, JOBSET_JOB_INDEX, "the pod's job index (its job-index label)"),
+        JOBSET_JOB_INDEX,
+    )
+    pod_index = _check_index(
+        _jobset_field(environ, JOB_COMPLETION_INDEX, "the pod's index (an Indexed Job sets it)"),
+        JOB_COMPLETION_INDEX,
+    )
+    pods = roles[task_type].get("pods", 1)
+    task_index = job_index * pods + pod_index
+    if pod_index >= pods:
+        raise ClusterConfigError(
+            f"{JOB_COMPLETION_INDEX} is {pod_index}, expected below the {pods} pods of "
+            f"replicated job {task_type!r} in {JOBSET}"
+        )
+    _check_task(task_type, task_index, addresses, JOBSET)
+    return Cluster(task_type=task_type, task_index=task_index, addresses=addresses, source=JOBSET)
 
 
 def check_cluster_for_strategy(cluster: Cluster, strategy: str) -> None:

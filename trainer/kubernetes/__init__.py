@@ -1,7 +1,8 @@
-"""Kubernetes (Kubeflow TFJob) jobs for the trainer: `python -m trainer.kubernetes`.
+"""Kubernetes jobs (Kubeflow TFJob, JobSet, Kubeflow Trainer v2) for the trainer: `python -m trainer.kubernetes`.
 
     shape      TFJobShape: the job's replicas, pods and policies, checked (frozen)
     manifest   TFJobShape -> the TFJob manifest (kubeflow.org/v1)
+    jobset     TFJobShape -> a JobSet, or a Kubeflow Trainer v2 TrainingRuntime + TrainJob
     checks     what the training operator and tfdist refuse in any TFJob manifest
     api_schema the TFJob API's field names and types as a JSON Schema, from the
                kubeflow-training SDK's models (needs the `kubernetes` extra)

@@ -5,7 +5,9 @@
     kubectl apply -f tfjob.json
 
 Everything after `--` goes to `python -m trainer.task` on every replica. Flags
-override `--job_config`. The manifest goes to stdout and nothing is contacted
+override `--job_config`. `--api=jobset` writes a JobSet instead (restarts counted
+by `failurePolicy.maxRestarts`; `trainer/kubernetes/jobset.py`), `--api=trainjob`
+a Kubeflow Trainer v2 TrainingRuntime and TrainJob around it. The manifest goes to stdout and nothing is contacted
 (a dry run, always); `--check=FILE` checks a hand-written TFJob (JSON or YAML)
 instead. Exit codes: 0 written or accepted; 2 a shape or manifest the operator
 or tfdist would refuse, one line on stderr.
@@ -19,7 +21,7 @@ from absl import flags
 
 from tfdist import cli
 from tfdist.errors import UsageError
-from trainer.kubernetes import checks, manifest
+from trainer.kubernetes import checks, jobset, manifest
 from trainer.kubernetes import shape as shape_lib
 from trainer.vertex import config_files
 
@@ -66,6 +68,13 @@ cli.define_flags(
             "job_config", "", "JSON job shape (see configs/kubernetes/); flags override it."
         ),
         cli.FlagSpec("format", "json", "Output format: json or yaml (yaml needs PyYAML)."),
+        cli.FlagSpec(
+            "api",
+            "tfjob",
+            "What to write: tfjob (Kubeflow training-operator 1.9), jobset (a JobSet, "
+            "jobset.x-k8s.io/v1alpha2: restarts counted) or trainjob (Kubeflow Trainer v2: a "
+            "TrainingRuntime and a TrainJob running the same JobSet).",
+        ),
         cli.FlagSpec(
             "check",
             "",
@@ -177,6 +186,9 @@ def main(argv, trainer_args=()) -> None:
         )
         return
     shape = shape_from_flags(trainer_args)
+    if FLAGS.api != "tfjob":
+        _write_jobset(shape)
+        return
     job = manifest.build_tfjob(shape)
     checks.check_tfjob(job)
     counts = ", ".join(f"{count} {kind}" for kind, count in shape.replica_counts.items())
@@ -188,6 +200,36 @@ def main(argv, trainer_args=()) -> None:
         file=sys.stderr,
     )
     print(render(job, FLAGS.format))
+
+
+APIS = ("tfjob", "jobset", "trainjob")
+
+
+def _write_jobset(shape: shape_lib.TFJobShape) -> None:
+    """--api=jobset or trainjob: the same pods, restarted by JobSet (counted)."""
+    if FLAGS.api not in APIS:
+        raise UsageError(f"--api is {FLAGS.api!r}, expected one of {', '.join(APIS)}")
+    if shape.restart_policy != "ExitCode" or shape.clean_pod_policy != "None":
+        raise UsageError(
+            f"restart_policy is {shape.restart_policy!r} and clean_pod_policy "
+            f"{shape.clean_pod_policy!r}, which are TFJob's; --api={FLAGS.api} restarts the "
+            f"whole JobSet on tfdist's retryable exit codes (137, 143, 200), at most "
+            f"backoff_limit times, and fails it on any other; expected ExitCode and None"
+        )
+    jobset.check_names(shape, FLAGS.api)
+    document = (
+        jobset.build_jobset(shape) if FLAGS.api == "jobset" else jobset.build_trainer_v2(shape)
+    )
+    counts = ", ".join(f"{pods} {role}" for role, pods in jobset.roles(shape).items())
+    what = "JobSet" if FLAGS.api == "jobset" else "Trainer v2 TrainingRuntime + TrainJob"
+    print(
+        f"Dry run, nothing contacted: {what} {shape.name!r} ({counts}; at most "
+        f"{shape.backoff_limit} restarts of the whole set on exit 137, 143 or 200, any other "
+        f"failure ends it); outputs under {shape.output_root}; pods run as "
+        f"{shape.service_account or 'the namespace default service account'}",
+        file=sys.stderr,
+    )
+    print(render(document, FLAGS.format))
 
 
 def main_from_argv(argv=None) -> None:

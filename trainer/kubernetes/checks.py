@@ -10,6 +10,12 @@ containers, a container without an image and replicas without a container named
 that deletes the evaluator before it evaluates (`Running` or `All`), and
 unknown replica types.
 Works on generated and on hand-written manifests (`--check=FILE`).
+
+Beyond types, the CRD's schema has one pattern, Kubernetes' quantity (every
+`resources` request and limit, `sizeLimit`, `divisor`), which `check_tfjob`
+applies, and the API documents enums that the API server or the pod's creation
+enforce: a replica's `restartPolicy` (Always, OnFailure, Never, ExitCode), a
+pod's own (Always, OnFailure, Never), `cleanPodPolicy` (None, Running, All).
 """
 
 import re
@@ -17,7 +23,17 @@ import re
 from tfdist.errors import UsageError
 
 REPLICA_TYPES = ("Chief", "Worker", "PS", "Evaluator")
+REPLICA_RESTART_POLICIES = ("ExitCode", "OnFailure", "Never", "Always")
+POD_RESTART_POLICIES = ("Always", "OnFailure", "Never")
+CLEAN_POD_POLICIES = ("None", "Running", "All")
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# Kubernetes resource.Quantity, as the CRD's schema spells it (kubeflow.org_tfjobs.yaml, v1.9.0).
+QUANTITY = re.compile(
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+_QUANTITY_MAPS = ("requests", "limits", "overhead")
+_QUANTITY_FIELDS = ("sizeLimit", "divisor")
 
 
 def check_tfjob(manifest) -> None:
@@ -62,6 +78,7 @@ def check_tfjob(manifest) -> None:
         )
     for replica_type, replica in replicas.items():
         _check_replica(replica_type, replica)
+    _check_quantities(spec, "spec")
     if "Chief" in replicas and _count(replicas, "Chief") > 1:
         raise UsageError(
             f"spec.tfReplicaSpecs.Chief.replicas is {_count(replicas, 'Chief')}, "
@@ -75,12 +92,46 @@ def check_tfjob(manifest) -> None:
         )
     # Unset is None in training-operator 1.9 (older releases defaulted to Running).
     clean = _mapping(spec, "runPolicy", "spec.").get("cleanPodPolicy", "None")
+    _check_choice("spec.runPolicy.cleanPodPolicy", clean, CLEAN_POD_POLICIES)
     if evaluators and clean != "None":
         raise UsageError(
             f"spec.runPolicy.cleanPodPolicy is {clean!r} with an Evaluator, "
             f"which the operator deletes when the chief ends, before it "
             f"evaluates the last checkpoint; expected None"
         )
+
+
+def _check_choice(field: str, value, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UsageError(f"{field} is {value!r}, expected one of {', '.join(choices)}")
+
+
+def _check_quantity(field: str, value) -> None:
+    is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not (is_number or (isinstance(value, str) and QUANTITY.match(value))):
+        raise UsageError(
+            f"{field} is {value!r}, expected a Kubernetes quantity such as 4, 500m, 16Gi or 32G "
+            f"(no space, binary suffixes Ki Mi Gi Ti, decimal k M G T)"
+        )
+
+
+def _check_quantities(node, where: str) -> None:
+    """Every quantity in the manifest: resources' requests, limits and overhead, sizeLimit, divisor."""
+    if isinstance(node, list):
+        for index, item in enumerate(node):
+            _check_quantities(item, f"{where}[{index}]")
+        return
+    if not isinstance(node, dict):
+        return
+    for key, value in node.items():
+        field = f"{where}.{key}"
+        if key in _QUANTITY_MAPS and isinstance(value, dict):
+            for name, amount in value.items():
+                _check_quantity(f"{field}.{name}", amount)
+        elif key in _QUANTITY_FIELDS and not isinstance(value, (dict, list)):
+            _check_quantity(field, value)
+        else:
+            _check_quantities(value, field)
 
 
 def _mapping(parent: dict, key: str, where: str = "") -> dict:
@@ -110,7 +161,12 @@ def _check_replica(replica_type: str, replica) -> None:
             f"(replicas, restartPolicy, template)"
         )
     _count({replica_type: replica}, replica_type)
+    if "restartPolicy" in replica:
+        _check_choice(f"{where}.restartPolicy", replica["restartPolicy"], REPLICA_RESTART_POLICIES)
     template = _mapping(replica, "template", f"{where}.")
+    pod_policy = _mapping(template, "spec", f"{where}.template.").get("restartPolicy")
+    if pod_policy is not None:
+        _check_choice(f"{where}.template.spec.restartPolicy", pod_policy, POD_RESTART_POLICIES)
     containers = _mapping(template, "spec", f"{where}.template.").get("containers")
     if not isinstance(containers, list) or not all(isinstance(c, dict) for c in containers):
         containers = []

@@ -38,7 +38,8 @@ def _resources(cpu: str, memory: str, gpus: int, gpu_resource: str) -> dict:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
-def _pod_template(shape: TFJobShape, replica_type: str) -> dict:
+def pod_template(shape: TFJobShape, replica_type: str) -> dict:
+    """The pod of a replica type (`Chief`, `Worker`, `PS`, `Evaluator`): the trainer's container."""
     if replica_type == "PS":
         resources = _resources(shape.ps_cpu, shape.ps_memory, 0, shape.gpu_resource)
     else:
@@ -79,7 +80,7 @@ def build_tfjob(shape: TFJobShape) -> dict:
         replica_type: {
             "replicas": count,
             "restartPolicy": shape.restart_policy,
-            "template": _pod_template(shape, replica_type),
+            "template": pod_template(shape, replica_type),
         }
         for replica_type, count in shape.replica_counts.items()
     }

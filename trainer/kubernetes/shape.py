@@ -11,21 +11,16 @@ import re
 
 from tfdist.distribute import choice as strategy_choice
 from tfdist.errors import UsageError
+from trainer.kubernetes.checks import CLEAN_POD_POLICIES, QUANTITY, REPLICA_RESTART_POLICIES
 from trainer.vertex.checks import quoted, require
 
-RESTART_POLICIES = ("ExitCode", "OnFailure", "Never", "Always")
-CLEAN_POD_POLICIES = ("None", "Running", "All")
+RESTART_POLICIES = REPLICA_RESTART_POLICIES
 # trainer.task's strategies but tpu: a TFJob has no TPU replicas.
 STRATEGIES = tuple(name for name in strategy_choice.STRATEGIES if name != "tpu")
 DEFAULT_MOUNT_PATH = "/mnt/tfdist"
 
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-# Kubernetes resource.Quantity, as the CRD's schema spells it.
-_QUANTITY = re.compile(
-    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
-)
 _RESOURCE_NAME = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
@@ -172,7 +167,7 @@ def _check(shape: TFJobShape) -> None:
     for field in ("cpu", "memory", "ps_cpu", "ps_memory"):
         value = getattr(shape, field)
         require(
-            isinstance(value, str) and bool(_QUANTITY.match(value)),
+            isinstance(value, str) and bool(QUANTITY.match(value)),
             f"{field} is {quoted(value)}, expected a Kubernetes quantity such as 4, 500m, 16Gi",
         )
     require(

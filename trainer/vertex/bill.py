@@ -14,7 +14,7 @@ every real submission, so what is billed is read before it is sent.
 
 import dataclasses
 
-from trainer.vertex import option_values, rendering
+from trainer.vertex import network, option_values, rendering
 from trainer.vertex.spec import JobSpec, MachineSpec
 
 _SCHEDULING = {
@@ -108,6 +108,16 @@ def bill_lines(spec: JobSpec, *, tuning=None) -> list[str]:
         extra.append(
             "all-reduce NCCL" + ("" if given else " (--all_reduce=nccl set by the submitter)")
         )
+        needed = network.reducers_needed(
+            worker_machine=spec.machine.machine_type,
+            training_replicas=1 + spec.workers,
+            reducer_machine=spec.reduction_server_machine_type,
+        )
+        if needed and spec.reduction_servers < needed:
+            extra.append(
+                f"{spec.reduction_servers} reducers where the bandwidth table asks for "
+                f"{needed} (--allow_fewer_reducers): the all-reduce is slower"
+            )
     if spec.persistent_resource_id:
         extra.append(
             f"on persistent resource {spec.persistent_resource_id} (its machines, not new ones)"
@@ -117,6 +127,13 @@ def bill_lines(spec: JobSpec, *, tuning=None) -> list[str]:
             "NFS "
             + ", ".join(
                 f"{server}:{path} at /mnt/nfs/{point}" for server, path, point in spec.nfs_mounts
+            )
+        )
+    if spec.lustre_mounts:
+        extra.append(
+            "Lustre "
+            + ", ".join(
+                f"{ip} ({fs}) at /mnt/lustre/{point}" for ip, _, fs, point in spec.lustre_mounts
             )
         )
     lines.append(

@@ -171,6 +171,24 @@ def machines_for(accelerator: str) -> list[str]:
     ]
 
 
+_GPU_PARTITION = re.compile(r"^[1-7]g\.[0-9]{1,3}gb$")
+
+
+def check_gpu_partition(accelerator_type: str, partition_size: str) -> None:
+    """A multi-instance GPU partition size such as `1g.10gb`, on GPU machines only."""
+    require(
+        is_gpu(accelerator_type),
+        f"--gpu_partition_size={quoted(partition_size)} partitions GPUs, but "
+        f"--accelerator_type is {quoted(accelerator_type or 'none')}; set a GPU that "
+        f"supports multi-instance GPU (e.g. NVIDIA_TESLA_A100, NVIDIA_H100_80GB) or drop it",
+    )
+    require(
+        bool(_GPU_PARTITION.match(partition_size)),
+        f"--gpu_partition_size is {quoted(partition_size)}, expected a multi-instance GPU "
+        f"profile such as 1g.5gb, 1g.10gb, 2g.20gb or 3g.40gb",
+    )
+
+
 def check_machine(
     *,
     flag: str,

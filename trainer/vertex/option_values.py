@@ -196,6 +196,58 @@ def parse_nfs_mounts(value) -> tuple[tuple[str, str, str], ...]:
     return tuple(mounts)
 
 
+_LUSTRE = re.compile(
+    r"^([0-9]{1,3}(?:\.[0-9]{1,3}){3}):([A-Za-z0-9_./-]{1,200}):([A-Za-z0-9_-]{1,100})"
+    r":([A-Za-z0-9_.-]{1,100})$"
+)
+_IP_RANGE = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def parse_lustre_mounts(value) -> tuple[tuple[str, str, str, str], ...]:
+    """`(instance_ip, volume_handle, filesystem, mount_point)` from `--lustre_mount` items."""
+    if not value:
+        return ()
+    require(
+        not isinstance(value, str),
+        "lustre_mount is a string, expected a list of "
+        "INSTANCE_IP:VOLUME_HANDLE:FILESYSTEM:MOUNT_POINT items",
+    )
+    mounts = []
+    for item in value:
+        match = _LUSTRE.match(str(item))
+        require(
+            bool(match),
+            f"--lustre_mount is {quoted(item)}, expected "
+            f"INSTANCE_IP:VOLUME_HANDLE:FILESYSTEM:MOUNT_POINT such as "
+            f"10.90.1.4:my-project/us-central1-a/lustre1:lfs:data "
+            f"(mounted at /mnt/lustre/data)",
+        )
+        mounts.append(match.groups())
+    points = [mount[3] for mount in mounts]
+    require(
+        len(set(points)) == len(points),
+        f"--lustre_mount mount points repeat in {quoted(points)}, expected one per mount",
+    )
+    return tuple(mounts)
+
+
+def parse_reserved_ip_ranges(value) -> tuple[str, ...]:
+    """The range names of `--reserved_ip_ranges=a,b` (or a list in a config file)."""
+    if not value:
+        return ()
+    items = value.split(",") if isinstance(value, str) else value
+    names = []
+    for item in items:
+        name = str(item).strip() if isinstance(item, str) else item
+        require(
+            isinstance(name, str) and bool(_IP_RANGE.match(name)),
+            f"--reserved_ip_ranges has {quoted(name)}, expected the names of reserved "
+            f"IP ranges (lowercase letters, digits, hyphens), comma-separated",
+        )
+        names.append(name)
+    return tuple(names)
+
+
 def flag_value(args: Sequence[str], name: str) -> str | None:
     """The value the last `--name=VALUE` (or `--name VALUE`) in `args` gives, else None."""
     found = None

@@ -152,6 +152,13 @@ OPTIONS = (
         "image past its end of availability (Vertex AI may refuse it).",
     ),
     Option(
+        "allow_fewer_reducers",
+        "boolean",
+        False,
+        "Send a Reduction Server with fewer reducers than the bandwidth table asks for "
+        "(Vertex AI runs it; the all-reduce is slower); the count it asks for is printed.",
+    ),
+    Option(
         "task_package",
         "string",
         "",
@@ -198,6 +205,33 @@ OPTIONS = (
     ),
     Option("enable_web_access", "boolean", False, "Interactive shell access to replicas."),
     Option(
+        "enable_dashboard_access",
+        "boolean",
+        False,
+        "Access to the replicas' own dashboards (e.g. TensorBoard on port 6006) from the console.",
+    ),
+    Option(
+        "psc_network_attachment",
+        "string",
+        "",
+        "Private Service Connect interface instead of VPC peering: "
+        "projects/P/regions/REGION/networkAttachments/NAME, in the job's region.",
+        templated=True,
+    ),
+    Option(
+        "reserved_ip_ranges",
+        "string",
+        "",
+        "With --network: names of the reserved IP ranges the job's machines take "
+        "addresses from, comma-separated.",
+    ),
+    Option(
+        "gpu_partition_size",
+        "string",
+        "",
+        "GPU partition (multi-instance GPU) size for the chief's and workers' GPUs, e.g. 1g.10gb.",
+    ),
+    Option(
         "network",
         "string",
         "",
@@ -243,6 +277,15 @@ OPTIONS = (
         (),
         "SERVER:/PATH:MOUNT_POINT, mounted at "
         "/mnt/nfs/MOUNT_POINT on every replica of ours (needs --network; repeatable).",
+        accumulates=True,
+    ),
+    Option(
+        "lustre_mount",
+        "multi_string",
+        (),
+        "INSTANCE_IP:VOLUME_HANDLE:FILESYSTEM:MOUNT_POINT, a Managed Lustre instance mounted "
+        "at /mnt/lustre/MOUNT_POINT on every replica of ours (needs --network or "
+        "--psc_network_attachment; repeatable).",
         accumulates=True,
     ),
     Option(

@@ -78,11 +78,17 @@ def build_job_spec(spec: JobSpec, package_uris: Sequence[str] = ()) -> dict:
         job_spec["serviceAccount"] = spec.service_account
     if spec.network:
         job_spec["network"] = spec.network
+    if spec.reserved_ip_ranges:
+        job_spec["reservedIpRanges"] = list(spec.reserved_ip_ranges)
+    if spec.psc_network_attachment:
+        job_spec["pscInterfaceConfig"] = {"networkAttachment": spec.psc_network_attachment}
     job_spec["baseOutputDirectory"] = {"outputUriPrefix": spec.base_output_dir}
     if spec.tensorboard:
         job_spec["tensorboard"] = spec.tensorboard
     if spec.enable_web_access:
         job_spec["enableWebAccess"] = True
+    if spec.enable_dashboard_access:
+        job_spec["enableDashboardAccess"] = True
     job_spec["scheduling"] = _scheduling(spec)
     return job_spec
 
@@ -131,6 +137,8 @@ def _machine_json(machine: MachineSpec, reservation: Mapping[str, Any]) -> dict:
         body["acceleratorCount"] = machine.accelerator_count
     if machine.tpu_topology:
         body["tpuTopology"] = machine.tpu_topology
+    if machine.gpu_partition_size:
+        body["gpuPartitionSize"] = machine.gpu_partition_size
     if reservation:
         body["reservationAffinity"] = dict(reservation)
     return body
@@ -158,6 +166,16 @@ def _pool(
         pool["nfsMounts"] = [
             {"server": server, "path": path, "mountPoint": point}
             for server, path, point in spec.nfs_mounts
+        ]
+    if spec.lustre_mounts:
+        pool["lustreMounts"] = [
+            {
+                "instanceIp": ip,
+                "volumeHandle": volume,
+                "filesystem": filesystem,
+                "mountPoint": point,
+            }
+            for ip, volume, filesystem, point in spec.lustre_mounts
         ]
     return pool
 

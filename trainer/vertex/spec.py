@@ -49,6 +49,7 @@ class MachineSpec:
     accelerator_type: str = ""
     accelerator_count: int = 0
     tpu_topology: str = ""
+    gpu_partition_size: str = ""
     flag: str = dataclasses.field(default="--machine_type", compare=False)
 
     def __post_init__(self):
@@ -59,6 +60,8 @@ class MachineSpec:
             accelerator_count=self.accelerator_count,
             tpu_topology=self.tpu_topology,
         )
+        if self.gpu_partition_size:
+            machines.check_gpu_partition(self.accelerator_type, self.gpu_partition_size)
 
     @property
     def is_gpu(self) -> bool:
@@ -136,6 +139,11 @@ class JobSpec:
     experiment: str = ""
     experiment_run: str = ""
     nfs_mounts: tuple[tuple[str, str, str], ...] = ()
+    lustre_mounts: tuple[tuple[str, str, str, str], ...] = ()
+    enable_dashboard_access: bool = False
+    psc_network_attachment: str = ""
+    reserved_ip_ranges: tuple[str, ...] = ()
+    allow_fewer_reducers: bool = False
     # The day the image table is read for (today, UTC, unless a test fixes it).
     as_of: datetime.date = dataclasses.field(
         default_factory=lambda: datetime.datetime.now(datetime.timezone.utc).date(), compare=False
@@ -246,6 +254,8 @@ class JobSpec:
                 "network",
                 "reservation_affinity",
                 "kms_key_name",
+                "psc_network_attachment",
+                "gpu_partition_size",
             )
         }
         strategy = text["strategy"].lower()
@@ -274,6 +284,7 @@ class JobSpec:
                 "accelerator_count", options["accelerator_count"], high=64
             ),
             tpu_topology=text["tpu_topology"],
+            gpu_partition_size=text["gpu_partition_size"],
         )
         scheduling = Scheduling(
             strategy=text["scheduling"].lower(),
@@ -321,6 +332,17 @@ class JobSpec:
             experiment=text["experiment"],
             experiment_run=text["experiment_run"],
             nfs_mounts=option_values.parse_nfs_mounts(options["nfs_mount"]),
+            lustre_mounts=option_values.parse_lustre_mounts(options["lustre_mount"]),
+            enable_dashboard_access=option_values.boolean(
+                "enable_dashboard_access", options["enable_dashboard_access"]
+            ),
+            psc_network_attachment=text["psc_network_attachment"],
+            reserved_ip_ranges=option_values.parse_reserved_ip_ranges(
+                options["reserved_ip_ranges"]
+            ),
+            allow_fewer_reducers=option_values.boolean(
+                "allow_fewer_reducers", options["allow_fewer_reducers"]
+            ),
             allow_ended_image=option_values.boolean(
                 "allow_ended_image", options["allow_ended_image"]
             ),

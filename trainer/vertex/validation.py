@@ -31,6 +31,10 @@ _SERVICE_ACCOUNT = re.compile(r"^[a-z0-9][a-z0-9._+-]{0,99}@[a-z0-9.-]+\.[a-z]{2
 _GCS_URI = re.compile(r"^gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/[^\s]*)?$")
 _TENSORBOARD = re.compile(r"^projects/[^/\s]+/locations/([^/\s]+)/tensorboards/[0-9]+$")
 _NETWORK = re.compile(r"^projects/[0-9]{1,20}/global/networks/[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_NETWORK_ATTACHMENT = re.compile(
+    r"^projects/[a-z0-9][-a-z0-9.:]{0,62}/regions/([a-z0-9-]{1,63})/"
+    r"networkAttachments/[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$"
+)
 _KMS_KEY = re.compile(
     r"^projects/[^/\s]+/locations/([^/\s]+)/keyRings/[A-Za-z0-9_-]{1,63}/"
     r"cryptoKeys/[A-Za-z0-9_-]{1,63}$"
@@ -274,12 +278,13 @@ def _check_reducer_capacity(spec) -> None:
     worker_gbps = network.egress_gbps(spec.machine.machine_type)
     reducer_gbps = network.egress_gbps(spec.reduction_server_machine_type)
     require(
-        spec.reduction_servers >= needed,
+        spec.reduction_servers >= needed or spec.allow_fewer_reducers,
         f"--reduction_servers={spec.reduction_servers} x {reducer_gbps:g} Gbps "
         f"({spec.reduction_server_machine_type}) cannot carry {replicas} x "
         f"{worker_gbps:g} Gbps ({spec.machine.machine_type}), expected at least {needed} "
         f"reducers (bandwidths as of {network.TABLE_DATE}, docs/vertex.md); set "
-        f"--reduction_servers={needed}",
+        f"--reduction_servers={needed}, or --allow_fewer_reducers to send it as it is "
+        f"(Vertex AI runs it; the all-reduce is slower)",
     )
 
 
@@ -401,6 +406,12 @@ def _check_resources_and_tracking(spec) -> None:
         f"digits and hyphens",
     )
     require(
+        not spec.lustre_mounts or bool(spec.network or spec.psc_network_attachment),
+        "--lustre_mount needs --network or --psc_network_attachment (Vertex AI reaches "
+        "Managed Lustre over your VPC), expected "
+        "--network=projects/PROJECT_NUMBER/global/networks/NAME",
+    )
+    require(
         not spec.nfs_mounts or bool(spec.network),
         "--nfs_mount needs --network (Vertex AI reaches NFS servers over a peered VPC), "
         "expected --network=projects/PROJECT_NUMBER/global/networks/NAME",
@@ -424,6 +435,29 @@ def _check_networking_and_encryption(spec) -> None:
         f"networks/NAME (the project number, digits, of the network's host project)",
     )
     option_values.parse_reservation_affinity(spec.reservation_affinity)
+    require(
+        not spec.reserved_ip_ranges or bool(spec.network),
+        "--reserved_ip_ranges are ranges of a peered network, so they need --network; "
+        "set --network=projects/PROJECT_NUMBER/global/networks/NAME",
+    )
+    if spec.psc_network_attachment:
+        match = _NETWORK_ATTACHMENT.match(spec.psc_network_attachment)
+        require(
+            bool(match),
+            f"--psc_network_attachment is {quoted(spec.psc_network_attachment)}, expected "
+            f"projects/P/regions/REGION/networkAttachments/NAME",
+        )
+        require(
+            match.group(1) == spec.region,
+            f"--psc_network_attachment is in {quoted(match.group(1))}, expected an attachment "
+            f"in the job's region {spec.region}",
+        )
+        require(
+            not spec.network,
+            "--psc_network_attachment and --network are both set, expected one: a job "
+            "reaches your VPC through a Private Service Connect interface or through VPC "
+            "peering, not both",
+        )
     if spec.kms_key_name:
         match = _KMS_KEY.match(spec.kms_key_name)
         require(
