@@ -35,6 +35,7 @@ import tensorflow as tf
 from tfdist import cli
 from tfdist._internal.peers import PEER_FAILURES
 from tfdist.callbacks import BackupAndRestore
+from tfdist.data import arrays as fit_arrays
 from tfdist.distribute import strategy as strategy_lib
 from tfdist.distribute import worker_files
 from tfdist.distribute.cluster import resolve_cluster, resolve_cluster_for_strategy
@@ -57,6 +58,7 @@ class PeerLost(SystemExit):
         super().__init__(cli.EXIT_PEER_LOST)
 
 
+@cli.usage_errors_exit_in_jobs
 def strategy_from_environment(
     name: str = "auto", *, options: strategy_lib.StrategyOptions | None = None
 ):
@@ -73,6 +75,31 @@ def strategy_from_environment(
     options = options or strategy_lib.StrategyOptions()
     cluster = resolve_cluster_for_strategy(os.environ, name)
     return strategy_lib.make_strategy(name, cluster, options)
+
+
+@cli.usage_errors_exit_in_jobs
+def set_strategy_from_environment(
+    name: str = "auto", *, options: strategy_lib.StrategyOptions | None = None
+):
+    """`strategy_from_environment()`, made the strategy of the rest of the program.
+
+    The upgrade of a script that has no strategy, without re-indenting it:
+    every model, optimizer and variable built after this call is built in the
+    strategy's scope, as if the rest of the script were inside `with
+    strategy.scope():` (`tf.distribute.experimental_set_strategy`). Call it
+    at the top of the script, before any other TensorFlow operation.
+
+        import tfdist.resumable
+        tfdist.resumable.set_strategy_from_environment()
+        model = keras.Sequential([...]); model.compile(...)  # unchanged
+        tfdist.resumable.fit(model, x, y, batch_size=64, epochs=5, backup_dir=DIR)
+
+    Returns:
+        The strategy.
+    """
+    strategy = strategy_from_environment(name, options=options)
+    tf.distribute.experimental_set_strategy(strategy)
+    return strategy
 
 
 def write_path(path: str) -> str:
@@ -92,13 +119,22 @@ def write_path(path: str) -> str:
     return worker_files.write_path(path, resolve_cluster(os.environ))
 
 
+@cli.usage_errors_exit_in_jobs
 def fit(
     model: keras.Model,
-    x: tf.data.Dataset,
+    x=None,
+    y=None,
     *,
     backup_dir: str,
+    batch_size: int | None = None,
     epochs: int = 1,
     steps_per_epoch: int | None = None,
+    shuffle: bool = True,
+    sample_weight=None,
+    validation_split: float = 0.0,
+    validation_data=None,
+    validation_batch_size: int | None = None,
+    seed: int | None = None,
     save_freq="epoch",
     callbacks=None,
     preemption: PreemptionOptions | None = PreemptionOptions(),
@@ -116,18 +152,46 @@ def fit(
 
     Args:
         model: A compiled model.
-        x: A deterministic `tf.data.Dataset` of batches: endless (then
-            `steps_per_epoch` is required) or finite (one epoch per pass).
+        x: As in `model.fit`: NumPy arrays (a list or dict of them for
+            several inputs; tensors and DataFrames are read as arrays), or a
+            deterministic `tf.data.Dataset` of batches, endless (then
+            `steps_per_epoch` is required) or finite (one epoch per pass). A
+            Python generator or a `keras.utils.PyDataset` is refused in one
+            line (wrap a generator in `tf.data.Dataset.from_generator`).
+        y: The labels, with arrays `x` (None for a dataset, which holds them).
         backup_dir: Where backups go; the same directory on every restart.
+        batch_size: With arrays: examples per step, all replicas together
+            (the global batch), as `model.fit` under a strategy; default 32.
+            Each epoch is one pass over the arrays in batches of it, the last
+            one partial. Refused with a dataset (already batched).
         epochs: Total epochs of the job, as in `model.fit`.
         steps_per_epoch: As in `model.fit`; without it, a finite dataset
-            resumes mid-epoch with the epoch length its backup recorded.
+            resumes mid-epoch with the epoch length its backup recorded, and
+            arrays take one pass per epoch. With arrays and a number, epochs
+            follow one another along the passes (a new pass, reshuffled,
+            begins where the last ends).
+        shuffle: With arrays: a new permutation every epoch, a function of
+            `seed` and the epoch's pass only, so a restart resumes it at the
+            exact step; False keeps the arrays' order. Ignored for a dataset
+            (as `model.fit` ignores it): shuffle the dataset with a seed.
+        sample_weight: With arrays, as in `model.fit`.
+        validation_split: With arrays, as in `model.fit`: this fraction of
+            the examples, taken from the end before any shuffling, is held out
+            and evaluated after each epoch (unless `validation_data` is given).
+        validation_data: As in `model.fit`: a dataset, or a tuple `(x_val,
+            y_val[, val_sample_weight])` of arrays.
+        validation_batch_size: Batch of validation arrays (default:
+            `batch_size`).
+        seed: Fixes the arrays' permutation per epoch; default TensorFlow's
+            global seed (`keras.utils.set_random_seed(n)` sets it), else a
+            fixed value. The backup records it (and the arrays' length and
+            `batch_size`): a restart with other values is refused.
         save_freq: `"epoch"` or a number of steps between backups.
         callbacks: More Keras callbacks; they run before the backup. On
             workers other than the chief their files go to `write_path(...)`.
         preemption: What SIGTERM does; None leaves signals alone.
         **fit_kwargs: Passed to every `model.fit` call (`verbose`,
-            `validation_data`, ...), except `initial_epoch` and `shuffle`.
+            `class_weight`, `validation_freq`, ...), except `initial_epoch`.
 
     Returns:
         The `History` of every epoch of the job, including those run before a
@@ -136,22 +200,37 @@ def fit(
     Raises:
         UsageError: A bad argument, an endless dataset without
             `steps_per_epoch`, or a finished job whose final backup is gone.
+            In a job (`TF_CONFIG` or `CLUSTER_SPEC` set, as under
+            `tfdist.launch`, Vertex AI, Kubeflow or Ray) and not in an
+            interactive session, it is printed as one `error:` line and the
+            process exits with code 2 instead (`tfdist.cli.usage_errors_exit_in_jobs`).
         tfdist.preemption.Preempted: After SIGTERM, once the backup is saved
             (a `SystemExit` with code 143).
         PeerLost: Another task of a multi-worker job died or became unreachable
             (a `SystemExit` with code 200, which restart policies retry).
     """
-    for reserved in ("initial_epoch", "shuffle", "x"):
+    for reserved in ("initial_epoch",):
         if reserved in fit_kwargs:
             raise UsageError(
                 f"fit got {reserved}=..., which tfdist.resumable.fit sets itself; remove it"
             )
-    if not isinstance(x, tf.data.Dataset):
-        raise UsageError(
-            f"x is a {type(x).__name__}, expected a tf.data.Dataset of batches "
-            f"(wrap arrays with tf.data.Dataset.from_tensor_slices(...).batch(n))"
-        )
-    endless = int(x.cardinality()) == int(tf.data.INFINITE_CARDINALITY)
+    inputs = fit_arrays.fit_inputs(
+        x,
+        y,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        sample_weight=sample_weight,
+        validation_split=validation_split,
+        validation_data=validation_data,
+        validation_batch_size=validation_batch_size,
+        seed=seed,
+    )
+    arrays = inputs.training
+    if arrays is not None and steps_per_epoch is None:
+        steps_per_epoch = arrays.steps_per_pass
+    if inputs.validation_data is not None:
+        fit_kwargs["validation_data"] = inputs.validation_data
+    endless = arrays is not None or int(x.cardinality()) == int(tf.data.INFINITE_CARDINALITY)
     if endless and steps_per_epoch is None:
         raise UsageError(
             "x repeats forever but steps_per_epoch is not set, expected the "
@@ -167,6 +246,7 @@ def fit(
         delete_checkpoint=False,
         restore_completed=True,
         cluster=cluster,
+        run_settings=arrays.run_settings() if arrays is not None else None,
     )
     segments = backup.resume(
         model, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks
@@ -175,7 +255,10 @@ def fit(
         _check_final_backup(backup)
     try:
         for segment in segments:
-            skip = segment.first_step if endless else segment.first_step_in_epoch
+            if arrays is not None:  # a stream built from the step: nothing to skip
+                x, skip = arrays.training_batches(segment.first_step), 0
+            else:
+                skip = segment.first_step if endless else segment.first_step_in_epoch
             model.fit(
                 x.skip(skip) if skip else x,
                 callbacks=_around_backup(callbacks, backup),

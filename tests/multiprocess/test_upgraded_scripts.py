@@ -1,0 +1,99 @@
+"""keras.io-shaped scripts upgraded to `tfdist.resumable`, on 2 workers, killed and resumed.
+
+One module-scoped run per script shares its processes among the tests: an uninterrupted
+2-worker job, the same job SIGKILLed on both workers after a committed mid-epoch backup,
+and its restart, whose weights must equal the uninterrupted job's bit for bit.
+"""
+
+import json
+import pathlib
+import signal
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+from tests.support.backup_files import committed_steps, snapshot
+from tfdist import cli
+from tfdist.launch.local_cluster import LocalCluster
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+JOB = [sys.executable, str(REPO / "tests" / "jobs" / "example_run.py")]
+TIMEOUT = 300  # A backstop against hangs, never a speed assertion.
+WORKERS = ("worker:0", "worker:1")
+ENV = {"PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def _job(log_dir: pathlib.Path, command: list[str]) -> tuple[dict, LocalCluster]:
+    with LocalCluster(num_workers=2, env=ENV, log_dir=log_dir, command=command) as cluster:
+        codes = cluster.wait(timeout=TIMEOUT, stop_on_failure=False)
+    return codes, cluster
+
+
+def _weights(path: pathlib.Path) -> list[np.ndarray]:
+    model = keras.saving.load_model(path, safe_mode=True, compile=False)
+    return model.get_weights()
+
+
+@pytest.fixture(scope="module")
+def no_strategy_runs(tmp_path_factory):
+    """examples/no_strategy_script/after.py: uninterrupted, then killed at step 24 and resumed.
+
+    Backups every 10 steps and at each epoch's end (13 steps: 800 training examples in
+    batches of 64, the last of 32); the kill lands after step 24, so the restart
+    resumes from the backup of step 20, mid-epoch 2.
+    """
+    tmp = tmp_path_factory.mktemp("no_strategy")
+    script = str(EXAMPLES / "no_strategy_script" / "after.py")
+    reference, resumed = tmp / "reference", tmp / "resumed"
+    reference.mkdir()
+    resumed.mkdir()
+    runs = {"reference": _job(tmp / "logs-reference", [*JOB, script, str(reference)])}
+    runs["killed"] = _job(
+        tmp / "logs-killed", [*JOB, "--kill_after_batches=24", script, str(resumed)]
+    )
+    runs["steps_when_killed"] = committed_steps(resumed / "backup")
+    runs["resumed"] = _job(tmp / "logs-resumed", [*JOB, script, str(resumed)])
+    return reference, resumed, runs
+
+
+def test_no_strategy_script_killed_mid_epoch_resumes_to_the_uninterrupted_weights(
+    no_strategy_runs,
+):
+    reference, resumed, runs = no_strategy_runs
+    for name in ("reference", "resumed"):
+        codes, cluster = runs[name]
+        assert codes == {task: 0 for task in WORKERS}, cluster.format_logs()
+    codes, cluster = runs["killed"]
+    # A worker whose peer died first loses it in a collective and exits 200.
+    assert -signal.SIGKILL in codes.values(), cluster.format_logs()
+    assert set(codes.values()) <= {-signal.SIGKILL, cli.EXIT_PEER_LOST}, cluster.format_logs()
+    assert runs["steps_when_killed"][-1] == 20, runs["steps_when_killed"]
+    log = runs["resumed"][1].log("worker:0")
+    assert "Epoch 1/4" not in log and "Epoch 4/4" in log, log
+    for got, want in zip(
+        _weights(resumed / "model.keras"), _weights(reference / "model.keras"), strict=True
+    ):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_restart_with_another_batch_size_is_one_line_and_exit_2_on_every_worker(
+    no_strategy_runs, tmp_path
+):
+    """A UsageError inside the user's script (from the backup) under the launcher."""
+    _, resumed, _ = no_strategy_runs
+    before = snapshot(resumed / "backup")
+    override = json.dumps({"batch_size": 32})
+    script = str(EXAMPLES / "no_strategy_script" / "after.py")
+    codes, cluster = _job(
+        tmp_path / "logs", [*JOB, f"--fit_override={override}", script, str(resumed)]
+    )
+    assert codes == {task: cli.EXIT_USAGE for task in WORKERS}, cluster.format_logs()
+    for task in WORKERS:
+        log = cluster.log(task)
+        errors = [line for line in log.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "arrays_batch_size=64" in errors[0], log
+        assert "Traceback" not in log, log
+    assert snapshot(resumed / "backup") == before
