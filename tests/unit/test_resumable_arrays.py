@@ -44,9 +44,7 @@ def _model():
 def _fit(backup_dir, callbacks=(), **kwargs):
     x, y = _data()
     model = _model()
-    options = dict(
-        batch_size=BATCH, epochs=3, validation_split=0.2, class_weight={0: 1.0, 1: 3.0}
-    )
+    options = dict(batch_size=BATCH, epochs=3, validation_split=0.2, class_weight={0: 1.0, 1: 3.0})
     options.update(kwargs)
     history = tfdist.resumable.fit(
         model,
@@ -214,5 +212,3 @@ def test_arrays_of_different_lengths_are_refused():
     x, y = _data()
     with pytest.raises(UsageError, match=r"first dimensions \[99, 100\]"):
         arrays.fit_inputs(x, y[:99])
-
-
