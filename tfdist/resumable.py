@@ -7,6 +7,11 @@ Three lines change in a script that already trains with `model.fit`:
     ...
     tfdist.resumable.fit(model, dataset, backup_dir=DIR, epochs=10)  # 3: instead of model.fit
 
+A script without a strategy calls `set_strategy_from_environment()` at its top
+instead of line 2 (no `with strategy.scope():`, nothing re-indented), and
+`fit(model, x, y, batch_size=..., validation_split=..., ...)` takes NumPy arrays
+as `model.fit` does (`tfdist.data.arrays`: a seeded permutation per epoch).
+
 `strategy_from_environment` reads `TF_CONFIG` / `CLUSTER_SPEC` and builds the
 strategy the cluster calls for (`auto`), with the Keras 3 multi-worker
 corrections applied. `fit` restores the newest backup in `backup_dir`, runs the
@@ -22,7 +27,12 @@ Resume is exact when the dataset is deterministic: either an endless stream
 already taken, or a finite dataset that yields the same batches in every
 epoch, which resumes by skipping the steps already taken in the interrupted
 epoch. A dataset reshuffled every epoch with a random seed cannot resume
-exactly; use `tfdist.data.training_batches` for a seeded permutation per pass.
+exactly; pass the arrays themselves (shuffled per epoch from `seed`), or use
+`tfdist.data.training_batches` for a seeded permutation per pass.
+
+In a task of a job (`TF_CONFIG` or `CLUSTER_SPEC` set) that is not an
+interactive session, a `tfdist.errors.UsageError` from these functions is one
+`error:` line on stderr and exit code 2, as from tfdist's commands.
 """
 
 import logging

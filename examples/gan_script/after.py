@@ -111,7 +111,5 @@ tfdist.resumable.fit(
 )
 discriminator.save(f"{OUT}/discriminator.keras")
 generator.save(f"{OUT}/generator.keras")
-print(
-    f"iterations: d_optimizer {int(gan.d_optimizer.iterations)}, "
-    f"g_optimizer {int(gan.g_optimizer.iterations)}"
-)
+iterations = [keras.ops.convert_to_numpy(o.iterations) for o in (gan.d_optimizer, gan.g_optimizer)]
+print(f"iterations: d_optimizer {int(iterations[0])}, g_optimizer {int(iterations[1])}")

@@ -212,3 +212,23 @@ def test_arrays_of_different_lengths_are_refused():
     x, y = _data()
     with pytest.raises(UsageError, match=r"first dimensions \[99, 100\]"):
         arrays.fit_inputs(x, y[:99])
+
+
+def test_string_arrays_train_a_model_that_looks_them_up(tmp_path):
+    """Text as NumPy strings (keras.io's text scripts with a StringLookup in the model)."""
+    words = np.array(["cat", "dog", "fish", "bird"] * 8)
+    labels = (np.arange(32) % 2).astype(np.int32)
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential(
+        [
+            keras.Input((), dtype="string"),
+            keras.layers.StringLookup(vocabulary=["cat", "dog", "fish", "bird"]),
+            keras.layers.CategoryEncoding(num_tokens=5, output_mode="one_hot"),
+            keras.layers.Dense(1),
+        ]
+    )
+    model.compile("sgd", keras.losses.BinaryCrossentropy(from_logits=True))
+    tfdist.resumable.fit(
+        model, words, labels, batch_size=8, epochs=1, backup_dir=str(tmp_path), verbose=0
+    )
+    assert int(model.optimizer.iterations) == 4
