@@ -6,7 +6,8 @@ The guide's `GAN(keras.Model)`: no `call()`, `compile(d_optimizer, g_optimizer,
 loss_fn)`, a `train_step` that applies both optimizers, noise from a
 `keras.random.SeedGenerator`. Upgraded as a script without a strategy is: import
 tfdist, `set_strategy_from_environment()` at the top, `tfdist.resumable.fit` in place
-of `gan.fit` (the images are NumPy arrays: no labels). Small synthetic 8x8 images stand
+of `gan.fit` (the images are NumPy arrays: no labels), `write_path` for the files only
+the chief should write. Small synthetic 8x8 images stand
 in for MNIST (nothing is downloaded). Backs up to OUT/backup every 4 steps.
 """
 
@@ -109,7 +110,7 @@ gan.compile(
 tfdist.resumable.fit(
     gan, images, batch_size=32, epochs=2, verbose=2, backup_dir=f"{OUT}/backup", save_freq=4
 )
-discriminator.save(f"{OUT}/discriminator.keras")
-generator.save(f"{OUT}/generator.keras")
+discriminator.save(tfdist.resumable.write_path(f"{OUT}/discriminator.keras"))
+generator.save(tfdist.resumable.write_path(f"{OUT}/generator.keras"))
 iterations = [keras.ops.convert_to_numpy(o.iterations) for o in (gan.d_optimizer, gan.g_optimizer)]
 print(f"iterations: d_optimizer {int(iterations[0])}, g_optimizer {int(iterations[1])}")

@@ -58,4 +58,4 @@ tfdist.resumable.fit(
     backup_dir=f"{OUT}/backup",
     save_freq=10,
 )
-model.save(f"{OUT}/model.keras")
+model.save(tfdist.resumable.write_path(f"{OUT}/model.keras"))  # the chief's lands there
