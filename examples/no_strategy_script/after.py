@@ -44,7 +44,14 @@ model = keras.Sequential(
 model.compile(
     optimizer=keras.optimizers.Adam(1e-2),
     loss="binary_crossentropy",
-    metrics=[keras.metrics.Recall(name="recall"), keras.metrics.Precision(name="precision")],
+    metrics=[
+        keras.metrics.FalseNegatives(name="fn"),
+        keras.metrics.FalsePositives(name="fp"),
+        keras.metrics.TrueNegatives(name="tn"),
+        keras.metrics.TruePositives(name="tp"),
+        keras.metrics.Precision(name="precision"),
+        keras.metrics.Recall(name="recall"),
+    ],
 )
 tfdist.resumable.fit(
     model,

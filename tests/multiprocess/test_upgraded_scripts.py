@@ -50,12 +50,13 @@ def no_strategy_runs(tmp_path_factory):
     reference, resumed = tmp / "reference", tmp / "resumed"
     reference.mkdir()
     resumed.mkdir()
-    runs = {"reference": _job(tmp / "logs-reference", [*JOB, script, str(reference)])}
+    history = [f"--history={out / 'history.json'}" for out in (reference, resumed)]
+    runs = {"reference": _job(tmp / "logs-reference", [*JOB, history[0], script, str(reference)])}
     runs["killed"] = _job(
         tmp / "logs-killed", [*JOB, "--kill_after_batches=24", script, str(resumed)]
     )
     runs["steps_when_killed"] = committed_steps(resumed / "backup")
-    runs["resumed"] = _job(tmp / "logs-resumed", [*JOB, script, str(resumed)])
+    runs["resumed"] = _job(tmp / "logs-resumed", [*JOB, history[1], script, str(resumed)])
     return reference, resumed, runs
 
 
@@ -77,6 +78,26 @@ def test_no_strategy_script_killed_mid_epoch_resumes_to_the_uninterrupted_weight
         _weights(resumed / "model.keras"), _weights(reference / "model.keras"), strict=True
     ):
         np.testing.assert_array_equal(got, want)
+
+
+def _examples_seen(history: dict, prefix: str = "") -> list[float]:
+    """Examples counted per epoch by keras.io's confusion-matrix metrics (fn + fp + tn + tp)."""
+    names = [f"{prefix}{name}" for name in ("fn", "fp", "tn", "tp")]
+    return [sum(values) for values in zip(*(history[name] for name in names))]
+
+
+def test_two_workers_share_each_global_batch_and_validation_split_holds_out_the_last_fifth(
+    no_strategy_runs,
+):
+    """1000 examples, validation_split=0.2: 800 trained on per epoch by the 2 workers
+    together (each computes on its half of every batch of 64), 200 validated; the resumed
+    job's history counts the same, the interrupted epoch included."""
+    reference, resumed, runs = no_strategy_runs
+    for out, name in ((reference, "reference"), (resumed, "resumed")):
+        assert (out / "history.json").exists(), runs[name][1].format_logs()
+        history = json.loads((out / "history.json").read_text())
+        assert _examples_seen(history) == [800.0] * 4, history
+        assert _examples_seen(history, "val_") == [200.0] * 4, history
 
 
 def test_a_restart_with_another_batch_size_is_one_line_and_exit_2_on_every_worker(
