@@ -232,3 +232,27 @@ def test_string_arrays_train_a_model_that_looks_them_up(tmp_path):
         model, words, labels, batch_size=8, epochs=1, backup_dir=str(tmp_path), verbose=0
     )
     assert int(model.optimizer.iterations) == 4
+
+
+def test_set_strategy_from_environment_builds_the_rest_of_the_script_in_its_scope(monkeypatch):
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.delenv("CLUSTER_SPEC", raising=False)
+    strategy = tfdist.resumable.set_strategy_from_environment("mirrored")
+    try:
+        assert tf.distribute.get_strategy() is strategy and tf.distribute.has_strategy()
+        model = _model()  # built at the top level, no `with strategy.scope():`
+        assert model.distribute_strategy is strategy
+    finally:
+        tf.distribute.experimental_set_strategy(None)
+    assert not tf.distribute.has_strategy()
+
+
+def test_a_bad_cluster_variable_in_a_job_is_one_line_and_exit_2(monkeypatch, capsys):
+    monkeypatch.setenv("TF_CONFIG", "{not json")
+    monkeypatch.delattr(sys, "ps1", raising=False)
+    with pytest.raises(SystemExit) as raised:
+        tfdist.resumable.strategy_from_environment()
+    assert raised.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and "TF_CONFIG" in err, err
+    assert "{not json" not in err  # never logged verbatim
