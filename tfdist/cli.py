@@ -24,6 +24,7 @@ import functools
 import os
 import re
 import sys
+import threading
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from absl import app, flags
@@ -86,13 +87,19 @@ def is_interactive() -> bool:
 def usage_errors_exit(environ=None) -> bool:
     """Whether a `UsageError` in a user's script ends the process with one line and code 2.
 
-    True in a task of a job (`TF_CONFIG` or `CLUSTER_SPEC` set) that is not
-    an interactive session: there a traceback per worker helps nobody, and
-    the code tells the restart policy not to retry. Elsewhere the script
-    gets the exception, to catch or to see.
+    True in the main thread of a task of a job (`TF_CONFIG` or `CLUSTER_SPEC`
+    set) that is not an interactive session: there a traceback per worker
+    helps nobody, and the code tells the restart policy not to retry.
+    Elsewhere the script gets the exception, to catch or to see; so does a
+    framework that runs the training function in a thread of its own (Ray
+    Train), where `sys.exit` would end only that thread.
     """
     environ = os.environ if environ is None else environ
-    return any(environ.get(name) for name in JOB_VARIABLES) and not is_interactive()
+    return (
+        any(environ.get(name) for name in JOB_VARIABLES)
+        and threading.current_thread() is threading.main_thread()
+        and not is_interactive()
+    )
 
 
 def usage_errors_exit_in_jobs(function: Callable) -> Callable:

@@ -7,6 +7,7 @@ same shapes is tests/multiprocess/test_upgraded_scripts.py.
 
 import os
 import sys
+import threading
 
 import keras
 import numpy as np
@@ -256,3 +257,21 @@ def test_a_bad_cluster_variable_in_a_job_is_one_line_and_exit_2(monkeypatch, cap
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and "TF_CONFIG" in err, err
     assert "{not json" not in err  # never logged verbatim
+
+
+def test_a_usage_error_in_a_thread_of_a_job_stays_an_exception(tmp_path, monkeypatch):
+    """Ray Train runs the training function in a thread: sys.exit would end only that thread."""
+    monkeypatch.setenv("TF_CONFIG", '{"cluster": {"worker": ["127.0.0.1:1"]}, "task": {}}')
+    monkeypatch.delattr(sys, "ps1", raising=False)
+    raised = []
+
+    def train():
+        try:
+            _fit(tmp_path / "backup", batch_size=0)
+        except BaseException as error:  # pylint: disable=broad-except  (asserted below)
+            raised.append(error)
+
+    thread = threading.Thread(target=train)
+    thread.start()
+    thread.join(timeout=120)
+    assert len(raised) == 1 and isinstance(raised[0], UsageError), raised
