@@ -30,8 +30,8 @@ epoch. A dataset reshuffled every epoch with a random seed cannot resume
 exactly; pass the arrays themselves (shuffled per epoch from `seed`), or use
 `tfdist.data.training_batches` for a seeded permutation per pass.
 
-In a task of a job (`TF_CONFIG` or `CLUSTER_SPEC` set) that is not an
-interactive session, a `tfdist.errors.UsageError` from these functions is one
+In the main thread of a job's task (`TF_CONFIG` or `CLUSTER_SPEC` set) that is
+not an interactive session, a `tfdist.errors.UsageError` from these functions is one
 `error:` line on stderr and exit code 2, as from tfdist's commands.
 """
 
@@ -210,10 +210,11 @@ def fit(
     Raises:
         UsageError: A bad argument, an endless dataset without
             `steps_per_epoch`, or a finished job whose final backup is gone.
-            In a job (`TF_CONFIG` or `CLUSTER_SPEC` set, as under
-            `tfdist.launch`, Vertex AI, Kubeflow or Ray) and not in an
-            interactive session, it is printed as one `error:` line and the
-            process exits with code 2 instead (`tfdist.cli.usage_errors_exit_in_jobs`).
+            In the main thread of a job's task (`TF_CONFIG` or
+            `CLUSTER_SPEC` set, as under `tfdist.launch`, Vertex AI or
+            Kubeflow) that is not an interactive session, it is printed as
+            one `error:` line and the process exits with code 2 instead
+            (`tfdist.cli.usage_errors_exit`).
         tfdist.preemption.Preempted: After SIGTERM, once the backup is saved
             (a `SystemExit` with code 143).
         PeerLost: Another task of a multi-worker job died or became unreachable
