@@ -130,27 +130,34 @@ def write_path(path: str) -> str:
 
 
 @cli.usage_errors_exit_in_jobs
-def fit(
+def fit(  # pylint: disable=too-many-arguments  (keras.Model.fit's, in its order)
     model: keras.Model,
     x=None,
     y=None,
-    *,
-    backup_dir: str,
     batch_size: int | None = None,
     epochs: int = 1,
-    steps_per_epoch: int | None = None,
-    shuffle: bool = True,
-    sample_weight=None,
+    verbose="auto",
+    callbacks=None,
     validation_split: float = 0.0,
     validation_data=None,
+    shuffle: bool = True,
+    class_weight=None,
+    sample_weight=None,
+    initial_epoch=None,
+    steps_per_epoch: int | None = None,
+    *,
+    backup_dir: str,
     validation_batch_size: int | None = None,
     seed: int | None = None,
     save_freq="epoch",
-    callbacks=None,
     preemption: PreemptionOptions | None = PreemptionOptions(),
     **fit_kwargs,
 ) -> keras.callbacks.History:
-    """`model.fit(x, epochs=..., ...)` that resumes from `backup_dir` at the exact step.
+    """`model.fit(x, y, ...)` that resumes from `backup_dir` at the exact step.
+
+    The arguments up to `steps_per_epoch` are `keras.Model.fit`'s, in its
+    order (so `model.fit(...)` becomes `tfdist.resumable.fit(model, ...,
+    backup_dir=...)`); the rest are keyword-only.
 
     What a resume keeps (docs/fault_tolerance.md): the weights, optimizer and
     learning rate, the epoch and step, the history, the metrics of an
@@ -169,27 +176,32 @@ def fit(
             Python generator or a `keras.utils.PyDataset` is refused in one
             line (wrap a generator in `tf.data.Dataset.from_generator`).
         y: The labels, with arrays `x` (None for a dataset, which holds them).
-        backup_dir: Where backups go; the same directory on every restart.
         batch_size: With arrays: examples per step, all replicas together
             (the global batch), as `model.fit` under a strategy; default 32.
             Each epoch is one pass over the arrays in batches of it, the last
             one partial. Refused with a dataset (already batched).
         epochs: Total epochs of the job, as in `model.fit`.
-        steps_per_epoch: As in `model.fit`; without it, a finite dataset
-            resumes mid-epoch with the epoch length its backup recorded, and
-            arrays take one pass per epoch. With arrays and a number, epochs
-            follow one another along the passes (a new pass, reshuffled,
-            begins where the last ends).
-        shuffle: With arrays: a new permutation every epoch, a function of
-            `seed` and the epoch's pass only, so a restart resumes it at the
-            exact step; False keeps the arrays' order. Ignored for a dataset
-            (as `model.fit` ignores it): shuffle the dataset with a seed.
-        sample_weight: With arrays, as in `model.fit`.
+        verbose: As in `model.fit`.
+        callbacks: More Keras callbacks; they run before the backup. On
+            workers other than the chief their files go to `write_path(...)`.
         validation_split: With arrays, as in `model.fit`: this fraction of
             the examples, taken from the end before any shuffling, is held out
             and evaluated after each epoch (unless `validation_data` is given).
         validation_data: As in `model.fit`: a dataset, or a tuple `(x_val,
             y_val[, val_sample_weight])` of arrays.
+        shuffle: With arrays: a new permutation every epoch, a function of
+            `seed` and the epoch's pass only, so a restart resumes it at the
+            exact step; False keeps the arrays' order. Ignored for a dataset
+            (as `model.fit` ignores it): shuffle the dataset with a seed.
+        class_weight: As in `model.fit`.
+        sample_weight: With arrays, as in `model.fit`.
+        initial_epoch: Refused: the backup decides where training starts.
+        steps_per_epoch: As in `model.fit`; without it, a finite dataset
+            resumes mid-epoch with the epoch length its backup recorded, and
+            arrays take one pass per epoch. With arrays and a number, epochs
+            follow one another along the passes (a new pass, reshuffled,
+            begins where the last ends).
+        backup_dir: Where backups go; the same directory on every restart.
         validation_batch_size: Batch of validation arrays (default:
             `batch_size`).
         seed: Fixes the arrays' permutation per epoch; default TensorFlow's
@@ -197,11 +209,9 @@ def fit(
             fixed value. The backup records it (and the arrays' length and
             `batch_size`): a restart with other values is refused.
         save_freq: `"epoch"` or a number of steps between backups.
-        callbacks: More Keras callbacks; they run before the backup. On
-            workers other than the chief their files go to `write_path(...)`.
         preemption: What SIGTERM does; None leaves signals alone.
-        **fit_kwargs: Passed to every `model.fit` call (`verbose`,
-            `class_weight`, `validation_freq`, ...), except `initial_epoch`.
+        **fit_kwargs: Passed to every `model.fit` call (`validation_steps`,
+            `validation_freq`, ...).
 
     Returns:
         The `History` of every epoch of the job, including those run before a
@@ -220,11 +230,14 @@ def fit(
         PeerLost: Another task of a multi-worker job died or became unreachable
             (a `SystemExit` with code 200, which restart policies retry).
     """
-    for reserved in ("initial_epoch",):
-        if reserved in fit_kwargs:
-            raise UsageError(
-                f"fit got {reserved}=..., which tfdist.resumable.fit sets itself; remove it"
-            )
+    if initial_epoch is not None:
+        raise UsageError(
+            f"fit got initial_epoch={initial_epoch!r}, which tfdist.resumable.fit sets itself "
+            f"from the backup; remove it"
+        )
+    fit_kwargs["verbose"] = verbose
+    if class_weight is not None:
+        fit_kwargs["class_weight"] = class_weight
     inputs = fit_arrays.fit_inputs(
         x,
         y,

@@ -275,3 +275,18 @@ def test_a_usage_error_in_a_thread_of_a_job_stays_an_exception(tmp_path, monkeyp
     thread.start()
     thread.join(timeout=120)
     assert len(raised) == 1 and isinstance(raised[0], UsageError), raised
+
+
+def test_keras_fit_positional_arguments_keep_their_meaning(tmp_path):
+    """`model.fit(x, y, 16, 2, 0)` is `fit(model, x, y, 16, 2, 0, backup_dir=...)`."""
+    x, y = _data()
+    model = _model()
+    history = tfdist.resumable.fit(model, x, y, 16, 2, 0, backup_dir=str(tmp_path))
+    assert int(model.optimizer.iterations) == 2 * 7  # 100 examples in batches of 16
+    assert len(history.history["loss"]) == 2
+
+
+def test_initial_epoch_is_refused_because_the_backup_sets_it(tmp_path):
+    x, y = _data()
+    with pytest.raises(UsageError, match="initial_epoch=2, which tfdist.resumable.fit sets"):
+        tfdist.resumable.fit(_model(), x, y, initial_epoch=2, backup_dir=str(tmp_path))
