@@ -20,8 +20,11 @@ from `tfdist.launch` when its `--timeout` expires.
 """
 
 import dataclasses
+import functools
+import os
 import re
 import sys
+import threading
 from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from absl import app, flags
@@ -70,6 +73,51 @@ def exit_with_error(message: str, code: int) -> NoReturn:
 def exit_usage_error(message: str) -> NoReturn:
     """Prints `message` as one line on stderr and exits with code 2."""
     exit_with_error(message, EXIT_USAGE)
+
+
+# The variables that make a process a task of a job (tfdist.launch, Vertex AI, Kubeflow, Ray).
+JOB_VARIABLES = ("TF_CONFIG", "CLUSTER_SPEC")
+
+
+def is_interactive() -> bool:
+    """Whether Python runs an interactive session (a REPL, `python -i`, a Jupyter kernel)."""
+    return hasattr(sys, "ps1") or bool(sys.flags.interactive) or "ipykernel" in sys.modules
+
+
+def usage_errors_exit(environ=None) -> bool:
+    """Whether a `UsageError` in a user's script ends the process with one line and code 2.
+
+    True in the main thread of a task of a job (`TF_CONFIG` or `CLUSTER_SPEC`
+    set) that is not an interactive session: there a traceback per worker
+    helps nobody, and the code tells the restart policy not to retry.
+    Elsewhere the script gets the exception, to catch or to see; so does a
+    framework that runs the training function in a thread of its own (Ray
+    Train), where `sys.exit` would end only that thread.
+    """
+    environ = os.environ if environ is None else environ
+    return (
+        any(environ.get(name) for name in JOB_VARIABLES)
+        and threading.current_thread() is threading.main_thread()
+        and not is_interactive()
+    )
+
+
+def usage_errors_exit_in_jobs(function: Callable) -> Callable:
+    """Decorates a library entry point: in a job, its `UsageError` is one `error:` line, exit 2.
+
+    See `usage_errors_exit`; outside a job the exception is raised as it is.
+    """
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        except UsageError as error:
+            if not usage_errors_exit():
+                raise
+            exit_usage_error(str(error))
+
+    return wrapper
 
 
 def parse_flags_or_exit(argv: Sequence[str]) -> list:

@@ -5,8 +5,10 @@ class UsageError(ValueError):
     """Bad input from the user: flags, config files or cluster variables.
 
     Command-line entry points print its message as one line on stderr and exit
-    with code 2, without a traceback. The message names what was wrong, the
-    value, what was expected and how to fix it.
+    with code 2, without a traceback; so does `tfdist.resumable` in a user's
+    script when it runs as a task of a job (`TF_CONFIG` or `CLUSTER_SPEC` set,
+    not interactive: `tfdist.cli.usage_errors_exit`). The message names what
+    was wrong, the value, what was expected and how to fix it.
     """
 
 

@@ -7,6 +7,11 @@ Three lines change in a script that already trains with `model.fit`:
     ...
     tfdist.resumable.fit(model, dataset, backup_dir=DIR, epochs=10)  # 3: instead of model.fit
 
+A script without a strategy calls `set_strategy_from_environment()` at its top
+instead of line 2 (no `with strategy.scope():`, nothing re-indented), and
+`fit(model, x, y, batch_size=..., validation_split=..., ...)` takes NumPy arrays
+as `model.fit` does (`tfdist.data.arrays`: a seeded permutation per epoch).
+
 `strategy_from_environment` reads `TF_CONFIG` / `CLUSTER_SPEC` and builds the
 strategy the cluster calls for (`auto`), with the Keras 3 multi-worker
 corrections applied. `fit` restores the newest backup in `backup_dir`, runs the
@@ -22,7 +27,12 @@ Resume is exact when the dataset is deterministic: either an endless stream
 already taken, or a finite dataset that yields the same batches in every
 epoch, which resumes by skipping the steps already taken in the interrupted
 epoch. A dataset reshuffled every epoch with a random seed cannot resume
-exactly; use `tfdist.data.training_batches` for a seeded permutation per pass.
+exactly; pass the arrays themselves (shuffled per epoch from `seed`), or use
+`tfdist.data.training_batches` for a seeded permutation per pass.
+
+In the main thread of a job's task (`TF_CONFIG` or `CLUSTER_SPEC` set) that is
+not an interactive session, a `tfdist.errors.UsageError` from these functions is one
+`error:` line on stderr and exit code 2, as from tfdist's commands.
 """
 
 import logging
@@ -35,6 +45,7 @@ import tensorflow as tf
 from tfdist import cli
 from tfdist._internal.peers import PEER_FAILURES
 from tfdist.callbacks import BackupAndRestore
+from tfdist.data import arrays as fit_arrays
 from tfdist.distribute import strategy as strategy_lib
 from tfdist.distribute import worker_files
 from tfdist.distribute.cluster import resolve_cluster, resolve_cluster_for_strategy
@@ -57,6 +68,7 @@ class PeerLost(SystemExit):
         super().__init__(cli.EXIT_PEER_LOST)
 
 
+@cli.usage_errors_exit_in_jobs
 def strategy_from_environment(
     name: str = "auto", *, options: strategy_lib.StrategyOptions | None = None
 ):
@@ -73,6 +85,31 @@ def strategy_from_environment(
     options = options or strategy_lib.StrategyOptions()
     cluster = resolve_cluster_for_strategy(os.environ, name)
     return strategy_lib.make_strategy(name, cluster, options)
+
+
+@cli.usage_errors_exit_in_jobs
+def set_strategy_from_environment(
+    name: str = "auto", *, options: strategy_lib.StrategyOptions | None = None
+):
+    """`strategy_from_environment()`, made the strategy of the rest of the program.
+
+    The upgrade of a script that has no strategy, without re-indenting it:
+    every model, optimizer and variable built after this call is built in the
+    strategy's scope, as if the rest of the script were inside `with
+    strategy.scope():` (`tf.distribute.experimental_set_strategy`). Call it
+    at the top of the script, before any other TensorFlow operation.
+
+        import tfdist.resumable
+        tfdist.resumable.set_strategy_from_environment()
+        model = keras.Sequential([...]); model.compile(...)  # unchanged
+        tfdist.resumable.fit(model, x, y, batch_size=64, epochs=5, backup_dir=DIR)
+
+    Returns:
+        The strategy.
+    """
+    strategy = strategy_from_environment(name, options=options)
+    tf.distribute.experimental_set_strategy(strategy)
+    return strategy
 
 
 def write_path(path: str) -> str:
@@ -92,19 +129,35 @@ def write_path(path: str) -> str:
     return worker_files.write_path(path, resolve_cluster(os.environ))
 
 
-def fit(
+@cli.usage_errors_exit_in_jobs
+def fit(  # pylint: disable=too-many-arguments  (keras.Model.fit's, in its order)
     model: keras.Model,
-    x: tf.data.Dataset,
+    x=None,
+    y=None,
+    batch_size: int | None = None,
+    epochs: int = 1,
+    verbose="auto",
+    callbacks=None,
+    validation_split: float = 0.0,
+    validation_data=None,
+    shuffle: bool = True,
+    class_weight=None,
+    sample_weight=None,
+    initial_epoch=None,
+    steps_per_epoch: int | None = None,
     *,
     backup_dir: str,
-    epochs: int = 1,
-    steps_per_epoch: int | None = None,
+    validation_batch_size: int | None = None,
+    seed: int | None = None,
     save_freq="epoch",
-    callbacks=None,
     preemption: PreemptionOptions | None = PreemptionOptions(),
     **fit_kwargs,
 ) -> keras.callbacks.History:
-    """`model.fit(x, epochs=..., ...)` that resumes from `backup_dir` at the exact step.
+    """`model.fit(x, y, ...)` that resumes from `backup_dir` at the exact step.
+
+    The arguments up to `steps_per_epoch` are `keras.Model.fit`'s, in its
+    order (so `model.fit(...)` becomes `tfdist.resumable.fit(model, ...,
+    backup_dir=...)`); the rest are keyword-only.
 
     What a resume keeps (docs/fault_tolerance.md): the weights, optimizer and
     learning rate, the epoch and step, the history, the metrics of an
@@ -116,18 +169,49 @@ def fit(
 
     Args:
         model: A compiled model.
-        x: A deterministic `tf.data.Dataset` of batches: endless (then
-            `steps_per_epoch` is required) or finite (one epoch per pass).
-        backup_dir: Where backups go; the same directory on every restart.
+        x: As in `model.fit`: NumPy arrays (a list or dict of them for
+            several inputs; tensors and DataFrames are read as arrays), or a
+            deterministic `tf.data.Dataset` of batches, endless (then
+            `steps_per_epoch` is required) or finite (one epoch per pass). A
+            Python generator or a `keras.utils.PyDataset` is refused in one
+            line (wrap a generator in `tf.data.Dataset.from_generator`).
+        y: The labels, with arrays `x` (None for a dataset, which holds them).
+        batch_size: With arrays: examples per step, all replicas together
+            (the global batch), as `model.fit` under a strategy; default 32.
+            Each epoch is one pass over the arrays in batches of it, the last
+            one partial. Refused with a dataset (already batched).
         epochs: Total epochs of the job, as in `model.fit`.
-        steps_per_epoch: As in `model.fit`; without it, a finite dataset
-            resumes mid-epoch with the epoch length its backup recorded.
-        save_freq: `"epoch"` or a number of steps between backups.
+        verbose: As in `model.fit`.
         callbacks: More Keras callbacks; they run before the backup. On
             workers other than the chief their files go to `write_path(...)`.
+        validation_split: With arrays, as in `model.fit`: this fraction of
+            the examples, taken from the end before any shuffling, is held out
+            and evaluated after each epoch (unless `validation_data` is given).
+        validation_data: As in `model.fit`: a dataset, or a tuple `(x_val,
+            y_val[, val_sample_weight])` of arrays.
+        shuffle: With arrays: a new permutation every epoch, a function of
+            `seed` and the epoch's pass only, so a restart resumes it at the
+            exact step; False keeps the arrays' order. Ignored for a dataset
+            (as `model.fit` ignores it): shuffle the dataset with a seed.
+        class_weight: As in `model.fit`.
+        sample_weight: With arrays, as in `model.fit`.
+        initial_epoch: Refused: the backup decides where training starts.
+        steps_per_epoch: As in `model.fit`; without it, a finite dataset
+            resumes mid-epoch with the epoch length its backup recorded, and
+            arrays take one pass per epoch. With arrays and a number, epochs
+            follow one another along the passes (a new pass, reshuffled,
+            begins where the last ends).
+        backup_dir: Where backups go; the same directory on every restart.
+        validation_batch_size: Batch of validation arrays (default:
+            `batch_size`).
+        seed: Fixes the arrays' permutation per epoch; default TensorFlow's
+            global seed (`keras.utils.set_random_seed(n)` sets it), else a
+            fixed value. The backup records it (and the arrays' length and
+            `batch_size`): a restart with other values is refused.
+        save_freq: `"epoch"` or a number of steps between backups.
         preemption: What SIGTERM does; None leaves signals alone.
-        **fit_kwargs: Passed to every `model.fit` call (`verbose`,
-            `validation_data`, ...), except `initial_epoch` and `shuffle`.
+        **fit_kwargs: Passed to every `model.fit` call (`validation_steps`,
+            `validation_freq`, ...).
 
     Returns:
         The `History` of every epoch of the job, including those run before a
@@ -136,22 +220,41 @@ def fit(
     Raises:
         UsageError: A bad argument, an endless dataset without
             `steps_per_epoch`, or a finished job whose final backup is gone.
+            In the main thread of a job's task (`TF_CONFIG` or
+            `CLUSTER_SPEC` set, as under `tfdist.launch`, Vertex AI or
+            Kubeflow) that is not an interactive session, it is printed as
+            one `error:` line and the process exits with code 2 instead
+            (`tfdist.cli.usage_errors_exit`).
         tfdist.preemption.Preempted: After SIGTERM, once the backup is saved
             (a `SystemExit` with code 143).
         PeerLost: Another task of a multi-worker job died or became unreachable
             (a `SystemExit` with code 200, which restart policies retry).
     """
-    for reserved in ("initial_epoch", "shuffle", "x"):
-        if reserved in fit_kwargs:
-            raise UsageError(
-                f"fit got {reserved}=..., which tfdist.resumable.fit sets itself; remove it"
-            )
-    if not isinstance(x, tf.data.Dataset):
+    if initial_epoch is not None:
         raise UsageError(
-            f"x is a {type(x).__name__}, expected a tf.data.Dataset of batches "
-            f"(wrap arrays with tf.data.Dataset.from_tensor_slices(...).batch(n))"
+            f"fit got initial_epoch={initial_epoch!r}, which tfdist.resumable.fit sets itself "
+            f"from the backup; remove it"
         )
-    endless = int(x.cardinality()) == int(tf.data.INFINITE_CARDINALITY)
+    fit_kwargs["verbose"] = verbose
+    if class_weight is not None:
+        fit_kwargs["class_weight"] = class_weight
+    inputs = fit_arrays.fit_inputs(
+        x,
+        y,
+        batch_size=batch_size,
+        shuffle=shuffle,
+        sample_weight=sample_weight,
+        validation_split=validation_split,
+        validation_data=validation_data,
+        validation_batch_size=validation_batch_size,
+        seed=seed,
+    )
+    arrays = inputs.training
+    if arrays is not None and steps_per_epoch is None:
+        steps_per_epoch = arrays.steps_per_pass
+    if inputs.validation_data is not None:
+        fit_kwargs["validation_data"] = inputs.validation_data
+    endless = arrays is not None or int(x.cardinality()) == int(tf.data.INFINITE_CARDINALITY)
     if endless and steps_per_epoch is None:
         raise UsageError(
             "x repeats forever but steps_per_epoch is not set, expected the "
@@ -167,6 +270,7 @@ def fit(
         delete_checkpoint=False,
         restore_completed=True,
         cluster=cluster,
+        run_settings=arrays.run_settings() if arrays is not None else None,
     )
     segments = backup.resume(
         model, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks
@@ -175,7 +279,10 @@ def fit(
         _check_final_backup(backup)
     try:
         for segment in segments:
-            skip = segment.first_step if endless else segment.first_step_in_epoch
+            if arrays is not None:  # a stream built from the step: nothing to skip
+                x, skip = arrays.training_batches(segment.first_step), 0
+            else:
+                skip = segment.first_step if endless else segment.first_step_in_epoch
             model.fit(
                 x.skip(skip) if skip else x,
                 callbacks=_around_backup(callbacks, backup),

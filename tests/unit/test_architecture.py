@@ -57,6 +57,7 @@ ALLOWED = {
         "cli",
         "_internal",
         "callbacks",
+        "data",
         "distribute",
         "distribute.cluster",
         "preemption",

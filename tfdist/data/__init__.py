@@ -6,6 +6,9 @@
   training stream and the evaluation batches.
 - `tfdist.data.streaming`: a task's own `tf.data.Dataset`, shuffled per pass.
 - `tfdist.data.random_access`, `tfdist.data.files`: the sources' pipelines.
+- `tfdist.data.arrays`: NumPy arrays given to `tfdist.resumable.fit` as
+  `keras.Model.fit` takes them (batches, `validation_split`, a seeded
+  permutation per epoch).
 """
 
 from tfdist.data.inputs import TaskInput
