@@ -252,6 +252,9 @@ class BackupAndRestore(keras.callbacks.Callback):
         """
         if self._resume_point is not None:
             return self._resume_point
+        # Before any peer is contacted: read-only or full storage is one line now, not at
+        # the first backup.
+        self.store.check_writable()
         if model is not None:
             self.set_model(model)
         model = self.model

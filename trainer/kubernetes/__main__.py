@@ -18,6 +18,8 @@ import sys
 from absl import flags
 
 from tfdist import cli
+from tfdist._internal.json_input import MAX_JSON_DEPTH, load_json, nesting_depth
+from tfdist._internal.preconditions import quoted
 from tfdist.errors import UsageError
 from trainer.kubernetes import checks, manifest
 from trainer.kubernetes import shape as shape_lib
@@ -94,7 +96,9 @@ def shape_from_flags(trainer_args=()) -> shape_lib.TFJobShape:
     values.pop("description", None)
     values.update({name: FLAGS[name].value for name in _HELP if FLAGS[name].present})
     if trainer_args:
-        values["trainer_args"] = (*values.get("trainer_args", ()), *trainer_args)
+        from_file = values.get("trainer_args", [])
+        shape_lib.check_type("trainer_args", from_file, list[str])
+        values["trainer_args"] = (*from_file, *trainer_args)
     return shape_lib.shape_from_options(values)
 
 
@@ -122,10 +126,18 @@ def read_manifest(path: str) -> dict:
         raise UsageError(
             f"--check file {path!r} cannot be read ({error.strerror}), expected a TFJob manifest"
         ) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        pass
+    if text.lstrip().startswith(("{", "[")):
+        return load_json(
+            text,
+            source=f"--check file {quoted(path)}",
+            hint="expected a TFJob manifest (JSON or YAML)",
+            max_bytes=config_files.MAX_CONFIG_BYTES,
+        )
+    if nesting_depth(text) > MAX_JSON_DEPTH:
+        raise UsageError(
+            f"--check file {quoted(path)} nests more than {MAX_JSON_DEPTH} levels, expected "
+            f"a TFJob manifest"
+        )
     try:
         import yaml  # pylint: disable=g-import-not-at-top
     except ImportError:
@@ -135,6 +147,10 @@ def read_manifest(path: str) -> dict:
         ) from None
     try:
         return next(iter(yaml.safe_load_all(text)), None)
+    except RecursionError:
+        raise UsageError(
+            f"--check file {quoted(path)} nests too deep, expected a TFJob manifest"
+        ) from None
     except yaml.YAMLError as error:
         raise UsageError(
             f"--check file {path!r} is neither JSON nor YAML ({' '.join(str(error).split())[:200]})"
