@@ -59,6 +59,12 @@ def read_json_object(path: str, *, flag: str, keys: Iterable[str], example: str)
         f"{flag} file {shown} holds a JSON {type(raw).__name__}, "
         f"expected an object of option names to values",
     )
+    nulls = sorted(key for key, value in raw.items() if value is None)
+    require(
+        not nulls,
+        f"{flag} file {shown} has null for {quoted(', '.join(nulls))}, expected a value; "
+        f"leave the key out to keep its default",
+    )
     allowed = tuple(keys)
     unknown = sorted(set(raw) - set(allowed))
     require(
