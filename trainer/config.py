@@ -37,6 +37,8 @@ JIT_COMPILE = ("auto", "true", "false")
 ALL_REDUCE_DTYPES = ("float32", "bfloat16")
 MIXED_PRECISION = ("none", "mixed_float16", "mixed_bfloat16")
 AUTO = "auto"
+MAX_COUNT = 2**31 - 1
+MAX_SEED = 2**32 - 1  # numpy.random.seed's bound (keras.utils.set_random_seed seeds NumPy)
 
 _MOMENTUM_RANGES = ", ".join(
     f"`{name}` {ranges['momentum']}"
@@ -273,7 +275,13 @@ class ExperimentConfig:
         "(full learning rate); default: none.",
         OPTIMIZATION,
     )
-    seed: int = option(0, "Seed for weights, synthetic data and shuffling.", NUMERICS)
+    seed: int = option(
+        0,
+        "Seed for weights, synthetic data and shuffling.",
+        NUMERICS,
+        check=lambda value: check_seed(value),
+        details=f"From 0 to {MAX_SEED} (NumPy's range).",
+    )
     deterministic: bool = option(
         False,
         "Make TensorFlow ops deterministic (slower).",
@@ -416,6 +424,13 @@ class ExperimentConfig:
         }
 
 
+def check_seed(value: int) -> int:
+    """Raises `UsageError` unless `value` is a seed NumPy, Python and TensorFlow all take."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise UsageError(f"--seed is {quoted(value)}, expected a whole number from 0 to {MAX_SEED}")
+    return value
+
+
 def check_steps_per_execution(steps_per_execution: int, steps_per_epoch: int) -> None:
     """Raises `UsageError` unless executions tile every epoch exactly.
 
@@ -434,11 +449,17 @@ def check_steps_per_execution(steps_per_execution: int, steps_per_epoch: int) ->
 
 
 def _check_finite(name: str, value: Any) -> None:
-    """No option takes NaN or an infinity (`--preemption_grace_seconds=inf` would never fire)."""
+    """No option takes NaN or an infinity (`--preemption_grace_seconds=inf` would never fire).
+
+    Nor a count past int32 (`--steps_per_epoch=2**63` is no epoch; TensorFlow counts in int64
+    and would overflow), the seed excepted (its own range).
+    """
     values = value if isinstance(value, tuple) else (value,)
     for item in values:
         if isinstance(item, float) and not math.isfinite(item):
-            raise UsageError(f"--{name} is {value!r}, expected a finite number")
+            raise UsageError(f"--{name} is {quoted(value)}, expected a finite number")
+        if name != "seed" and isinstance(item, int) and abs(item) > MAX_COUNT:
+            raise UsageError(f"--{name} is {quoted(value)}, expected at most {MAX_COUNT}")
 
 
 def _check_option(row: options_lib.Option, value: Any) -> None:

@@ -22,15 +22,21 @@ from tfdist.distribute import cluster as cluster_lib
 from tfdist.errors import UsageError
 from trainer import config as config_lib
 from trainer import task_flags
-from trainer.kubernetes import __main__ as kubernetes_main
 from trainer.kubernetes import checks, manifest
 from trainer.kubernetes import shape as shape_lib
+from trainer.kubernetes.manifest_file import read_manifest
 from trainer.vertex import config_files
 from trainer.vertex import options as vertex_options
 from trainer.vertex.rendering import build_custom_job
 from trainer.vertex.spec import JobSpec
 
-FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Bounded (the suite is near its time limit), and no example database written to disk.
+FUZZ = settings(
+    max_examples=200,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 DEEP = "[" * 5000
 IMAGE = "us-docker.pkg.dev/my-project/tfdist/trainer:0.1.0"
 VERTEX_BASE = {
@@ -153,6 +159,9 @@ def test_config_files_refused_in_one_line(tmp_path, text, field):
         {"learning_rate": math.nan},
         {"warmup_epochs": math.inf},
         {"task_config": "{not json"},  # ignored without --task on main
+        {"seed": -1},  # a NumPy ValueError traceback on main
+        {"seed": 2**32},
+        {"steps_per_epoch": 2**63},
     ],
 )
 def test_flags_refused_in_one_line(flag_values):
@@ -205,9 +214,10 @@ def test_kubernetes_job_configs_refused_in_one_line(tmp_path, values):
     assert refused_in_one_line(lambda: _tfjob_shape(tmp_path, {**K8S_BASE, **values}))
 
 
-def test_kubernetes_manifest_check_refuses_deep_json(tmp_path):
-    path = _file(tmp_path, DEEP)  # RecursionError on main
-    assert refused_in_one_line(lambda: kubernetes_main.read_manifest(path))
+@pytest.mark.parametrize("text", [DEEP, b"\xff\xfe{", "a:\n" + "  - " * 2000], ids=_short_id)
+def test_kubernetes_manifest_check_refuses_deep_or_binary_files(tmp_path, text):
+    path = _file(tmp_path, text)  # DEEP: RecursionError on main; bytes: UnicodeDecodeError
+    assert refused_in_one_line(lambda: read_manifest(path))
 
 
 @pytest.mark.parametrize(

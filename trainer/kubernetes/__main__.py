@@ -18,11 +18,10 @@ import sys
 from absl import flags
 
 from tfdist import cli
-from tfdist._internal.json_input import MAX_JSON_DEPTH, load_json, nesting_depth
-from tfdist._internal.preconditions import quoted
 from tfdist.errors import UsageError
 from trainer.kubernetes import checks, manifest
 from trainer.kubernetes import shape as shape_lib
+from trainer.kubernetes.manifest_file import read_manifest
 from trainer.vertex import config_files
 
 FLAGS = flags.FLAGS
@@ -115,46 +114,6 @@ def render(document: dict, output_format: str) -> str:
             ) from None
         return yaml.safe_dump(document, sort_keys=False)
     raise UsageError(f"--format is {output_format!r}, expected json or yaml")
-
-
-def read_manifest(path: str) -> dict:
-    """A TFJob from a JSON or YAML file (the first document)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read(config_files.MAX_CONFIG_BYTES + 1)
-    except OSError as error:
-        raise UsageError(
-            f"--check file {path!r} cannot be read ({error.strerror}), expected a TFJob manifest"
-        ) from None
-    if text.lstrip().startswith(("{", "[")):
-        return load_json(
-            text,
-            source=f"--check file {quoted(path)}",
-            hint="expected a TFJob manifest (JSON or YAML)",
-            max_bytes=config_files.MAX_CONFIG_BYTES,
-        )
-    if nesting_depth(text) > MAX_JSON_DEPTH:
-        raise UsageError(
-            f"--check file {quoted(path)} nests more than {MAX_JSON_DEPTH} levels, expected "
-            f"a TFJob manifest"
-        )
-    try:
-        import yaml  # pylint: disable=g-import-not-at-top
-    except ImportError:
-        raise UsageError(
-            f"--check file {path!r} is not JSON, and reading YAML needs PyYAML; "
-            f"pip install 'tfdist[kubernetes]'"
-        ) from None
-    try:
-        return next(iter(yaml.safe_load_all(text)), None)
-    except RecursionError:
-        raise UsageError(
-            f"--check file {quoted(path)} nests too deep, expected a TFJob manifest"
-        ) from None
-    except yaml.YAMLError as error:
-        raise UsageError(
-            f"--check file {path!r} is neither JSON nor YAML ({' '.join(str(error).split())[:200]})"
-        ) from None
 
 
 def check_structure(document: dict) -> str:
