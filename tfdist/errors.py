@@ -63,8 +63,11 @@ _STORAGE_MESSAGES = (
     ("permission denied", _STORAGE_ERRNOS[13]),
     ("operation not permitted", _STORAGE_ERRNOS[1]),
     ("not a directory", _STORAGE_ERRNOS[20]),
+    # Cloud Storage's answers (unverified here: TensorFlow's gs:// cannot reach an emulator).
     ("bucket does not exist", "the bucket does not exist"),
     ("nosuchbucket", "the bucket does not exist"),
+    ("storage.objects.create", "permission denied (storage.objects.create)"),
+    ("storage.objects.delete", "permission denied (storage.objects.delete)"),
 )
 # TensorFlow errors that can carry a storage cause (others, e.g. an out-of-memory
 # ResourceExhaustedError, never name one of the messages above).

@@ -221,3 +221,24 @@ def test_every_entry_point_reports_storage_faults_as_exit_74_in_one_line(error, 
 
 def test_an_out_of_memory_error_is_not_a_storage_fault():
     assert StorageError.cause_of(tf.errors.ResourceExhaustedError(None, None, "OOM")) is None
+
+
+@pytest.mark.parametrize(
+    "error, cause",
+    [
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), "disk quota exceeded"),
+        (OSError(errno.EACCES, "Permission denied", "/x"), "permission denied"),
+        (
+            tf.errors.NotFoundError(None, None, "gs://nob/b; The specified bucket does not exist."),
+            "the bucket does not exist",
+        ),
+        (
+            tf.errors.PermissionDeniedError(
+                None, None, "sa@p.iam does not have storage.objects.create access to gs://b/x"
+            ),
+            "permission denied (storage.objects.create)",
+        ),
+    ],
+)
+def test_storage_causes_are_named(error, cause):
+    assert StorageError.cause_of(error) == cause
