@@ -4,7 +4,8 @@ Every task of a job runs this same command. Flags override the `--config` file,
 which overrides the embedded defaults (`trainer.config.ExperimentConfig`).
 Exit codes (`tfdist.cli`): 0 done, 2 usage or configuration error, 3 stopped
 by a non-finite loss or variable, 143 preempted and saved, 137 the preemption
-grace period ran out first, 200 another task of the job was lost.
+grace period ran out first, 200 another task of the job was lost, 74 storage
+refused a write (full, read-only, a missing bucket, permission denied; not retried).
 """
 
 import json

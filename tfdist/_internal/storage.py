@@ -32,8 +32,17 @@ def _failed_path(error: BaseException, default: str) -> str:
     return match.group(1) if match and "/" in match.group(1) else default
 
 
-def storage_error(error: BaseException, *, path: str, what: str) -> StorageError | None:
-    """`error` as a one-line `StorageError` about `what` at `path`, or None if it is no storage fault."""
+def storage_error(
+    error: BaseException, *, path: str, what: str, needed: int | None = None
+) -> StorageError | None:
+    """`error` as a one-line `StorageError` about `what` at `path`, or None if it is no storage fault.
+
+    Args:
+        error: What the write raised.
+        path: The directory the user named.
+        what: What was being written, for the line ("the backup of step 20 to").
+        needed: Bytes the last committed copy takes, when known (what the write needs).
+    """
     if isinstance(error, StorageError):
         return error
     cause = StorageError.cause_of(error)
@@ -43,7 +52,7 @@ def storage_error(error: BaseException, *, path: str, what: str) -> StorageError
     inside = failed == path or failed.startswith(path.rstrip("/") + "/")
     where = f"{path!r}" if inside else f"{path!r} (at {failed!r})"
     return StorageError(
-        f"cannot write {what} {where}: {cause}{_free_space(path, cause)}; the last "
+        f"cannot write {what} {where}: {cause}{_free_space(path, cause, needed)}; the last "
         f"committed backup is kept: free space, fix the permissions or point the flag at "
         f"writable storage, then run the job again",
         path=path,
@@ -51,8 +60,11 @@ def storage_error(error: BaseException, *, path: str, what: str) -> StorageError
     )
 
 
-def _free_space(path: str, cause: str) -> str:
-    """How full a local filesystem is, for a full-disk message; empty elsewhere."""
+def _free_space(path: str, cause: str, needed: int | None = None) -> str:
+    """How full a local filesystem is, for a full-disk message; empty elsewhere.
+
+    Measured after the partial write was removed: what the user has to work with.
+    """
     if ("space" not in cause and "quota" not in cause) or "://" in path:
         return ""
     existing = os.path.abspath(path)
@@ -62,9 +74,10 @@ def _free_space(path: str, cause: str) -> str:
         stats = os.statvfs(existing)
     except OSError:
         return ""
+    need = f"; the last committed one takes {_size(needed)}" if needed else ""
     return (
         f" ({_size(stats.f_bavail * stats.f_frsize)} free of "
-        f"{_size(stats.f_blocks * stats.f_frsize)})"
+        f"{_size(stats.f_blocks * stats.f_frsize)} once the partial write was removed{need})"
     )
 
 

@@ -49,7 +49,7 @@ import tensorflow as tf
 
 from tfdist._internal.files import write_atomically
 from tfdist._internal.preconditions import check_whole_number
-from tfdist._internal.storage import check_writable, storage_faults
+from tfdist._internal.storage import check_writable, storage_error, storage_faults
 from tfdist.errors import UsageError
 
 FORMAT = "tfdist-backup/1"
@@ -326,10 +326,18 @@ class BackupStore:
         try:
             tf.io.gfile.makedirs(work_path)
             self._write_uncommitted(write_fn, work_path, step=step, metadata=metadata)
-        except Exception:
+        except Exception as error:
             # Never committed; removing it now gives a full disk its space back.
             with contextlib.suppress(Exception):
                 self._remove(work_path)
+            converted = storage_error(
+                error,
+                path=self.backup_dir,
+                what=f"the backup of step {step} to",
+                needed=self._newest_backup_bytes(),
+            )
+            if converted is not None and converted is not error:
+                raise converted from None
             raise
         if self.atomic_rename:
             if tf.io.gfile.exists(final_path):
@@ -337,6 +345,19 @@ class BackupStore:
             tf.io.gfile.rename(work_path, final_path)
         self._prune(step)
         return BackupInfo(step=step, path=final_path, metadata=dict(metadata))
+
+    def _newest_backup_bytes(self) -> int | None:
+        """The size of the newest committed backup (what the next one needs), if any."""
+        with contextlib.suppress(Exception):
+            steps = self.committed_steps()
+            if steps:
+                root = self._path(_backup_name(steps[-1]))
+                return sum(
+                    tf.io.gfile.stat(_join(directory, name)).length
+                    for directory, _, names in tf.io.gfile.walk(root)
+                    for name in names
+                )
+        return None
 
     def _write_uncommitted(self, write_fn, work_path: str, *, step: int, metadata: Mapping) -> None:
         """The checkpoint, its metadata and the commit marker, in `work_path`."""
