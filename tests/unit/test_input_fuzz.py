@@ -25,7 +25,7 @@ from trainer import task_flags
 from trainer.kubernetes import checks, manifest
 from trainer.kubernetes import shape as shape_lib
 from trainer.kubernetes.manifest_file import read_manifest
-from trainer.vertex import config_files
+from trainer.vertex import config_files, tuning
 from trainer.vertex import options as vertex_options
 from trainer.vertex.rendering import build_custom_job
 from trainer.vertex.spec import JobSpec
@@ -78,7 +78,7 @@ def _load_config(directory: pathlib.Path, text: str) -> config_lib.ExperimentCon
     return config_lib.build_config(config_lib.load_config_file(_file(directory, text)))
 
 
-def _submit_spec(directory: pathlib.Path, values: dict, trainer_args=()) -> JobSpec:
+def _submit_spec(directory: pathlib.Path, values: dict, trainer_args=(), *, study=None) -> JobSpec:
     file_values = config_files.read_json_object(
         _file(directory, json.dumps(values)),
         flag="--job_config",
@@ -87,6 +87,7 @@ def _submit_spec(directory: pathlib.Path, values: dict, trainer_args=()) -> JobS
     )
     merged = vertex_options.merge_options(file_values, {"trainer_args": tuple(trainer_args)})
     spec = JobSpec.from_options(merged, timestamp="t")
+    tuning.check_trial_flags(spec, study)  # as trainer.submit's main
     build_custom_job(spec)
     return spec
 
@@ -238,6 +239,22 @@ def test_trainer_flags_after_dashdash_are_checked_before_a_job_is_written(tmp_pa
     submit_error = refused_in_one_line(lambda: _submit_spec(tmp_path, VERTEX_BASE, args))
     assert shape_error and expected in str(shape_error), shape_error
     assert submit_error and expected in str(submit_error), submit_error
+
+
+def test_tuned_flags_count_in_the_check_of_a_tuning_job(tmp_path):
+    def study(name, values):
+        parameters = (tuning.parse_parameter(name, values),)
+        return tuning.TuningSpec(metric="val_accuracy", goal="maximize", parameters=parameters)
+
+    args = ["--lr_scaling=linear", "--validation_steps=5"]
+    # Each trial sets --reference_batch_size, which --lr_scaling needs: accepted.
+    _submit_spec(tmp_path, VERTEX_BASE, args, study=study("reference_batch_size", "integer:64:512"))
+    error = refused_in_one_line(
+        lambda: _submit_spec(
+            tmp_path, VERTEX_BASE, args, study=study("learning_rate", "double:0.01:0.1")
+        )
+    )
+    assert error and "reference_batch_size" in str(error)
 
 
 def test_good_trainer_flags_pass_the_check():

@@ -4,7 +4,6 @@ import re
 from typing import Any, Mapping, Sequence
 
 from tfdist.errors import UsageError
-from trainer import task_flags
 from trainer.vertex.checks import quoted, require
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")
@@ -225,5 +224,4 @@ def trainer_args(value: Any) -> tuple[str, ...]:
             f"trainer_args is {quoted(value)}, expected a list of trainer.task "
             f'flags such as ["--epochs=10"]'
         )
-    task_flags.check_trainer_args(value)
     return tuple(value)
