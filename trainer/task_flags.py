@@ -49,12 +49,15 @@ def passed_values(flag_values: flags.FlagValues) -> dict:
     }
 
 
-def check_trainer_args(args: Sequence[str], *, where: str = "after --") -> None:
+def check_trainer_args(args: Sequence[str], *, where: str = "after --") -> dict:
     """Refuses trainer flags `trainer.task` would refuse, with its own option table.
 
     With `--config`, the file is read on the replicas (its path is theirs), so
     each flag is checked alone; without it, the whole configuration is built
     as `trainer.task` builds it, cross-field rules included.
+
+    Returns:
+        The option values the flags set, by option name (as `trainer.task` reads them).
 
     Raises:
         UsageError: An unknown flag, a malformed or out-of-range value, a
@@ -101,3 +104,4 @@ def check_trainer_args(args: Sequence[str], *, where: str = "after --") -> None:
         raise UsageError(
             f"trainer flags {where}: {error} (trainer.task would exit 2 on every replica)"
         ) from None
+    return passed
