@@ -6,7 +6,10 @@ a non-finite loss or variable (one line on stderr; nothing non-finite was
 backed up); 143 after a preemption notice once the state is saved; 137 when
 the grace period ran out before the backup committed; 200 another task of the
 job was lost (a transient cluster failure: restart the job, it resumes from its
-backup); anything else a crash.
+backup); 74 storage refused a write (a full disk, read-only storage, a missing
+bucket, permission denied: one line naming the path and the cause; the last
+committed backup is intact; not retried, because a restart on the same storage
+fails the same way until someone frees space or fixes it); anything else a crash.
 
 Restart policies read these codes: Kubeflow's TFJob `restartPolicy: ExitCode`
 retries exactly the codes >= 128 (137, 143, 200) and never 2 or 3. 200 lies
@@ -29,7 +32,7 @@ from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from absl import app, flags
 
-from tfdist.errors import NonFiniteError, UsageError
+from tfdist.errors import NonFiniteError, StorageError, UsageError
 
 EXIT_OK = 0
 EXIT_SERVICE_FAILURE = 1
@@ -39,6 +42,8 @@ EXIT_TIMEOUT = 124
 EXIT_PREEMPTED = 143
 EXIT_GRACE_EXPIRED = 137
 EXIT_PEER_LOST = 200
+# sysexits' EX_IOERR. Below 128, so TFJob's ExitCode policy does not retry it (see above).
+EXIT_STORAGE = 74
 # Codes after which a restart of the job can succeed (TFJob's ExitCode policy: >= 128).
 RETRYABLE_EXIT_CODES = (EXIT_GRACE_EXPIRED, EXIT_PREEMPTED, EXIT_PEER_LOST)
 
@@ -155,10 +160,11 @@ class ErrorExit:
     errors: tuple[type[BaseException], ...] | Callable[[], tuple[type[BaseException], ...]]
     code: int
     describe: Callable[[BaseException], str] = str
+    when: Callable[[BaseException], bool] | None = None
 
     def matches(self, error: BaseException) -> bool:
         errors = self.errors if isinstance(self.errors, tuple) else self.errors()
-        return isinstance(error, errors)
+        return isinstance(error, errors) and (self.when is None or self.when(error))
 
 
 def describe_lost_peer(error: BaseException) -> str:
@@ -170,10 +176,30 @@ def describe_lost_peer(error: BaseException) -> str:
     )
 
 
+def describe_storage_fault(error: BaseException) -> str:
+    """The line for a write that storage refused (a full disk, read-only, no permission)."""
+    if isinstance(error, StorageError):
+        return str(error)
+    first_line = (str(error).strip().splitlines() or [""])[0][:300]
+    return (
+        f"storage refused a write ({StorageError.cause_of(error)}): {type(error).__name__}: "
+        f"{first_line}; the last committed backup is kept: free space or fix the storage, "
+        f"then run the job again"
+    )
+
+
 # What every entry point reports without a traceback.
 STANDARD_EXITS = (
     ErrorExit((UsageError,), EXIT_USAGE),
     ErrorExit((NonFiniteError,), EXIT_NON_FINITE),
+    ErrorExit((StorageError,), EXIT_STORAGE),
+    # A write refused where no `storage_faults` block named the path.
+    ErrorExit(
+        (Exception,),
+        EXIT_STORAGE,
+        describe_storage_fault,
+        when=lambda error: StorageError.cause_of(error) is not None,
+    ),
 )
 
 

@@ -44,3 +44,75 @@ class NonFiniteError(RuntimeError):
     Command-line entry points print its message as one line on stderr and exit
     with `tfdist.cli.EXIT_NON_FINITE`. The last backup holds finite values.
     """
+
+
+# What the operating system or TensorFlow's filesystems say when storage refuses a write, and
+# the cause a user reads. TensorFlow's errors carry the OS message ("<path>; No space left on
+# device"), so they are matched by text; OSErrors by errno.
+_STORAGE_ERRNOS = {
+    28: "no space left on the device (disk full)",  # ENOSPC
+    122: "disk quota exceeded",  # EDQUOT
+    30: "read-only file system",  # EROFS
+    13: "permission denied",  # EACCES
+    1: "operation not permitted",  # EPERM
+    20: "a parent path is not a directory",  # ENOTDIR
+    17: "a file of that name exists where a directory is expected",  # EEXIST
+}
+_STORAGE_MESSAGES = (
+    ("no space left on device", _STORAGE_ERRNOS[28]),
+    ("disk quota exceeded", _STORAGE_ERRNOS[122]),
+    ("read-only file system", _STORAGE_ERRNOS[30]),
+    ("permission denied", _STORAGE_ERRNOS[13]),
+    ("operation not permitted", _STORAGE_ERRNOS[1]),
+    ("not a directory", _STORAGE_ERRNOS[20]),
+    # Cloud Storage's answers (unverified here: TensorFlow's gs:// cannot reach an emulator).
+    ("bucket does not exist", "the bucket does not exist"),
+    ("nosuchbucket", "the bucket does not exist"),
+    ("storage.objects.create", "permission denied (storage.objects.create)"),
+    ("storage.objects.delete", "permission denied (storage.objects.delete)"),
+)
+# TensorFlow errors that can carry a storage cause (others, e.g. an out-of-memory
+# ResourceExhaustedError, never name one of the messages above).
+_TF_STORAGE_ERRORS = (
+    "PermissionDeniedError",
+    "ResourceExhaustedError",
+    "NotFoundError",
+    "FailedPreconditionError",
+    "UnknownError",
+    "UnavailableError",
+    "InternalError",
+    "AbortedError",
+)
+
+
+class StorageError(RuntimeError):
+    """Storage refused a write: a full disk, read-only storage, a missing bucket, no permission.
+
+    Command-line entry points print its message as one line on stderr and exit
+    with `tfdist.cli.EXIT_STORAGE`. Nothing committed before it is lost: a
+    backup that failed to write is never committed.
+
+    Attributes:
+        path: The path that could not be written.
+        cause: Why, in words (e.g. "read-only file system").
+    """
+
+    def __init__(self, message: str, *, path: str = "", cause: str = ""):
+        super().__init__(message)
+        self.path = path
+        self.cause = cause
+
+    @staticmethod
+    def cause_of(error: BaseException) -> str | None:
+        """The storage cause of an `OSError` or TensorFlow error, or None if it is not one."""
+        if isinstance(error, StorageError):
+            return error.cause
+        if isinstance(error, OSError) and error.errno in _STORAGE_ERRNOS:
+            return _STORAGE_ERRNOS[error.errno]
+        names = {cls.__name__ for cls in type(error).__mro__}
+        if isinstance(error, OSError) or names & set(_TF_STORAGE_ERRORS):
+            text = str(error).lower()
+            for needle, cause in _STORAGE_MESSAGES:
+                if needle in text:
+                    return cause
+        return None

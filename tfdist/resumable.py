@@ -49,10 +49,23 @@ from tfdist.data import arrays as fit_arrays
 from tfdist.distribute import strategy as strategy_lib
 from tfdist.distribute import worker_files
 from tfdist.distribute.cluster import resolve_cluster, resolve_cluster_for_strategy
-from tfdist.errors import UsageError
+from tfdist.errors import StorageError, UsageError
 from tfdist.preemption import PreemptionOptions
 
 _log = logging.getLogger(__name__)
+
+
+class StorageFault(SystemExit):
+    """Storage refused a write (full, read-only, no permission): exits with 74.
+
+    74 is `tfdist.cli.EXIT_STORAGE`, which restart policies do not retry: a
+    restart on the same storage fails the same way. The last committed backup
+    is intact; free space or fix the storage and run again, it resumes there.
+    Raised by `fit` in place of the error, after one line on stderr.
+    """
+
+    def __init__(self):
+        super().__init__(cli.EXIT_STORAGE)
 
 
 class PeerLost(SystemExit):
@@ -227,6 +240,8 @@ def fit(  # pylint: disable=too-many-arguments  (keras.Model.fit's, in its order
             (`tfdist.cli.usage_errors_exit`).
         tfdist.preemption.Preempted: After SIGTERM, once the backup is saved
             (a `SystemExit` with code 143).
+        StorageFault: Storage refused a write: full, read-only, a missing bucket,
+            permission denied (a `SystemExit` with code 74, one line on stderr).
         PeerLost: Another task of a multi-worker job died or became unreachable
             (a `SystemExit` with code 200, which restart policies retry).
     """
@@ -260,6 +275,43 @@ def fit(  # pylint: disable=too-many-arguments  (keras.Model.fit's, in its order
             "x repeats forever but steps_per_epoch is not set, expected the "
             "number of steps in one epoch; pass steps_per_epoch=N"
         )
+    try:
+        return _fit(
+            model,
+            x,
+            backup_dir=backup_dir,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            save_freq=save_freq,
+            callbacks=callbacks,
+            preemption=preemption,
+            endless=endless,
+            arrays=arrays,
+            **fit_kwargs,
+        )
+    except StorageError as error:
+        print(
+            f"error: {cli.describe_storage_fault(error)} (exit {cli.EXIT_STORAGE})",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise StorageFault() from None
+
+
+def _fit(
+    model,
+    x,
+    *,
+    backup_dir,
+    epochs,
+    steps_per_epoch,
+    save_freq,
+    callbacks,
+    preemption,
+    endless,
+    arrays,
+    **fit_kwargs,
+):
     callbacks = list(callbacks or [])
     cluster = resolve_cluster(os.environ)
     worker_files.redirect_callbacks(callbacks, cluster)

@@ -7,12 +7,13 @@ reach another.
 """
 
 import dataclasses
-import json
+import math
 import os
 from typing import Any, Mapping
 
 from tfdist import optimizer_choice
-from tfdist._internal.preconditions import require
+from tfdist._internal.json_input import MAX_JSON_BYTES, load_json
+from tfdist._internal.preconditions import quoted, require
 from tfdist.distribute.choice import ALL_REDUCE, STRATEGIES
 from tfdist.errors import UsageError
 from tfdist.outputs.export import EXPORT_FORMATS, check_export_format
@@ -36,6 +37,8 @@ JIT_COMPILE = ("auto", "true", "false")
 ALL_REDUCE_DTYPES = ("float32", "bfloat16")
 MIXED_PRECISION = ("none", "mixed_float16", "mixed_bfloat16")
 AUTO = "auto"
+MAX_COUNT = 2**31 - 1
+MAX_SEED = 2**32 - 1  # numpy.random.seed's bound (keras.utils.set_random_seed seeds NumPy)
 
 _MOMENTUM_RANGES = ", ".join(
     f"`{name}` {ranges['momentum']}"
@@ -272,7 +275,13 @@ class ExperimentConfig:
         "(full learning rate); default: none.",
         OPTIMIZATION,
     )
-    seed: int = option(0, "Seed for weights, synthetic data and shuffling.", NUMERICS)
+    seed: int = option(
+        0,
+        "Seed for weights, synthetic data and shuffling.",
+        NUMERICS,
+        check=lambda value: check_seed(value),
+        details=f"From 0 to {MAX_SEED} (NumPy's range).",
+    )
     deterministic: bool = option(
         False,
         "Make TensorFlow ops deterministic (slower).",
@@ -359,7 +368,13 @@ class ExperimentConfig:
 
     def __post_init__(self):
         for row in OPTIONS:
+            _check_finite(row.name, getattr(self, row.name))
             _check_option(row, getattr(self, row.name))
+        if self.task_config and not self.task:
+            raise UsageError(
+                "--task_config is set but --task is not, so nothing would read it, expected "
+                "--task=MODULE:NAME with it; add --task or drop --task_config"
+            )
         spe = self.steps_per_execution
         require(
             spe == AUTO or (isinstance(spe, int) and not isinstance(spe, bool) and spe > 0),
@@ -409,6 +424,13 @@ class ExperimentConfig:
         }
 
 
+def check_seed(value: int) -> int:
+    """Raises `UsageError` unless `value` is a seed NumPy, Python and TensorFlow all take."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise UsageError(f"--seed is {quoted(value)}, expected a whole number from 0 to {MAX_SEED}")
+    return value
+
+
 def check_steps_per_execution(steps_per_execution: int, steps_per_epoch: int) -> None:
     """Raises `UsageError` unless executions tile every epoch exactly.
 
@@ -424,6 +446,20 @@ def check_steps_per_execution(steps_per_execution: int, steps_per_epoch: int) ->
             f"runs past an epoch end; use --steps_per_execution={nearest} or change "
             f"--steps_per_epoch"
         )
+
+
+def _check_finite(name: str, value: Any) -> None:
+    """No option takes NaN or an infinity (`--preemption_grace_seconds=inf` would never fire).
+
+    Nor a count past int32 (`--steps_per_epoch=2**63` is no epoch; TensorFlow counts in int64
+    and would overflow), the seed excepted (its own range).
+    """
+    values = value if isinstance(value, tuple) else (value,)
+    for item in values:
+        if isinstance(item, float) and not math.isfinite(item):
+            raise UsageError(f"--{name} is {quoted(value)}, expected a finite number")
+        if name != "seed" and isinstance(item, int) and abs(item) > MAX_COUNT:
+            raise UsageError(f"--{name} is {quoted(value)}, expected at most {MAX_COUNT}")
 
 
 def _check_option(row: options_lib.Option, value: Any) -> None:
@@ -484,9 +520,9 @@ def _coerce(name: str, value: Any, source: str) -> Any:
         if isinstance(value, str):
             value = [part for part in value.split(",") if part.strip()]
         if not isinstance(value, (list, tuple)):
-            raise UsageError(f"{source}: {name} is {value!r}, expected a list")
+            raise UsageError(f"{source}: {name} is {quoted(value)}, expected a list")
         try:
-            return tuple(element(v) for v in value)
+            return tuple(_element(element, v) for v in value)
         except (TypeError, ValueError):
             raise UsageError(
                 f"{source}: {name} is {value!r}, expected a list of {element.__name__} values"
@@ -505,6 +541,17 @@ def _coerce(name: str, value: Any, source: str) -> Any:
     return value
 
 
+def _element(element: type, value: Any) -> Any:
+    """One list item: a string stays one, a number must be one (never `null` or `true`)."""
+    if element is str:
+        if not isinstance(value, str):
+            raise TypeError(value)
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(value)
+    return element(value)
+
+
 def load_config_file(path: str) -> dict:
     """Reads a JSON config file into field overrides.
 
@@ -517,13 +564,18 @@ def load_config_file(path: str) -> dict:
             f"such as configs/default.json; check the path"
         )
     try:
-        with open(path, encoding="utf-8") as handle:
-            raw = json.load(handle)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_JSON_BYTES + 1)
+    except OSError as error:
         raise UsageError(
-            f"--config file {path!r} is not valid JSON ({error}); "
-            f"expected a JSON object of field names to values"
+            f"--config file {quoted(path)} cannot be read ({error.strerror}), expected a "
+            f"readable JSON file"
         ) from None
+    raw = load_json(
+        data,
+        source=f"--config file {quoted(path)}",
+        hint="expected a JSON object of field names to values",
+    )
     if not isinstance(raw, dict):
         raise UsageError(
             f"--config file {path!r} holds a JSON {type(raw).__name__}, "
@@ -540,6 +592,19 @@ def _overrides(raw: Mapping[str, Any], source: str) -> dict:
             f"names from: {', '.join(FIELDS)}"
         )
     return {name: _coerce(name, value, source) for name, value in raw.items()}
+
+
+def check_option_value(name: str, value: Any) -> Any:
+    """One option's value checked alone (type, range, choices), as a flag; returns it coerced.
+
+    For a command line whose `--config` file cannot be read here: the rules
+    between options wait for the file.
+    """
+    coerced = _overrides({name: value}, "flag")[name]
+    if name != "steps_per_execution":
+        _check_finite(name, coerced)
+        _check_option(OPTION[name], coerced)
+    return coerced
 
 
 def build_config(

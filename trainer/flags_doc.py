@@ -47,10 +47,16 @@ Exit codes: `0` success; `2` usage or configuration error (one `error:` line on 
 traceback); `3` stopped by a non-finite loss or variable (the last backup is finite); `143`
 stopped by a preemption notice (SIGTERM) after saving its state; `137` the grace period ran out
 before the backup committed; `200` another task of the job was lost (restart the job: it resumes
-from its backup); anything else is a crash (the README's table says which codes restart policies
-retry). Bad flags, a bad `--config` file (including an optimizer argument out of the optimizer's
-range, e.g. `--optimizer=lars --momentum=1.0`) and a malformed `TF_CONFIG`/`CLUSTER_SPEC` are
-rejected before the task tries to reach any other task.
+from its backup); `74` storage refused a write (a full disk, read-only storage, a missing bucket,
+permission denied: one line naming the path and the cause; read-only or unwritable directories
+are found at start; the last committed backup is intact; not retried); anything else is a crash
+(the README's table says which codes restart policies retry). Bad flags, a bad `--config` file
+(including an optimizer argument out of the optimizer's range, e.g. `--optimizer=lars
+--momentum=1.0`, a non-finite number, or `--task_config` without `--task`) and a malformed
+`TF_CONFIG`/`CLUSTER_SPEC` are rejected before the task tries to reach any other task. Every JSON
+input (`--config`, `--task_config`, `TF_CONFIG`, `CLUSTER_SPEC`) is read strictly: at most 1 MiB
+and 32 levels deep, no `NaN`/`Infinity`, no key given twice, list items of the declared type
+(`[null, true]` is no list of patterns).
 
 Run `python -m trainer.task --helpfull` for the same list from the code.
 """

@@ -173,6 +173,7 @@ def main(argv, trainer_args=()):
     timestamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
     spec = JobSpec.from_options(merged, timestamp=timestamp)
     study = _tuning_spec()
+    tuning.check_trial_flags(spec, study)
     endpoint, is_emulator = parse_api_endpoint(FLAGS.api_endpoint)
     staging_bucket = _sdk_staging_bucket(merged["staging_bucket"], spec)
     if FLAGS.serving_commands:

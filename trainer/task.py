@@ -4,7 +4,8 @@ Every task of a job runs this same command. Flags override the `--config` file,
 which overrides the embedded defaults (`trainer.config.ExperimentConfig`).
 Exit codes (`tfdist.cli`): 0 done, 2 usage or configuration error, 3 stopped
 by a non-finite loss or variable, 143 preempted and saved, 137 the preemption
-grace period ran out first, 200 another task of the job was lost.
+grace period ran out first, 200 another task of the job was lost, 74 storage
+refused a write (full, read-only, a missing bucket, permission denied; not retried).
 """
 
 import json
@@ -15,33 +16,24 @@ from absl import flags, logging
 
 from tfdist import cli
 from tfdist._internal import startup_logs
-from tfdist.distribute import flags as tfdist_flags
 from tfdist.distribute.cluster import check_cluster_for_strategy, resolve_cluster_for_strategy
 from tfdist.errors import UsageError
 from trainer import config as config_lib
+from trainer import task_flags
 
 FLAGS = flags.FLAGS
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
 
-CONFIG_FLAG = cli.FlagSpec(
-    "config", None, "JSON file of experiment settings (see configs/).", kind="string"
-)
-# The options whose flags this module defines; tfdist.distribute.flags defines the strategy flags.
-TRAINER_OPTIONS = tuple(row for row in config_lib.OPTIONS if row.flag_module == "trainer.task")
+CONFIG_FLAG = task_flags.CONFIG_FLAG
+TRAINER_OPTIONS = task_flags.TRAINER_OPTIONS
 
-tfdist_flags.define_strategy_flags()
-cli.define_flags(
-    [CONFIG_FLAG, *(cli.FlagSpec(row.name, row.default, row.flag_help) for row in TRAINER_OPTIONS)]
-)
+task_flags.define_task_flags(FLAGS, module_name=__name__ if __name__ != "__main__" else sys.argv[0])
 
 
 def config_from_flags() -> config_lib.ExperimentConfig:
     """The embedded defaults, then `--config`, then the flags the user passed."""
     file_values = config_lib.load_config_file(FLAGS.config) if FLAGS.config else {}
-    passed = {
-        row.name: FLAGS[row.name].value for row in config_lib.OPTIONS if FLAGS[row.name].present
-    }
-    return config_lib.build_config(file_values, passed)
+    return config_lib.build_config(file_values, task_flags.passed_values(FLAGS))
 
 
 def main(argv) -> None:

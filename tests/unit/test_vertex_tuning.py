@@ -34,7 +34,8 @@ def test_trial_arguments_keep_an_explicit_metric_flag():
                 "region": "us-central1",
                 "staging_bucket": "gs://my-bucket",
                 "container_uri": OUR_IMAGE,
-                "trainer_args": ("--hparam_metric=val_auc",),
+                # trainer.task refuses a val_ metric without validation (checked at submit).
+                "trainer_args": ("--validation_steps=5", "--hparam_metric=val_auc"),
             },
         ),
         timestamp="t",
@@ -44,7 +45,7 @@ def test_trial_arguments_keep_an_explicit_metric_flag():
         goal="maximize",
         parameters=(tuning.parse_parameter("epochs", "integer:1:2"),),
     )
-    assert tuning.trial_args(spec, study) == ("--hparam_metric=val_auc",)
+    assert tuning.trial_args(spec, study) == ("--validation_steps=5", "--hparam_metric=val_auc")
 
 
 @pytest.mark.parametrize("study", sorted(os.listdir(TUNING)))

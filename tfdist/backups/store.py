@@ -32,6 +32,7 @@ same checkpoint to a per-task scratch directory on their local disk, removed
 right after.
 """
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -48,6 +49,7 @@ import tensorflow as tf
 
 from tfdist._internal.files import write_atomically
 from tfdist._internal.preconditions import check_whole_number
+from tfdist._internal.storage import check_writable, storage_error, storage_faults
 from tfdist.errors import UsageError
 
 FORMAT = "tfdist-backup/1"
@@ -233,6 +235,16 @@ class BackupStore:
             if tf.io.gfile.exists(_join(path, MARKER_NAME))
         )
 
+    def check_writable(self) -> None:
+        """Raises `StorageError` unless this task can write where it saves; call at start.
+
+        The chief writes `backup_dir`, other tasks their scratch directory's parent.
+        """
+        if self.is_chief:
+            check_writable(self.backup_dir, "the backup directory")
+        else:
+            check_writable(self.scratch_root, "the backup scratch directory")
+
     # --------------------------------------------------------------- cleanup
 
     def clean_leftovers(self) -> list[str]:
@@ -291,13 +303,18 @@ class BackupStore:
         """
         step = _check_step(step)
         if not self.is_chief:
-            self._remove_scratch()
-            tf.io.gfile.makedirs(self.scratch_dir)
-            try:
-                write_fn(os.path.join(self.scratch_dir, CHECKPOINT_NAME))
-            finally:
+            with storage_faults(self.scratch_dir, "this task's backup scratch directory"):
                 self._remove_scratch()
+                tf.io.gfile.makedirs(self.scratch_dir)
+                try:
+                    write_fn(os.path.join(self.scratch_dir, CHECKPOINT_NAME))
+                finally:
+                    self._remove_scratch()
             return None
+        with storage_faults(self.backup_dir, f"the backup of step {step} to"):
+            return self._save_on_chief(write_fn, step=step, metadata=metadata)
+
+    def _save_on_chief(self, write_fn, *, step: int, metadata: Mapping) -> BackupInfo:
         tf.io.gfile.makedirs(self.backup_dir)
         final_path = self._path(_backup_name(step))
         if self.atomic_rename:
@@ -306,7 +323,44 @@ class BackupStore:
             work_path = final_path
             if tf.io.gfile.exists(final_path):
                 self._remove(final_path)
-        tf.io.gfile.makedirs(work_path)
+        try:
+            tf.io.gfile.makedirs(work_path)
+            self._write_uncommitted(write_fn, work_path, step=step, metadata=metadata)
+        except Exception as error:
+            # Never committed; removing it now gives a full disk its space back.
+            with contextlib.suppress(Exception):
+                self._remove(work_path)
+            converted = storage_error(
+                error,
+                path=self.backup_dir,
+                what=f"the backup of step {step} to",
+                needed=self._newest_backup_bytes(),
+            )
+            if converted is not None and converted is not error:
+                raise converted from None
+            raise
+        if self.atomic_rename:
+            if tf.io.gfile.exists(final_path):
+                self._remove(final_path)
+            tf.io.gfile.rename(work_path, final_path)
+        self._prune(step)
+        return BackupInfo(step=step, path=final_path, metadata=dict(metadata))
+
+    def _newest_backup_bytes(self) -> int | None:
+        """The size of the newest committed backup (what the next one needs), if any."""
+        with contextlib.suppress(Exception):
+            steps = self.committed_steps()
+            if steps:
+                root = self._path(_backup_name(steps[-1]))
+                return sum(
+                    tf.io.gfile.stat(_join(directory, name)).length
+                    for directory, _, names in tf.io.gfile.walk(root)
+                    for name in names
+                )
+        return None
+
+    def _write_uncommitted(self, write_fn, work_path: str, *, step: int, metadata: Mapping) -> None:
+        """The checkpoint, its metadata and the commit marker, in `work_path`."""
         write_fn(_join(work_path, CHECKPOINT_NAME))
         record = {
             "format": FORMAT,
@@ -324,12 +378,6 @@ class BackupStore:
             "metadata_crc32": zlib.crc32(metadata_bytes),
         }
         _write_bytes(_join(work_path, MARKER_NAME), json.dumps(marker).encode())
-        if self.atomic_rename:
-            if tf.io.gfile.exists(final_path):
-                self._remove(final_path)
-            tf.io.gfile.rename(work_path, final_path)
-        self._prune(step)
-        return BackupInfo(step=step, path=final_path, metadata=record["user"])
 
     def _describe_files(self, root: str) -> dict:
         files = {}
@@ -499,6 +547,10 @@ class BackupStore:
             "user": dict(metadata or {}),
         }
         data = json.dumps(record, indent=1, sort_keys=True).encode()
+        with storage_faults(self.backup_dir, "the completion record to"):
+            self._write_completion(data)
+
+    def _write_completion(self, data: bytes) -> None:
         tf.io.gfile.makedirs(self.backup_dir)
         target = self._path(COMPLETED_NAME)
         if self.atomic_rename:

@@ -47,7 +47,7 @@ from tfdist.callbacks.callback_state import (
 )
 from tfdist.callbacks.non_finite import check_loss
 from tfdist.distribute.cluster import Cluster, resolve_cluster
-from tfdist.errors import NonFiniteError, UsageError
+from tfdist.errors import NonFiniteError, StorageError, UsageError
 from tfdist.preemption import PreemptionOptions, PreemptionWatcher
 
 _log = logging.getLogger(__name__)
@@ -252,6 +252,9 @@ class BackupAndRestore(keras.callbacks.Callback):
         """
         if self._resume_point is not None:
             return self._resume_point
+        # Before any peer is contacted: read-only or full storage is one line now, not at
+        # the first backup.
+        self.store.check_writable()
         if model is not None:
             self.set_model(model)
         model = self.model
@@ -548,7 +551,7 @@ class BackupAndRestore(keras.callbacks.Callback):
                 extra_metadata=metadata,
                 extra_files={ARRAYS_FILE: arrays_to_bytes(arrays)} if arrays else None,
             )
-        except NonFiniteError:
-            self.close()
+        except (NonFiniteError, StorageError):
+            self.close()  # training stops here: leave SIGTERM to its default
             raise
         self._last_saved_step = self._global_step

@@ -19,14 +19,14 @@ only the single field that was wrong.
 
 import dataclasses
 import ipaddress
-import json
 import logging
 import re
 import types
 from typing import Mapping
 
-from tfdist._internal.preconditions import check_whole_number
-from tfdist.errors import ClusterConfigError
+from tfdist._internal.json_input import load_json
+from tfdist._internal.preconditions import check_whole_number, quoted
+from tfdist.errors import ClusterConfigError, UsageError
 
 CHIEF = "chief"
 WORKER = "worker"
@@ -66,6 +66,9 @@ _POOL_ROLES = {
     "workerpool2": PS,
     "workerpool3": EVALUATOR,
 }
+
+# A host name (DNS labels, as Kubernetes and Vertex AI name pods) or an IPv4 address.
+_HOST = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]{0,251}[A-Za-z0-9_])?")
 
 _TF_CONFIG_EXAMPLE = (
     '{"cluster": {"worker": ["host0:2222", "host1:2222"]}, "task": {"type": "worker", "index": 0}}'
@@ -263,8 +266,10 @@ def pool2_is_reduction_server(environ: Mapping[str, str], strategy: str) -> bool
         return True
     spec = _json_or_none(environ.get(CLUSTER_SPEC))
     cluster = spec.get("cluster") if isinstance(spec, dict) else None
-    if not isinstance(cluster, dict) or not cluster.get("workerpool2"):
-        return True  # No pool 2 (or no CLUSTER_SPEC): nothing to decide.
+    if not isinstance(cluster, dict) or not isinstance(cluster.get("workerpool2"), list):
+        return True  # No pool 2 (or no CLUSTER_SPEC, or one resolve_cluster refuses).
+    if not cluster["workerpool2"]:
+        return True
     task = spec.get("task") if isinstance(spec.get("task"), dict) else {}
     tf_task = _json_or_none(environ.get(TF_CONFIG)) or {}
     tf_task = tf_task.get("task") if isinstance(tf_task, dict) else None
@@ -292,8 +297,8 @@ def resolve_cluster_for_strategy(environ: Mapping[str, str], strategy: str) -> C
 
 def _json_or_none(text):
     try:
-        return json.loads(text) if text and text.strip() else None
-    except (json.JSONDecodeError, TypeError):
+        return load_json(text, source="variable") if text and text.strip() else None
+    except UsageError:
         return None  # resolve_cluster reports malformed variables.
 
 
@@ -319,14 +324,13 @@ def _pool2_image_is_reduction_server(job) -> bool | None:
 
 
 def _load_json_object(text: str, variable: str) -> dict:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise ClusterConfigError(
-            f"{variable} is not valid JSON ({error.msg} at line {error.lineno} column "
-            f"{error.colno}); expected a JSON object such as {_TF_CONFIG_EXAMPLE}; "
-            f"fix the variable or unset it to train in one process"
-        ) from None
+    value = load_json(
+        text,
+        source=variable,
+        error=ClusterConfigError,
+        hint=f"expected a JSON object such as {_TF_CONFIG_EXAMPLE}; fix the variable or "
+        f"unset it to train in one process",
+    )
     if not isinstance(value, dict):
         raise ClusterConfigError(
             f"{variable} holds a JSON {type(value).__name__}, expected a JSON object "
@@ -357,23 +361,37 @@ def _check_index(value, field: str) -> int:
     )
 
 
+def _valid_host(host: str) -> bool:
+    """A host name or IPv4 address, or an IPv6 address in brackets."""
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return False
+        return True
+    return bool(_HOST.fullmatch(host))
+
+
 def _check_address(address, field: str) -> str:
     if not isinstance(address, str):
-        raise ClusterConfigError(f"{field} is {address!r}, expected a 'host:port' string")
+        raise ClusterConfigError(
+            f"{field} is {quoted(address)}, expected a 'host:port' string such as 'localhost:2222'"
+        )
     host, sep, port = address.rpartition(":")
     if address.startswith("[") and "]" in address:
         host = address[: address.index("]") + 1]
         sep, port = (
             (":", address[len(host) + 1 :]) if address[len(host) :].startswith(":") else ("", "")
         )
-    if not sep or not host or not port or (":" in host and not host.startswith("[")):
+    if not sep or not host or not port or not _valid_host(host):
         raise ClusterConfigError(
-            f"{field} is {address!r}, expected 'host:port' such as 'localhost:2222' "
-            f"(IPv6 as '[::1]:2222'); add the port the task listens on"
+            f"{field} is {quoted(address)}, expected 'host:port' such as 'localhost:2222' "
+            f"(a host name or IPv4 address, IPv6 as '[::1]:2222'); add the port the task "
+            f"listens on"
         )
     if not re.fullmatch(r"[0-9]+", port) or not 1 <= int(port) <= 65535:
         raise ClusterConfigError(
-            f"{field} has port {port!r} in {address!r}, expected a port from 1 to 65535"
+            f"{field} has port {quoted(port)} in {quoted(address)}, expected a port from 1 to 65535"
         )
     return address
 
@@ -431,7 +449,7 @@ def _parse_tf_config(text: str) -> Cluster:
     _check_unique(addresses, TF_CONFIG)
     task = _require_mapping(config, "task", TF_CONFIG)
     task_type = task.get("type")
-    if task_type not in ROLES:
+    if not isinstance(task_type, str) or task_type not in ROLES:
         raise ClusterConfigError(
             f"TF_CONFIG['task']['type'] is {task_type!r}, expected one of {', '.join(ROLES)}"
         )
@@ -466,7 +484,7 @@ def _parse_cluster_spec(text: str, pool2_is_reduction_server: bool) -> Cluster:
     _check_unique(addresses, CLUSTER_SPEC)
     task = _require_mapping(spec, "task", CLUSTER_SPEC)
     pool = task.get("type")
-    if pool not in _POOL_ROLES:
+    if not isinstance(pool, str) or pool not in _POOL_ROLES:
         raise ClusterConfigError(
             f"CLUSTER_SPEC['task']['type'] is {pool!r}, expected one of {', '.join(VERTEX_POOLS)}"
         )

@@ -35,6 +35,7 @@ import time
 from typing import Mapping
 
 from tfdist._internal.files import write_atomically
+from tfdist._internal.json_input import load_json
 from tfdist.errors import UsageError
 
 METRIC_FILE_ENV = "CLOUD_ML_HP_METRIC_FILE"
@@ -54,9 +55,11 @@ def trial_id(environ: Mapping[str, str] | None = None) -> str:
     value = str(environ.get(TRIAL_ID_ENV, "")).strip()
     if not value and environ.get("CLUSTER_SPEC"):
         try:
-            task = json.loads(environ["CLUSTER_SPEC"]).get("task", {})
-            value = str(task.get("trial") or "").strip() if isinstance(task, dict) else ""
-        except (ValueError, AttributeError):
+            spec = load_json(environ["CLUSTER_SPEC"], source="CLUSTER_SPEC")
+            task = spec.get("task", {}) if isinstance(spec, dict) else {}
+            trial = task.get("trial") if isinstance(task, dict) else None
+            value = str(trial or "").strip() if not isinstance(trial, (bool, dict, list)) else ""
+        except UsageError:
             value = ""  # a malformed CLUSTER_SPEC is reported by tfdist.distribute.cluster
     if value and not all(char.isalnum() or char in "-_" for char in value):
         raise UsageError(

@@ -27,7 +27,6 @@ tfdist's grace period ends first: then the restart counts as a worker failure.
 Keep `grace_period_seconds` above the drain window to avoid that.
 """
 
-import json
 import logging
 import os
 import signal
@@ -36,6 +35,7 @@ import time
 import keras
 import ray.train
 
+from tfdist._internal.json_input import load_json
 from tfdist._internal.preconditions import check_whole_number
 from tfdist.errors import UsageError
 from tfdist.preemption import signal_relay
@@ -98,8 +98,9 @@ class PreemptionNotice(keras.callbacks.Callback):
         del state
 
     def on_train_begin(self, logs=None):
-        cluster = json.loads(os.environ.get("TF_CONFIG") or "{}").get("cluster", {})
-        if cluster.get("ps"):
+        config = load_json(os.environ.get("TF_CONFIG") or "{}", source="TF_CONFIG")
+        cluster = config.get("cluster") if isinstance(config, dict) else None
+        if isinstance(cluster, dict) and cluster.get("ps"):
             raise UsageError(
                 "PreemptionNotice is in a parameter-server job, expected a synchronous job: "
                 "ray.train.get_preemption_info() needs every Ray worker, and only the chief "

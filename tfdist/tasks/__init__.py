@@ -28,11 +28,11 @@ with the four methods works.
 
 import importlib
 import inspect
-import json
 import os
 import re
 from typing import Mapping
 
+from tfdist._internal.json_input import load_json
 from tfdist._internal.preconditions import quoted
 from tfdist.errors import UsageError
 
@@ -105,21 +105,20 @@ def parse_task_config(value: str | Mapping | None) -> dict:
                 f"{MAX_TASK_CONFIG_BYTES} bytes, expected a small JSON object"
             )
         source = f"--task_config file {quoted(text)}"
-        with open(text, encoding="utf-8") as handle:
-            text = handle.read()
+        with open(text, "rb") as handle:
+            text = handle.read(MAX_TASK_CONFIG_BYTES + 1)
     elif not text.startswith(("{", "[", '"')):
         raise TaskError(
             f"--task_config is {quoted(value)}, which is neither a JSON object nor an "
             f"existing file; pass '{{\"name\": value}}' or the path of a JSON file"
         )
-    try:
-        parsed = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise TaskError(
-            f"{source} is not valid JSON ({error.msg} at position "
-            f"{getattr(error, 'pos', '?')}); expected a JSON object of keyword "
-            f"arguments"
-        ) from None
+    parsed = load_json(
+        text,
+        source=source,
+        error=TaskError,
+        hint="expected a JSON object of keyword arguments",
+        max_bytes=MAX_TASK_CONFIG_BYTES,
+    )
     if not isinstance(parsed, dict):
         raise TaskError(
             f"{source} holds a JSON {type(parsed).__name__}, expected an object "

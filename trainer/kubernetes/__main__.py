@@ -23,6 +23,7 @@ from tfdist import cli
 from tfdist.errors import UsageError
 from trainer.kubernetes import checks, jobset, manifest
 from trainer.kubernetes import shape as shape_lib
+from trainer.kubernetes.manifest_file import read_manifest
 from trainer.vertex import config_files
 
 FLAGS = flags.FLAGS
@@ -103,7 +104,9 @@ def shape_from_flags(trainer_args=()) -> shape_lib.TFJobShape:
     values.pop("description", None)
     values.update({name: FLAGS[name].value for name in _HELP if FLAGS[name].present})
     if trainer_args:
-        values["trainer_args"] = (*values.get("trainer_args", ()), *trainer_args)
+        from_file = values.get("trainer_args", [])
+        shape_lib.check_type("trainer_args", from_file, list[str])
+        values["trainer_args"] = (*from_file, *trainer_args)
     return shape_lib.shape_from_options(values)
 
 
@@ -120,34 +123,6 @@ def render(document: dict, output_format: str) -> str:
             ) from None
         return yaml.safe_dump(document, sort_keys=False)
     raise UsageError(f"--format is {output_format!r}, expected json or yaml")
-
-
-def read_manifest(path: str) -> dict:
-    """A TFJob from a JSON or YAML file (the first document)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read(config_files.MAX_CONFIG_BYTES + 1)
-    except OSError as error:
-        raise UsageError(
-            f"--check file {path!r} cannot be read ({error.strerror}), expected a TFJob manifest"
-        ) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    try:
-        import yaml  # pylint: disable=g-import-not-at-top
-    except ImportError:
-        raise UsageError(
-            f"--check file {path!r} is not JSON, and reading YAML needs PyYAML; "
-            f"pip install 'tfdist[kubernetes]'"
-        ) from None
-    try:
-        return next(iter(yaml.safe_load_all(text)), None)
-    except yaml.YAMLError as error:
-        raise UsageError(
-            f"--check file {path!r} is neither JSON nor YAML ({' '.join(str(error).split())[:200]})"
-        ) from None
 
 
 def check_structure(document: dict) -> str:

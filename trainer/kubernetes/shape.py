@@ -11,6 +11,7 @@ import re
 
 from tfdist.distribute import choice as strategy_choice
 from tfdist.errors import UsageError
+from trainer import task_flags
 from trainer.kubernetes.checks import CLEAN_POD_POLICIES, QUANTITY, REPLICA_RESTART_POLICIES
 from trainer.vertex.checks import quoted, require
 
@@ -225,6 +226,7 @@ def _check(shape: TFJobShape) -> None:
             f"trainer_args has {quoted(arg)}, which the job shape sets; expected the "
             f"shape's field instead ({_SET_BY_SHAPE.get(flag)})",
         )
+    task_flags.check_trainer_args(shape.trainer_args, where="in trainer_args (after --)")
     _check_roles(shape)
 
 
@@ -264,6 +266,30 @@ def _check_roles(shape: TFJobShape) -> None:
         )
 
 
+_TYPE_NAMES = {
+    str: "a string",
+    bool: "true or false",
+    int: "a whole number",
+    tuple[str, ...]: "a list of strings (or one comma-separated string)",
+    list[str]: "a list of strings",
+}
+
+
+def check_type(name: str, value, expected) -> None:
+    """A job-config value of its field's JSON type (never coerced: `5` is no name)."""
+    if expected == list[str]:
+        ok = isinstance(value, list) and all(isinstance(item, str) for item in value)
+    elif expected == tuple[str, ...]:
+        ok = isinstance(value, str) or (
+            isinstance(value, tuple) and all(isinstance(item, str) for item in value)
+        )
+    elif expected is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    else:
+        ok = isinstance(value, expected)
+    require(ok, f"{name} is {quoted(value)}, expected {_TYPE_NAMES[expected]}")
+
+
 def shape_from_options(values: dict) -> TFJobShape:
     """A shape from `--job_config` keys and flag values (JSON types)."""
     unknown = sorted(set(values) - set(TFJobShape.field_names()))
@@ -276,6 +302,9 @@ def shape_from_options(values: dict) -> TFJobShape:
     for field in ("trainer_args", "node_selector"):
         if isinstance(values.get(field), list):
             values[field] = tuple(values[field])
+    for field in dataclasses.fields(TFJobShape):
+        if field.name in values:
+            check_type(field.name, values[field.name], field.type)
     for field in ("name", "image"):
         values.setdefault(field, "")
     return TFJobShape(**values)

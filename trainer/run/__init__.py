@@ -73,6 +73,10 @@ def run(
     check_settings_for_strategy(config, strategy_name)
     loaded = tasks.load(config)
     tasks_lib.preflight(loaded.task, loaded.spec)
+    if cluster.task_type not in (EVALUATOR, PS) and not (
+        strategy_name == "parameter_server" and cluster.task_type == WORKER
+    ):
+        dirs.check_writable(is_chief=cluster.is_chief)
     if config.mixed_precision != "none":
         keras.mixed_precision.set_global_policy(config.mixed_precision)
 

@@ -9,6 +9,7 @@ import dataclasses
 import os
 from typing import Mapping
 
+from tfdist._internal.storage import check_writable
 from tfdist.outputs import hypertune
 from trainer.config import ExperimentConfig
 
@@ -51,3 +52,19 @@ class OutputDirs:
     @property
     def eval_dir(self) -> str:
         return os.path.join(self.model_dir, EVAL_SUBDIR) if self.model_dir else ""
+
+    def check_writable(self, *, is_chief: bool) -> None:
+        """Raises `StorageError` unless the chief can write its directories; at start.
+
+        Before training and before any peer is contacted. Only the chief writes
+        here (other tasks write their scratch copies to local temporary storage).
+        """
+        if not is_chief:
+            return
+        for directory, what in (
+            (self.backup_dir, "the backup directory (--backup_dir)"),
+            (self.model_dir, "the model directory (--model_dir)"),
+            (self.tensorboard_dir, "the TensorBoard directory"),
+        ):
+            if directory:
+                check_writable(directory, what)

@@ -17,6 +17,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfdist._internal.files import replace_atomically, write_json_atomically
+from tfdist._internal.storage import storage_faults
 from tfdist.callbacks import BackupAndRestore
 from tfdist.outputs import export as export_lib
 from trainer.config import ExperimentConfig
@@ -91,6 +92,11 @@ def write_outputs(model: keras.Model, summary: dict, dirs: OutputDirs, export_fo
             "No --model_dir (and no AIP_MODEL_DIR): the model and summary are not saved."
         )
         return
+    with storage_faults(dirs.model_dir, "the model and summary.json to"):
+        _write_outputs(model, summary, dirs, export_format)
+
+
+def _write_outputs(model: keras.Model, summary: dict, dirs: OutputDirs, export_format: str) -> None:
     tf.io.gfile.makedirs(dirs.model_dir)
     written = []
     if export_lib.wants_keras(export_format):

@@ -4,10 +4,10 @@ Every read is capped (`MAX_CONFIG_BYTES`): a config file is a few hundred
 bytes, and a mistaken path to a large file must not be read into memory.
 """
 
-import json
 import os
 from typing import Iterable
 
+from tfdist._internal.json_input import load_json
 from tfdist.errors import UsageError
 from trainer.vertex.checks import quoted, require
 
@@ -48,18 +48,22 @@ def read_json_object(path: str, *, flag: str, keys: Iterable[str], example: str)
         f"{flag} file {shown} is larger than {MAX_CONFIG_BYTES} bytes, expected a small "
         f"JSON object of option names to values such as {example}",
     )
-    try:
-        raw = json.loads(data.decode("utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        reason = quoted(str(error))
-        raise UsageError(
-            f"{flag} file {shown} is not valid JSON ({reason}); expected an "
-            f"object of option names to values"
-        ) from None
+    raw = load_json(
+        data,
+        source=f"{flag} file {shown}",
+        hint="expected an object of option names to values",
+        max_bytes=MAX_CONFIG_BYTES,
+    )
     require(
         isinstance(raw, dict),
         f"{flag} file {shown} holds a JSON {type(raw).__name__}, "
         f"expected an object of option names to values",
+    )
+    nulls = sorted(key for key, value in raw.items() if value is None)
+    require(
+        not nulls,
+        f"{flag} file {shown} has null for {quoted(', '.join(nulls))}, expected a value; "
+        f"leave the key out to keep its default",
     )
     allowed = tuple(keys)
     unknown = sorted(set(raw) - set(allowed))

@@ -70,10 +70,14 @@ def parse_duration(name: str, text: str | int | None) -> int | None:
 
 def parse_labels(value: str | Mapping[str, str] | None) -> tuple[tuple[str, str], ...]:
     """Labels from `key=value,key=value` (or a JSON object), checked."""
-    if not value:
+    if value is None or (isinstance(value, (str, Mapping)) and not value):
         return ()
     if isinstance(value, Mapping):
-        pairs = [(str(key), str(label)) for key, label in value.items()]
+        require(
+            all(isinstance(label, str) for label in value.values()),
+            f'--labels is {quoted(value)}, expected string values such as {{"team": "vision"}}',
+        )
+        pairs = [(str(key), label) for key, label in value.items()]
     else:
         require(
             isinstance(value, str), f"--labels is {quoted(value)}, expected key=value,key=value"
@@ -107,18 +111,23 @@ def parse_env(value: Sequence[str] | Mapping[str, str] | None) -> tuple[tuple[st
 
     Error messages name the variable, never its value.
     """
-    if not value:
+    if value is None or (isinstance(value, (list, tuple, Mapping)) and not value):
         return ()
     if isinstance(value, Mapping):
-        pairs = [(str(name), str(text)) for name, text in value.items()]
+        require(
+            all(isinstance(text, str) for text in value.values()),
+            "env has a value that is not a string, expected an object of NAME to string VALUE",
+        )
+        pairs = [(str(name), text) for name, text in value.items()]
     else:
         require(
-            not isinstance(value, str),
-            "env is a string, expected a list of NAME=VALUE items or an object",
+            isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value),
+            "env is not a list of NAME=VALUE strings or an object, expected "
+            '["NAME=VALUE", ...] or {"NAME": "VALUE"}',
         )
         pairs = []
         for item in value:
-            name, sep, text = str(item).partition("=")
+            name, sep, text = item.partition("=")
             require(bool(sep), f"--env item for {quoted(name)} has no '=', expected NAME=VALUE")
             pairs.append((name, text))
     for name, _ in pairs:
@@ -173,15 +182,15 @@ _NFS = re.compile(
 
 def parse_nfs_mounts(value) -> tuple[tuple[str, str, str], ...]:
     """`(server, path, mount_point)` from `SERVER:/PATH:MOUNT_POINT` items."""
-    if not value:
+    if value is None or (isinstance(value, (list, tuple)) and not value):
         return ()
     require(
-        not isinstance(value, str),
-        "nfs_mount is a string, expected a list of SERVER:/PATH:MOUNT_POINT items",
+        isinstance(value, (list, tuple)) and all(isinstance(item, str) for item in value),
+        f"nfs_mount is {quoted(value)}, expected a list of SERVER:/PATH:MOUNT_POINT strings",
     )
     mounts = []
     for item in value:
-        match = _NFS.match(str(item))
+        match = _NFS.match(item)
         require(
             bool(match),
             f"--nfs_mount is {quoted(item)}, expected SERVER:/PATH:MOUNT_POINT "
@@ -262,7 +271,7 @@ def flag_value(args: Sequence[str], name: str) -> str | None:
 
 
 def trainer_args(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str) or not all(isinstance(arg, str) for arg in value):
+    if not isinstance(value, (list, tuple)) or not all(isinstance(arg, str) for arg in value):
         raise UsageError(
             f"trainer_args is {quoted(value)}, expected a list of trainer.task "
             f'flags such as ["--epochs=10"]'

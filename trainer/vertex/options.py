@@ -368,7 +368,7 @@ def _concat(first, second):
         merged = dict(parse_env(first))
         merged.update(parse_env(second))
         return merged
-    if isinstance(first, str) or isinstance(second, str):
+    if not isinstance(first, (list, tuple)) or not isinstance(second, (list, tuple)):
         raise UsageError(
             f"trainer_args/env must be lists, got {quoted(first)} and {quoted(second)}"
         )

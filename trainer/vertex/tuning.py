@@ -39,6 +39,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from tfdist.errors import UsageError
+from trainer import task_flags
 from trainer.vertex import option_values, rendering
 from trainer.vertex.checks import quoted, require
 from trainer.vertex.options import Option
@@ -475,6 +476,39 @@ def trial_args(spec: JobSpec, tuning: TuningSpec) -> tuple[str, ...]:
     if option_values.has_flag(spec.trainer_args, "hparam_metric"):
         return spec.trainer_args
     return spec.trainer_args + (f"--hparam_metric={tuning.metric}",)
+
+
+def _sample_value(parameter: ParameterSpec):
+    """A value a trial of `parameter` can get: the middle of a double range, else the first."""
+    if parameter.kind == "double":
+        return (parameter.low + parameter.high) / 2
+    if parameter.kind == "integer":
+        return parameter.low
+    return parameter.values[0]
+
+
+def check_trial_flags(spec: JobSpec, tuning: TuningSpec | None) -> None:
+    """Refuses trainer flags `trainer.task` would refuse on every replica (or every trial).
+
+    Without a study, `spec.trainer_args` as they are; with one, also each tuned flag at a
+    value a trial can give it (conditional parameters left out), so that rules between
+    flags see the tuned ones. (`--hparam_metric`, which `trial_args` adds, is left out:
+    its rule that a `val_` metric needs `--validation_steps` is not enforced at submit yet.)
+
+    Raises:
+        UsageError: One line naming the flag and what `trainer.task` expects.
+    """
+    if tuning is None:
+        task_flags.check_trainer_args(spec.trainer_args)
+        return
+    tuned = tuple(
+        f"--{parameter.parameter_id}={_sample_value(parameter)}"
+        for parameter in tuning.parameters
+        if not parameter.parent
+    )
+    task_flags.check_trainer_args(
+        (*spec.trainer_args, *tuned), where="after -- (with the tuned flags of a trial)"
+    )
 
 
 def build_tuning_job(
