@@ -13,6 +13,7 @@ from tfdist.distribute.cluster import CHIEF, WORKER, Cluster
 from tfdist.errors import UsageError
 from tfdist.outputs import evaluation
 from tfdist.parameter_server import ChiefWatch
+from tfdist.preemption import exit_without_state_on_sigterm
 from tfdist.tasks import custom_steps
 from trainer.config import ExperimentConfig
 from trainer.run.compiling import build_model
@@ -42,6 +43,7 @@ def evaluate(
             "chief's model directory, whose checkpoints/ it evaluates; pass the same "
             "--model_dir to every task"
         )
+    exit_without_state_on_sigterm(f"{cluster.task_type}:{cluster.task_index}")
     seed_everything(config)
     inputs = build_inputs(loaded, config)
     if inputs.eval_examples is None:
