@@ -13,10 +13,11 @@ The probe speaks gRPC's HTTP/2 (`tfdist._internal.liveness`), so a chief that
 is frozen (SIGSTOP, a hung host: connections accepted, nothing answered) is
 told apart from one that exited: silent for `peer_timeout` seconds, the task
 exits 200 (`PeerLostError`), as it does when the chief never comes up within
-`chief_start_timeout`. On SIGTERM the task keeps serving, so that a chief that
-is saving after the same notice can still read the variables, until the chief
-has gone or `grace_seconds` have passed, then exits 201
-(`StoppedWithoutStateError`): it saved nothing itself.
+`chief_start_timeout`. On SIGTERM a worker exits 201 (`StoppedWithoutStateError`:
+it saved nothing; the coordinator runs its steps elsewhere); a ps task keeps
+serving, so that a chief saving after the same notice can still read the
+variables, until the chief has gone or `grace_seconds` have passed, then
+exits 201 too.
 """
 
 import dataclasses
@@ -50,8 +51,9 @@ class ServeOptions:
         poll_seconds: Seconds between two probes of the chief's address.
         peer_timeout: Seconds the chief may accept connections without
             answering (frozen, hung) before the task exits 200.
-        grace_seconds: After SIGTERM, the longest the task keeps serving
-            while the chief is still up; then it exits 201.
+        grace_seconds: After SIGTERM, the longest a ps task keeps serving
+            while the chief is still up; then it exits 201 (a worker exits
+            201 at once).
     """
 
     chief_start_timeout: float = 1800.0
@@ -180,8 +182,8 @@ class _StopNotice:
         if self.received_at is None:
             self.received_at = time.monotonic()
             _log.warning(
-                "Received SIGTERM: serving on while the chief is up (it may be saving), "
-                "then exiting with 201."
+                "Received SIGTERM: exiting with 201 (a ps task first serves on while the "
+                "chief is up: it may be saving)."
             )
 
     def restore(self) -> None:
@@ -200,8 +202,9 @@ def serve(cluster: Cluster, options: ServeOptions = ServeOptions()) -> None:
         PeerLostError: The chief did not answer within
             `options.chief_start_timeout` seconds, or stopped answering
             (frozen) for `options.peer_timeout` seconds (exit 200).
-        StoppedWithoutStateError: SIGTERM arrived; raised once the chief has
-            gone or `options.grace_seconds` have passed (exit 201).
+        StoppedWithoutStateError: SIGTERM arrived; raised at once on a
+            worker, and on a ps task once the chief has gone or
+            `options.grace_seconds` have passed (exit 201).
     """
     if cluster.task_type not in (WORKER, PS):
         raise UsageError(
@@ -218,7 +221,8 @@ def serve(cluster: Cluster, options: ServeOptions = ServeOptions()) -> None:
         while not watch.gone():
             _check_chief(watch, options, started)
             if notice.received_at is not None and (
-                watch.state != liveness.ANSWERS
+                cluster.task_type == WORKER  # holds no variables: nothing to wait for
+                or watch.state != liveness.ANSWERS
                 or time.monotonic() - notice.received_at >= options.grace_seconds
             ):
                 raise StoppedWithoutStateError(
