@@ -136,6 +136,14 @@ class ChiefWatch:
         """Seconds the chief has accepted connections without answering (0 if it answers)."""
         return 0.0 if self._silent_since is None else self._clock() - self._silent_since
 
+    def check_answering(self, timeout_seconds: float) -> None:
+        """Raises `PeerLostError` once the chief has been silent for `timeout_seconds`."""
+        silent = self.silent_seconds
+        if silent >= timeout_seconds:
+            raise PeerLostError(
+                liveness.SilentPeer("the chief", self.address, silent).describe(timeout_seconds)
+            )
+
 
 def chief_address(cluster: Cluster) -> str:
     """The chief's `host:port`.
@@ -241,12 +249,7 @@ def serve(cluster: Cluster, options: ServeOptions = ServeOptions()) -> None:
 
 def _check_chief(watch: ChiefWatch, options: ServeOptions, started: float) -> None:
     """Raises `PeerLostError` for a chief that never came up or stopped answering."""
-    if watch.silent_seconds >= options.peer_timeout:
-        raise PeerLostError(
-            liveness.SilentPeer("the chief", watch.address, watch.silent_seconds).describe(
-                options.peer_timeout
-            )
-        )
+    watch.check_answering(options.peer_timeout)
     waited = time.monotonic() - started
     if not watch.seen and waited > options.chief_start_timeout:
         raise PeerLostError(
