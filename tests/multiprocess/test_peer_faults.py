@@ -10,20 +10,22 @@
   that get SIGTERM exit 201 ("stopped, nothing saved here"), not 143 ("state saved").
 """
 
+import concurrent.futures
 import json
 import pathlib
 import signal
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 
 from tests.support.backup_files import committed_steps
 from tests.support.fake_peers import AnsweringPeer
 from tests.support.logged_process import clean_environment, start
-from tfdist.launch.local_cluster import pick_free_ports
-from tfdist.launch.testing import poll_until
+from tfdist.launch.local_cluster import LocalCluster, pick_free_ports
+from tfdist.launch.testing import PROCESS_TAG_ENV, poll_until, tagged_processes
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -33,6 +35,7 @@ PEER_TIMEOUT = 10
 # slack for a machine shared by many test runs.
 BOUND = PEER_TIMEOUT + 30
 JOB_TIMEOUT = 240
+TAG = uuid.uuid4().hex  # marks this module's processes, to find any left behind
 
 
 def _trainer(out, *flags):
@@ -76,28 +79,52 @@ FROZEN_CASES = {
 }
 
 
-@pytest.mark.parametrize("strategy", sorted(FROZEN_CASES))
-def test_a_frozen_worker_makes_the_survivors_exit_200_within_the_bound(
-    local_cluster, tmp_path, strategy
-):
-    layout, survivor, error_line = FROZEN_CASES[strategy]
-    out = tmp_path / strategy
-    cluster = local_cluster(
-        **layout, env=ENV, grace_period=5.0, command=_trainer(out, f"--strategy={strategy}")
+def _frozen_run(strategy: str, out: pathlib.Path) -> dict:
+    """One job of `strategy` whose worker 1 is frozen after the first backup; what followed."""
+    layout, survivor, _ = FROZEN_CASES[strategy]
+    cluster = LocalCluster(
+        **layout,
+        env={**ENV, PROCESS_TAG_ENV: TAG},
+        grace_period=5.0,
+        log_dir=out / "logs",
+        command=_trainer(out, f"--strategy={strategy}"),
     )
-    cluster.start()
-    try:
+    with cluster:  # closing kills every task; SIGKILL ends a stopped one too
         frozen_at = _freeze_after_first_backup(cluster, out, "worker:1")
         codes = cluster.wait(timeout=JOB_TIMEOUT)
         took = time.monotonic() - frozen_at
+        return {
+            "code": codes[survivor],
+            "log": cluster.log(survivor),
+            "logs": cluster.format_logs(),
+            "took": took,
+            "summary_written": (out / "model" / "summary.json").exists(),
+            "backups": committed_steps(out / "backup"),
+        }
+
+
+@pytest.fixture(scope="module")
+def frozen_runs(tmp_path_factory):
+    """Both frozen-worker jobs at once (their waits overlap); strategy -> what followed."""
+    out = tmp_path_factory.mktemp("frozen")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(FROZEN_CASES)) as pool:
+            futures = {name: pool.submit(_frozen_run, name, out / name) for name in FROZEN_CASES}
+            return {name: future.result() for name, future in futures.items()}
     finally:
-        cluster.kill("worker:1", signal.SIGKILL)
-    log = cluster.log(survivor)
-    assert codes[survivor] == 200, cluster.format_logs()
-    assert error_line in log, log[-3000:]
-    assert took < BOUND, f"{survivor} took {took:.0f} s"
-    assert not (out / "model" / "summary.json").exists()
-    assert committed_steps(out / "backup")  # what the restarted job resumes from
+        leftovers = tagged_processes(TAG)
+        assert not leftovers, f"processes left behind: {leftovers}"
+
+
+@pytest.mark.parametrize("strategy", sorted(FROZEN_CASES))
+def test_a_frozen_worker_makes_the_survivors_exit_200_within_the_bound(frozen_runs, strategy):
+    _, survivor, error_line = FROZEN_CASES[strategy]
+    run = frozen_runs[strategy]
+    assert run["code"] == 200, run["logs"]
+    assert error_line in run["log"], run["log"][-3000:]
+    assert run["took"] < BOUND, f"{survivor} took {run['took']:.0f} s\n{run['logs']}"
+    assert not run["summary_written"]
+    assert run["backups"]  # what the restarted job resumes from
 
 
 # ------------------------------------------------------- single tasks, side by side
