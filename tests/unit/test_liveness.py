@@ -112,3 +112,12 @@ def test_bad_timeouts_are_refused():
         liveness.SilenceTracker(0.0)
     with pytest.raises(UsageError, match="peer_timeout"):
         server_lib.ServeOptions(peer_timeout=-1.0)
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("nan"), 0, -5, "30"])
+def test_a_peer_timeout_that_would_watch_nothing_is_refused(value):
+    from tfdist.distribute.strategy import StrategyOptions
+    from tfdist.errors import UsageError
+
+    with pytest.raises(UsageError, match=r"peer_timeout_seconds is .*expected a"):
+        StrategyOptions(peer_timeout_seconds=value)

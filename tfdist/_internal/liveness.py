@@ -16,15 +16,13 @@ any of them stayed silent for `timeout_seconds` in a row.
 """
 
 import dataclasses
-import logging
+import math
 import socket
 import threading
 import time
 from typing import Callable, Mapping
 
-from tfdist._internal.preconditions import check_seconds
-
-_log = logging.getLogger(__name__)
+from tfdist._internal.preconditions import check_seconds, require
 
 # Seconds a task may stay silent before its peers take it for lost (`--peer_timeout_seconds`).
 DEFAULT_TIMEOUT_SECONDS = 30.0
@@ -36,6 +34,17 @@ GONE = "gone"
 # The HTTP/2 client connection preface followed by an empty SETTINGS frame
 # (RFC 9113, sections 3.4 and 6.5).
 _CLIENT_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def check_timeout(name: str, value) -> float:
+    """`value` if it is a finite number of seconds > 0: an endless timeout would watch nothing."""
+    check_seconds(name, value, hint="how long a silent task may go unnoticed, e.g. 30")
+    require(
+        math.isfinite(value),
+        f"{name} is {value!r}, expected a finite number of seconds > 0 (an endless timeout "
+        f"would never notice a frozen task); e.g. 30",
+    )
+    return value
 
 
 def split_address(address: str) -> tuple[str, int]:
@@ -116,7 +125,7 @@ class SilenceTracker:
     """
 
     def __init__(self, timeout_seconds: float, *, clock: Callable[[], float] = time.monotonic):
-        self.timeout_seconds = check_seconds("peer_timeout_seconds", timeout_seconds)
+        self.timeout_seconds = check_timeout("peer_timeout_seconds", timeout_seconds)
         self._clock = clock
         self._silent_since: dict[str, float] = {}
 
@@ -186,6 +195,5 @@ class PeerWatchdog:
         while not self._stopped.wait(self._poll_seconds):
             lost = self.check_once()
             if lost is not None and not self._stopped.is_set():
-                _log.error("%s", lost.describe(self.timeout_seconds))
                 self._on_lost(lost)
                 return

@@ -13,7 +13,6 @@ from absl import logging
 
 from tfdist import keras_compat
 from tfdist._internal import liveness
-from tfdist._internal.preconditions import check_seconds
 from tfdist.distribute.choice import ALL_REDUCE, check_strategy_name, choose_strategy
 from tfdist.distribute.cluster import CHIEF, WORKER, Cluster, check_cluster_for_strategy
 from tfdist.errors import UsageError
@@ -53,11 +52,7 @@ class StrategyOptions:
             )
         if self.num_cpu_devices < 0:
             raise UsageError(f"--num_cpu_devices is {self.num_cpu_devices}, expected a number >= 0")
-        check_seconds(
-            "peer_timeout_seconds",
-            self.peer_timeout_seconds,
-            hint="how long a silent task may go unnoticed, e.g. 30",
-        )
+        liveness.check_timeout("peer_timeout_seconds", self.peer_timeout_seconds)
 
 
 def make_strategy(

@@ -71,6 +71,7 @@ class ServeOptions:
             "grace_seconds",
         ):
             check_seconds(name, getattr(self, name))
+        liveness.check_timeout("peer_timeout", self.peer_timeout)
 
 
 def _as_state(answer) -> str:
