@@ -9,11 +9,20 @@ import threading
 
 # What a gRPC server's first frame looks like: an empty HTTP/2 SETTINGS frame.
 _SETTINGS_FRAME = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
-_LISTENER = (
-    "import socket, sys\n"
+# A process that answers every connection as `AnsweringPeer` does, until it is stopped.
+_ANSWERING_PROCESS = (
+    "import socket\n"
     "s = socket.create_server(('127.0.0.1', 0))\n"
     "print(s.getsockname()[1], flush=True)\n"
-    "sys.stdin.read()\n"
+    "while True:\n"
+    "    c, _ = s.accept()\n"
+    "    with c:\n"
+    "        c.settimeout(2.0)\n"
+    "        try:\n"
+    "            c.recv(64)\n"
+    f"            c.sendall({_SETTINGS_FRAME!r})\n"
+    "        except OSError:\n"
+    "            pass\n"
 )
 
 
@@ -57,26 +66,32 @@ class AnsweringPeer:
 
 
 class FrozenPeer:
-    """A process that listens on a loopback port, then is stopped (SIGSTOP) until closed.
+    """A process that answers on a loopback port like a gRPC server until `freeze()` stops it.
 
-    Use as a context manager; `address` is its `host:port`. Closing kills it
-    (SIGKILL ends a stopped process), so none is left behind.
+    `freeze()` sends SIGSTOP: the process stays alive and its kernel still
+    completes TCP handshakes, but nothing answers. Use as a context manager;
+    `address` is its `host:port`. Closing kills it (SIGKILL ends a stopped
+    process too), so none is left behind.
+
+    Args:
+        frozen: Freeze it at once.
     """
 
-    def __init__(self):
+    def __init__(self, *, frozen: bool = True):
         self._process = subprocess.Popen(
-            [sys.executable, "-c", _LISTENER],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+            [sys.executable, "-c", _ANSWERING_PROCESS], stdout=subprocess.PIPE, text=True
         )
         try:
             port = int(self._process.stdout.readline())
-            os.kill(self._process.pid, signal.SIGSTOP)
+            if frozen:
+                self.freeze()
         except BaseException:
             self.close()
             raise
         self.address = f"127.0.0.1:{port}"
+
+    def freeze(self) -> None:
+        os.kill(self._process.pid, signal.SIGSTOP)
 
     def close(self) -> None:
         self._process.kill()

@@ -40,26 +40,40 @@ def test_a_live_server_answers_and_a_closed_port_is_gone(answering_address):
     assert liveness.probe(f"127.0.0.1:{free}") == liveness.GONE
 
 
-def test_the_watchdog_reports_the_frozen_task_once_it_stayed_silent_long_enough(
-    frozen_address, answering_address
+def test_the_watchdog_reports_a_task_that_answered_then_froze_once_silent_long_enough(
+    answering_address,
 ):
-    lost = []
-    reported = threading.Event()
-    watchdog = liveness.PeerWatchdog(
-        {"worker:0": answering_address, "worker:1": frozen_address},
-        timeout_seconds=1.0,
-        poll_seconds=0.2,
-        on_lost=lambda peer: (lost.append(peer), reported.set()),
-    )
-    started = time.monotonic()
-    watchdog.start()
-    assert reported.wait(timeout=30)
-    assert time.monotonic() - started >= 1.0
-    (peer,) = lost
-    assert (peer.task, peer.address) == ("worker:1", frozen_address)
-    line = peer.describe(1.0)
-    assert line.startswith(f"lost contact with worker:1 at {frozen_address}: ")
-    assert "--peer_timeout_seconds=1" in line
+    lost, reported, answered = [], threading.Event(), threading.Event()
+
+    def probe(address, timeout):
+        result = liveness.probe(address, timeout)
+        if address == peer.address and result == liveness.ANSWERS:
+            answered.set()
+        return result
+
+    with FrozenPeer(frozen=False) as peer:
+        watchdog = liveness.PeerWatchdog(
+            {"worker:0": answering_address, "worker:1": peer.address},
+            timeout_seconds=1.0,
+            poll_seconds=0.2,
+            on_lost=lambda silent: (lost.append(silent), reported.set()),
+            probe_fn=probe,
+        )
+        watchdog.start()
+        try:
+            assert answered.wait(timeout=30)
+            assert not reported.is_set()
+            peer.freeze()
+            frozen_at = time.monotonic()
+            assert reported.wait(timeout=30)
+        finally:
+            watchdog.stop()
+        assert time.monotonic() - frozen_at >= 1.0
+        (silent,) = lost
+        assert (silent.task, silent.address) == ("worker:1", peer.address)
+        line = silent.describe(1.0)
+        assert line.startswith(f"lost contact with worker:1 at {peer.address}: ")
+        assert "--peer_timeout_seconds=1" in line
 
 
 def test_silence_counts_only_in_a_row_and_gone_is_not_silence():
@@ -71,6 +85,10 @@ def test_silence_counts_only_in_a_row_and_gone_is_not_silence():
         now[0] += 1.0
     assert seen.index(True) == 4 + 10  # restarted at the answer, lost 10 s after
     assert tracker.record("ps:0", liveness.GONE) == 0.0
+    # A task that never answered may not be up yet: its silence is the startup's business.
+    for _ in range(30):
+        assert tracker.record("worker:2", liveness.SILENT) == 0.0
+        now[0] += 1.0
 
 
 def _watch(states, now):
@@ -92,6 +110,16 @@ def test_a_server_task_takes_a_silent_chief_for_lost():
     assert not watch.gone()
     with pytest.raises(PeerLostError, match=r"^lost contact with the chief at 127\.0\.0\.1:1: "):
         server_lib._check_chief(watch, options, started)
+
+
+def test_a_chief_silent_before_it_ever_answered_is_left_to_the_start_timeout():
+    now = [0.0]
+    watch = _watch([liveness.SILENT] * 40, now)
+    for _ in range(40):
+        watch.gone()
+        server_lib._check_chief(watch, server_lib.ServeOptions(peer_timeout=30.0), time.monotonic())
+        now[0] += 1.0
+    assert watch.silent_seconds == 0.0
 
 
 def test_a_chief_that_never_comes_is_a_lost_peer_not_a_crash():

@@ -128,11 +128,19 @@ class SilenceTracker:
         self.timeout_seconds = check_timeout("peer_timeout_seconds", timeout_seconds)
         self._clock = clock
         self._silent_since: dict[str, float] = {}
+        self._answered: set[str] = set()
 
     def record(self, task: str, result: str) -> float:
-        """Records one probe of `task`; returns the seconds it has been silent (0 if not)."""
+        """Records one probe of `task`; returns the seconds it has been silent (0 if not).
+
+        Silence counts only once the task has answered: before that it may
+        not have started yet (a host that is not up drops the connection as a
+        frozen one does), which is the startup's business, not this bound's.
+        """
         now = self._clock()
-        if result != SILENT:
+        if result == ANSWERS:
+            self._answered.add(task)
+        if result != SILENT or task not in self._answered:
             self._silent_since.pop(task, None)
             return 0.0
         since = self._silent_since.setdefault(task, now)
@@ -147,7 +155,7 @@ class PeerWatchdog:
 
     A task that is `GONE` does not count: TensorFlow reports a dead task
     itself (a refused connection fails the next call), and a restarted one
-    comes back at its address.
+    comes back at its address. Nor does one that never answered yet (not up).
 
     Args:
         peers: Task name (`worker:1`) to `host:port`.

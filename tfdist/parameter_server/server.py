@@ -118,7 +118,7 @@ class ChiefWatch:
         self.state = _as_state(self._probe(self.address))
         now = self._clock()
         if self.state == liveness.SILENT:
-            if self._silent_since is None:
+            if self.seen and self._silent_since is None:  # before: not up yet
                 self._silent_since = now
             return False
         self._silent_since = None
@@ -134,7 +134,7 @@ class ChiefWatch:
 
     @property
     def silent_seconds(self) -> float:
-        """Seconds the chief has accepted connections without answering (0 if it answers)."""
+        """Seconds the chief, once seen, has not answered (0 if it answers or was never seen)."""
         return 0.0 if self._silent_since is None else self._clock() - self._silent_since
 
     def check_answering(self, timeout_seconds: float) -> None:
