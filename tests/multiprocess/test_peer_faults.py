@@ -1,13 +1,17 @@
 """Peers that fail without dying, and tasks that keep no state: what each exits with.
 
-- A frozen task (SIGSTOP: alive, silent) is a lost task: the others exit 200 within
-  `--peer_timeout_seconds` plus a few seconds. One job per strategy, each with a short
-  timeout: a parameter-server job (chief, 2 workers, 1 ps) whose worker 1 is frozen after
-  the first backup, and a 2-worker multiworker job whose worker 1 is frozen the same way.
-  Every frozen task is killed by the cluster at teardown (SIGKILL ends a stopped process).
-- Single tasks of a parameter-server job, run side by side against stand-in chiefs: a
-  worker whose chief never comes up exits 200 (retried), not 1; a ps task and an evaluator
-  that get SIGTERM exit 201 ("stopped, nothing saved here"), not 143 ("state saved").
+Three jobs side by side (their waits overlap), each stopped after its first backup:
+
+- a parameter-server job (chief, 2 workers, 1 ps) and a 2-worker multiworker job whose
+  worker 1 is frozen (SIGSTOP: alive, silent): the survivors exit 200 within
+  `--peer_timeout_seconds` (short here) plus a few seconds. Every frozen task is killed
+  when its cluster closes (SIGKILL ends a stopped process);
+- a parameter-server job given SIGTERM on every task, as a preemption: the chief saves and
+  exits 143, because the ps serves on until the chief is gone, then exits 201.
+
+And single tasks of a parameter-server job, run side by side against stand-in chiefs: a
+worker whose chief never comes up exits 200 (retried), not 1; a ps task and an evaluator
+that get SIGTERM exit 201 ("stopped, nothing saved here"), not 143 ("state saved").
 """
 
 import concurrent.futures
@@ -31,6 +35,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 
 ENV = {"TF_CPP_MIN_LOG_LEVEL": "2"}
 PEER_TIMEOUT = 10
+PREEMPTION_GRACE = 20
 # The documented bound is the timeout plus a few seconds of probing; the rest is
 # slack for a machine shared by many test runs.
 BOUND = PEER_TIMEOUT + 30
@@ -51,80 +56,101 @@ def _trainer(out, *flags):
         "--backup_every_steps=10",
         "--steps_per_execution=1",
         f"--peer_timeout_seconds={PEER_TIMEOUT}",
+        f"--preemption_grace_seconds={PREEMPTION_GRACE}",
         f"--model_dir={out}/model",
         f"--backup_dir={out}/backup",
         *flags,
     ]
 
 
-def _freeze_after_first_backup(cluster, out, task: str) -> float:
-    poll_until(
-        lambda: committed_steps(out / "backup") or cluster.first_failure,
-        timeout=JOB_TIMEOUT,
-        what="the first backup",
-    )
-    assert committed_steps(out / "backup"), cluster.format_logs()
-    assert cluster.kill(task, signal.SIGSTOP), cluster.format_logs()
-    return time.monotonic()
-
-
-# strategy -> (the cluster, the survivor whose exit is the job's verdict, its error line)
-FROZEN_CASES = {
-    "parameter_server": (
-        {"num_workers": 2, "num_ps": 1, "has_chief": True},
-        "chief:0",
-        "error: lost contact with worker:1 at 127.0.0.1:",
-    ),
-    "multiworker": ({"num_workers": 2}, "worker:0", "error: lost contact with another task"),
+PS_JOB = {"num_workers": 2, "num_ps": 1, "has_chief": True}
+# job -> (strategy, the cluster, what is done after the first backup)
+JOBS = {
+    "parameter_server_frozen": ("parameter_server", PS_JOB, "freeze worker:1"),
+    "multiworker_frozen": ("multiworker", {"num_workers": 2}, "freeze worker:1"),
+    "parameter_server_preempted": ("parameter_server", PS_JOB, "SIGTERM to every task"),
+}
+# frozen job -> (the survivor whose exit is the job's verdict, its error line)
+FROZEN = {
+    "parameter_server_frozen": ("chief:0", "error: lost contact with worker:1 at 127.0.0.1:"),
+    "multiworker_frozen": ("worker:0", "error: lost contact with another task"),
 }
 
 
-def _frozen_run(strategy: str, out: pathlib.Path) -> dict:
-    """One job of `strategy` whose worker 1 is frozen after the first backup; what followed."""
-    layout, survivor, _ = FROZEN_CASES[strategy]
+def _job(name: str, out: pathlib.Path) -> dict:
+    """Runs job `name` until its first backup, does its fault, and returns what followed."""
+    strategy, layout, fault = JOBS[name]
     cluster = LocalCluster(
         **layout,
         env={**ENV, PROCESS_TAG_ENV: TAG},
-        grace_period=5.0,
+        # How long the cluster waits after SIGTERM before SIGKILL: beyond the
+        # trainer's own grace for the preempted job; short where a task is frozen.
+        grace_period=PREEMPTION_GRACE + 5.0 if fault.startswith("SIGTERM") else 5.0,
         log_dir=out / "logs",
         command=_trainer(out, f"--strategy={strategy}"),
     )
     with cluster:  # closing kills every task; SIGKILL ends a stopped one too
-        frozen_at = _freeze_after_first_backup(cluster, out, "worker:1")
+        poll_until(
+            lambda: committed_steps(out / "backup") or cluster.first_failure,
+            timeout=JOB_TIMEOUT,
+            what="the first backup",
+        )
+        backups_before = committed_steps(out / "backup")
+        assert backups_before, cluster.format_logs()
+        if fault == "freeze worker:1":
+            assert cluster.kill("worker:1", signal.SIGSTOP), cluster.format_logs()
+        else:
+            cluster.interrupt(signal.SIGTERM)  # as a preemption of the whole job
+        started = time.monotonic()
         codes = cluster.wait(timeout=JOB_TIMEOUT)
-        took = time.monotonic() - frozen_at
         return {
-            "code": codes[survivor],
-            "log": cluster.log(survivor),
-            "logs": cluster.format_logs(),
-            "took": took,
+            "codes": codes,
+            "logs": {task: cluster.log(task) for task in codes},
+            "all_logs": cluster.format_logs(),
+            "took": time.monotonic() - started,
             "summary_written": (out / "model" / "summary.json").exists(),
+            "backups_before": backups_before,
             "backups": committed_steps(out / "backup"),
         }
 
 
 @pytest.fixture(scope="module")
-def frozen_runs(tmp_path_factory):
-    """Both frozen-worker jobs at once (their waits overlap); strategy -> what followed."""
-    out = tmp_path_factory.mktemp("frozen")
+def jobs(tmp_path_factory):
+    """Every job at once (their waits overlap); job name -> what followed its fault."""
+    out = tmp_path_factory.mktemp("jobs")
     try:
-        with concurrent.futures.ThreadPoolExecutor(len(FROZEN_CASES)) as pool:
-            futures = {name: pool.submit(_frozen_run, name, out / name) for name in FROZEN_CASES}
+        with concurrent.futures.ThreadPoolExecutor(len(JOBS)) as pool:
+            futures = {name: pool.submit(_job, name, out / name) for name in JOBS}
             return {name: future.result() for name, future in futures.items()}
     finally:
         leftovers = tagged_processes(TAG)
         assert not leftovers, f"processes left behind: {leftovers}"
 
 
-@pytest.mark.parametrize("strategy", sorted(FROZEN_CASES))
-def test_a_frozen_worker_makes_the_survivors_exit_200_within_the_bound(frozen_runs, strategy):
-    _, survivor, error_line = FROZEN_CASES[strategy]
-    run = frozen_runs[strategy]
-    assert run["code"] == 200, run["logs"]
-    assert error_line in run["log"], run["log"][-3000:]
-    assert run["took"] < BOUND, f"{survivor} took {run['took']:.0f} s\n{run['logs']}"
+@pytest.mark.parametrize("name", sorted(FROZEN))
+def test_a_frozen_worker_makes_the_survivors_exit_200_within_the_bound(jobs, name):
+    survivor, error_line = FROZEN[name]
+    run = jobs[name]
+    assert run["codes"][survivor] == 200, run["all_logs"]
+    assert error_line in run["logs"][survivor], run["logs"][survivor][-3000:]
+    assert run["took"] < BOUND, f"{survivor} took {run['took']:.0f} s\n{run['all_logs']}"
     assert not run["summary_written"]
     assert run["backups"]  # what the restarted job resumes from
+
+
+def test_a_preempted_parameter_server_job_saves_because_its_ps_outlives_the_chief(jobs):
+    """SIGTERM to every task: the ps serves on while the chief saves, then exits 201.
+
+    Before, the ps died of the signal at once, the chief could not read the
+    variables it was saving, and it exited 137 at the end of its grace period
+    with no new backup.
+    """
+    run = jobs["parameter_server_preempted"]
+    codes = run["codes"]
+    assert codes["chief:0"] == 143, run["all_logs"]
+    assert max(run["backups"]) > max(run["backups_before"]), run["all_logs"]
+    assert {codes["ps:0"], codes["worker:0"], codes["worker:1"]} == {201}, run["all_logs"]
+    assert "error: ps:0 received SIGTERM and stopped serving" in run["logs"]["ps:0"]
 
 
 # ------------------------------------------------------- single tasks, side by side
