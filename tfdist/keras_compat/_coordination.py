@@ -11,7 +11,8 @@ service only when nothing has yet (`context.coordination_service is None`),
 so configuring it first, with the same jobs and leader, sets the bound.
 Needs the private `tensorflow.python.eager.context` (no public API in TF
 2.21); `tests/unit/test_keras_compat_coordination.py` shows the strategy still has no
-such option.
+such option. Not gated on a version: no TensorFlow release has the option yet;
+that test fails once one does, which is the time to use it instead.
 """
 
 from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
