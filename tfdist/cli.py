@@ -6,13 +6,18 @@ a non-finite loss or variable (one line on stderr; nothing non-finite was
 backed up); 143 after a preemption notice once the state is saved; 137 when
 the grace period ran out before the backup committed; 200 another task of the
 job was lost (a transient cluster failure: restart the job, it resumes from its
-backup); 74 storage refused a write (a full disk, read-only storage, a missing
-bucket, permission denied: one line naming the path and the cause; the last
-committed backup is intact; not retried, because a restart on the same storage
-fails the same way until someone frees space or fixes it); anything else a crash.
+backup; also a task that stopped answering for `--peer_timeout_seconds`, and
+a parameter-server worker or ps task whose chief never came up); 201 a task
+that keeps no state of its own (a parameter-server worker or ps task, an
+evaluator) stopped after SIGTERM: it saved nothing, the job resumes from the
+chief's last backup; 74 storage refused a write (a full disk, read-only
+storage, a missing bucket, permission denied: one line naming the path and the
+cause; the last committed backup is intact; not retried, because a restart on
+the same storage fails the same way until someone frees space or fixes it);
+anything else a crash.
 
 Restart policies read these codes: Kubeflow's TFJob `restartPolicy: ExitCode`
-retries exactly the codes >= 128 (137, 143, 200) and never 2 or 3. 200 lies
+retries exactly the codes >= 128 (137, 143, 200, 201) and never 2 or 3. 200 lies
 above every signal's 128+N (Linux signals end at 64), so it never reads as a
 process killed by a signal. Two codes belong to single commands: 1 from
 `trainer.submit` when Vertex AI or Cloud Storage fails (5xx, unreachable), 124
@@ -24,6 +29,7 @@ from `tfdist.launch` when its `--timeout` expires.
 
 import dataclasses
 import functools
+import logging
 import os
 import re
 import sys
@@ -32,7 +38,13 @@ from typing import Any, Callable, Iterable, NoReturn, Sequence
 
 from absl import app, flags
 
-from tfdist.errors import NonFiniteError, StorageError, UsageError
+from tfdist.errors import (
+    NonFiniteError,
+    PeerLostError,
+    StoppedWithoutStateError,
+    StorageError,
+    UsageError,
+)
 
 EXIT_OK = 0
 EXIT_SERVICE_FAILURE = 1
@@ -44,8 +56,14 @@ EXIT_GRACE_EXPIRED = 137
 EXIT_PEER_LOST = 200
 # sysexits' EX_IOERR. Below 128, so TFJob's ExitCode policy does not retry it (see above).
 EXIT_STORAGE = 74
+EXIT_STOPPED_WITHOUT_STATE = 201
 # Codes after which a restart of the job can succeed (TFJob's ExitCode policy: >= 128).
-RETRYABLE_EXIT_CODES = (EXIT_GRACE_EXPIRED, EXIT_PREEMPTED, EXIT_PEER_LOST)
+RETRYABLE_EXIT_CODES = (
+    EXIT_GRACE_EXPIRED,
+    EXIT_PREEMPTED,
+    EXIT_PEER_LOST,
+    EXIT_STOPPED_WITHOUT_STATE,
+)
 
 _LONG_TOKEN = re.compile(r"\S{121,}")
 # absl's own --help exits 1; asking for help is not an error. True: the short help.
@@ -73,6 +91,21 @@ def exit_with_error(message: str, code: int) -> NoReturn:
     sys.stderr.write(f"error: {one_line}\n")
     sys.stderr.flush()
     sys.exit(code)
+
+
+def exit_from_thread(message: str, code: int) -> NoReturn:
+    """`exit_with_error` from a thread other than the main one: ends the process at once.
+
+    For watchdogs whose main thread may be blocked in a call that never
+    returns (a remote call to a frozen task): `sys.exit` there would end only
+    the watchdog's thread.
+    """
+    one_line = " ".join(shortened(str(message)).split())
+    sys.stderr.write(f"error: {one_line}\n")
+    sys.stderr.flush()
+    sys.stdout.flush()
+    logging.shutdown()
+    os._exit(code)  # pylint: disable=protected-access
 
 
 def exit_usage_error(message: str) -> NoReturn:
@@ -192,6 +225,8 @@ def describe_storage_fault(error: BaseException) -> str:
 STANDARD_EXITS = (
     ErrorExit((UsageError,), EXIT_USAGE),
     ErrorExit((NonFiniteError,), EXIT_NON_FINITE),
+    ErrorExit((PeerLostError,), EXIT_PEER_LOST),
+    ErrorExit((StoppedWithoutStateError,), EXIT_STOPPED_WITHOUT_STATE),
     ErrorExit((StorageError,), EXIT_STORAGE),
     # A write refused where no `storage_faults` block named the path.
     ErrorExit(
@@ -213,7 +248,8 @@ def run(
     """Runs an absl `main` as a command-line entry point, and exits.
 
     Flag errors exit 2 in one line, `--help` exits 0, and an exception matched
-    by `exits` or `STANDARD_EXITS` (`UsageError` 2, `NonFiniteError` 3) becomes
+    by `exits` or `STANDARD_EXITS` (`UsageError` 2, `NonFiniteError` 3,
+    `PeerLostError` 200, `StoppedWithoutStateError` 201) becomes
     one `error:` line and its code; anything else is a crash with a traceback.
 
     Args:

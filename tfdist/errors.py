@@ -116,3 +116,22 @@ class StorageError(RuntimeError):
                 if needle in text:
                     return cause
         return None
+
+
+class PeerLostError(RuntimeError):
+    """Another task of the job stopped answering, or never came up.
+
+    A transient cluster failure: command-line entry points print its message as
+    one line and exit with `tfdist.cli.EXIT_PEER_LOST` (200), a code restart
+    policies retry; the restarted job resumes from its last backup.
+    """
+
+
+class StoppedWithoutStateError(RuntimeError):
+    """A task that keeps no state of its own stopped after a preemption notice.
+
+    A parameter-server worker or ps task, or an evaluator, saves nothing when
+    it gets SIGTERM (the chief owns the backups), so its exit code must not
+    claim a save: entry points exit with `tfdist.cli.EXIT_STOPPED_WITHOUT_STATE`
+    (201), which restart policies retry.
+    """

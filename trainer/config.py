@@ -94,6 +94,24 @@ class ExperimentConfig:
         details="One replica each, so mirrored training can be tried on a laptop; `0` keeps "
         "one device.",
     )
+    peer_timeout_seconds: float = option(
+        30.0,
+        "",
+        DISTRIBUTION,
+        check=POSITIVE,
+        flag_module="tfdist.distribute.flags",
+        details="A task that stops answering (frozen by SIGSTOP, a hung host) is detected "
+        "within this bound plus a few seconds and the others exit 200. Multiworker: the "
+        "coordination service's heartbeat timeout; parameter servers: the chief probes "
+        "every worker and ps, and they probe the chief.",
+    )
+    chief_start_timeout_seconds: float = option(
+        1800.0,
+        "Worker and ps tasks of a parameter-server job: seconds to wait for the chief to "
+        "come up, then exit 200 (restart policies retry it).",
+        DISTRIBUTION,
+        check=POSITIVE,
+    )
     task: str = option(
         "",
         "Your task as MODULE:NAME (a class or zero-argument factory with build_model, "

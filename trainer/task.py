@@ -4,8 +4,10 @@ Every task of a job runs this same command. Flags override the `--config` file,
 which overrides the embedded defaults (`trainer.config.ExperimentConfig`).
 Exit codes (`tfdist.cli`): 0 done, 2 usage or configuration error, 3 stopped
 by a non-finite loss or variable, 143 preempted and saved, 137 the preemption
-grace period ran out first, 200 another task of the job was lost, 74 storage
-refused a write (full, read-only, a missing bucket, permission denied; not retried).
+grace period ran out first, 200 another task of the job was lost (died, froze or,
+for a parameter-server worker or ps, the chief never came up), 201 a task that
+keeps no state (parameter-server worker or ps, evaluator) stopped by SIGTERM, 74
+storage refused a write (full, read-only, a missing bucket, permission denied; not retried).
 """
 
 import json

@@ -218,10 +218,11 @@ def test_parameter_servers_with_each_role_preempted_apply_exactly_the_planned_st
         "--backup_every_steps=10",
         "--steps_per_execution=1",
         "--seed=5",
+        "--preemption_grace_seconds=10",
     ]
-    # A ps task has no SIGTERM handler: SIGTERM ends it at once, as SIGKILL would, so
-    # this is also the restart after losing the parameter server (resumed from the
-    # backup, no step lost or repeated).
+    # A ps task given SIGTERM alone serves on through the grace period (its chief
+    # might be saving), then exits 201, so this is also the restart after losing
+    # the parameter server (resumed from the backup, no step lost or repeated).
     plan = [("chief", signal.SIGTERM), ("worker", signal.SIGTERM), ("ps", signal.SIGTERM)]
     sent = _run_chaos(
         tmp_path, ["--chief", "--workers=2", "--ps=1", "--restart_on_failure=6"], flags, plan

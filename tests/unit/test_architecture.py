@@ -39,11 +39,12 @@ ALLOWED = {
     "backups": {"errors", "_internal"},
     "data": {"errors", "_internal", "keras_compat"},
     "tasks": {"errors", "_internal", "data", "keras_compat"},
-    "parameter_server": {"errors", "_internal", "distribute.cluster", "keras_compat"},
+    "parameter_server": {"errors", "_internal", "cli", "distribute.cluster", "keras_compat"},
     "preemption": {"errors", "_internal", "cli", "backups"},
     "outputs": {"errors", "_internal"},
     "distribute": {
         "errors",
+        "_internal",
         "cli",
         "distribute.cluster",
         "distribute.choice",

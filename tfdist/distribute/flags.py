@@ -18,6 +18,7 @@ import os
 
 from absl import flags
 
+from tfdist._internal import liveness
 from tfdist.cli import (
     FlagSpec,
     define_flags,
@@ -38,11 +39,17 @@ STRATEGY_FLAGS = (
         "For --strategy=mirrored without GPUs: split the CPU into this many logical devices.",
     ),
     FlagSpec("tpu", "", "TPU name or grpc:// address; 'local' on a TPU VM."),
+    FlagSpec(
+        "peer_timeout_seconds",
+        liveness.DEFAULT_TIMEOUT_SECONDS,
+        "A task of a multiworker or parameter-server job that stops answering (frozen, "
+        "hung) for this many seconds is lost: the others exit 200.",
+    ),
 )
 
 
 def define_strategy_flags(flag_values: flags.FlagValues = flags.FLAGS) -> None:
-    """Defines --strategy, --all_reduce, --num_cpu_devices and --tpu."""
+    """Defines --strategy, --all_reduce, --num_cpu_devices, --tpu and --peer_timeout_seconds."""
     define_flags(STRATEGY_FLAGS, flag_values, module_name=__name__)
 
 
@@ -59,5 +66,6 @@ def strategy_from_flags(flag_values: flags.FlagValues = flags.FLAGS):
         all_reduce=flag_values.all_reduce,
         num_cpu_devices=flag_values.num_cpu_devices,
         tpu=flag_values.tpu,
+        peer_timeout_seconds=flag_values.peer_timeout_seconds,
     )
     return strategy_lib.make_strategy(flag_values.strategy, cluster, options)

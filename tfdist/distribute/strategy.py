@@ -12,6 +12,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfdist import keras_compat
+from tfdist._internal import liveness
 from tfdist.distribute.choice import ALL_REDUCE, check_strategy_name, choose_strategy
 from tfdist.distribute.cluster import CHIEF, WORKER, Cluster, check_cluster_for_strategy
 from tfdist.errors import UsageError
@@ -30,6 +31,11 @@ class StrategyOptions:
         ps_min_shard_bytes: For `parameter_server`, partition variables into
             shards of at least this many bytes (0 disables partitioning).
         ps_max_shards: For `parameter_server`, the most shards per variable.
+        peer_timeout_seconds: A task of a `multiworker` or `parameter_server`
+            job that stops answering (frozen, hung) for this long is lost:
+            the survivors exit 200. Multiworker: the coordination service's
+            heartbeat timeout; parameter servers: the chief's probes of each
+            worker and ps (`tfdist.parameter_server.watch_training_tasks`).
     """
 
     all_reduce: str = "auto"
@@ -37,6 +43,7 @@ class StrategyOptions:
     tpu: str = ""
     ps_min_shard_bytes: int = 0
     ps_max_shards: int = 1
+    peer_timeout_seconds: float = liveness.DEFAULT_TIMEOUT_SECONDS
 
     def __post_init__(self):
         if self.all_reduce not in ALL_REDUCE:
@@ -45,6 +52,7 @@ class StrategyOptions:
             )
         if self.num_cpu_devices < 0:
             raise UsageError(f"--num_cpu_devices is {self.num_cpu_devices}, expected a number >= 0")
+        liveness.check_timeout("peer_timeout_seconds", self.peer_timeout_seconds)
 
 
 def make_strategy(
@@ -195,9 +203,12 @@ def _multiworker(cluster: Cluster, options: StrategyOptions) -> tf.distribute.St
             f"task type {cluster.task_type!r} cannot join a multiworker strategy, expected "
             f"'chief' or 'worker'; evaluators evaluate checkpoints instead of training"
         )
+    resolver = cluster_resolver(cluster, (CHIEF, WORKER))
+    keras_compat.configure_peer_heartbeats(
+        resolver.cluster_spec(), cluster.task_type, timeout_seconds=options.peer_timeout_seconds
+    )
     return tf.distribute.MultiWorkerMirroredStrategy(
-        cluster_resolver=cluster_resolver(cluster, (CHIEF, WORKER)),
-        communication_options=communication,
+        cluster_resolver=resolver, communication_options=communication
     )
 
 
@@ -205,7 +216,10 @@ def _parameter_server(cluster: Cluster, options: StrategyOptions) -> tf.distribu
     from tfdist import parameter_server  # pylint: disable=g-import-not-at-top
 
     return parameter_server.make_parameter_server_strategy(
-        cluster, min_shard_bytes=options.ps_min_shard_bytes, max_shards=options.ps_max_shards
+        cluster,
+        min_shard_bytes=options.ps_min_shard_bytes,
+        max_shards=options.ps_max_shards,
+        peer_timeout_seconds=options.peer_timeout_seconds,
     )
 
 

@@ -60,6 +60,11 @@ The one package of tfdist that touches private Keras internals. Upstream Keras
    rewrite behind `experimental_distribute_dataset`'s FILE policy
    (`_file_sharding`).
 
+8. Not Keras: `MultiWorkerMirroredStrategy` lets nobody choose the
+   coordination service's heartbeat timeout, the bound within which a frozen
+   peer is noticed; `configure_peer_heartbeats` configures the service
+   first, as the strategy would, with that bound (`_coordination`).
+
 `apply()` installs the corrections once, only on Keras versions that need
 them; each one hands every call under any other strategy (and any model that
 does not need it) to the original Keras code unchanged. Nothing happens at
@@ -73,6 +78,10 @@ import keras
 from keras.src.backend.tensorflow import trainer as tf_trainer
 
 from tfdist.keras_compat import _multiworker, _parameter_server, _patching, _replica_jit
+from tfdist.keras_compat._coordination import (
+    configure_peer_heartbeats,  # noqa: F401
+    heartbeat_timeout_ms,  # noqa: F401
+)
 from tfdist.keras_compat._eager_runtime import (
     runtime_initialized,  # noqa: F401
     runtime_left_unstarted,  # noqa: F401

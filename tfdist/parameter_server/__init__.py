@@ -20,6 +20,7 @@ from tfdist.parameter_server.strategy import (
     make_parameter_server_strategy,
     training_cluster_spec,
     variable_partitioner,
+    watch_training_tasks,
 )
 from tfdist.parameter_server.training import (
     ParameterServerLostError,
@@ -41,6 +42,7 @@ __all__ = [
     "serve",
     "training_cluster_spec",
     "variable_partitioner",
+    "watch_training_tasks",
 ]
 
 # Sidecar evaluation works under every strategy; its names were re-exported here

@@ -6,6 +6,8 @@ environment, so it works when Vertex AI sets only `CLUSTER_SPEC`.
 
 import tensorflow as tf
 
+from tfdist import cli
+from tfdist._internal import liveness
 from tfdist._internal.preconditions import check_whole_number
 from tfdist.distribute.cluster import CHIEF, PS, WORKER, Cluster, check_cluster_for_strategy
 from tfdist.errors import UsageError
@@ -48,8 +50,43 @@ def variable_partitioner(*, min_shard_bytes: int, max_shards: int):
     )
 
 
+def _exit_peer_lost(lost: liveness.SilentPeer, timeout_seconds: float) -> None:
+    # The main thread may be blocked for good in a remote call to the frozen
+    # task (ClusterCoordinator.join never returns): end the process from here.
+    # A backup being written is left uncommitted and never read.
+    cli.exit_from_thread(lost.describe(timeout_seconds), cli.EXIT_PEER_LOST)
+
+
+def watch_training_tasks(
+    cluster: Cluster, *, timeout_seconds: float = liveness.DEFAULT_TIMEOUT_SECONDS
+) -> liveness.PeerWatchdog:
+    """Starts the chief's watchdog over every worker and ps task of `cluster`.
+
+    ClusterCoordinator reschedules the steps of a worker that fails, and
+    fails itself when a ps does, but a task that is frozen (alive, silent)
+    fails nothing: its remote calls never return and `join` waits forever.
+    The watchdog probes each task's gRPC server every second; one that
+    accepts connections but has not answered for `timeout_seconds` ends the
+    process with one `error: lost contact ...` line and exit code 200.
+    """
+    peers = {
+        f"{role}:{index}": address
+        for role in (WORKER, PS)
+        for index, address in enumerate(cluster.addresses.get(role, ()))
+    }
+    return liveness.PeerWatchdog(
+        peers,
+        timeout_seconds=timeout_seconds,
+        on_lost=lambda lost: _exit_peer_lost(lost, timeout_seconds),
+    ).start()
+
+
 def make_parameter_server_strategy(
-    cluster: Cluster, *, min_shard_bytes: int = 0, max_shards: int = 1
+    cluster: Cluster,
+    *,
+    min_shard_bytes: int = 0,
+    max_shards: int = 1,
+    peer_timeout_seconds: float | None = liveness.DEFAULT_TIMEOUT_SECONDS,
 ) -> tf.distribute.ParameterServerStrategy:
     """Builds the strategy for the coordinator (the chief) of `cluster`.
 
@@ -60,6 +97,9 @@ def make_parameter_server_strategy(
             at least this many bytes (0: no partitioning). For large
             embedding tables, so that no single ps holds all of one.
         max_shards: Most shards per partitioned variable.
+        peer_timeout_seconds: A worker or ps task that stops answering
+            (frozen) for this long ends this process with exit code 200
+            (`watch_training_tasks`); None watches nothing.
 
     Returns:
         The strategy; creating it connects this process to the cluster.
@@ -79,4 +119,6 @@ def make_parameter_server_strategy(
     resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
         training_cluster_spec(cluster), task_type=CHIEF, task_id=0, rpc_layer="grpc"
     )
+    if peer_timeout_seconds is not None:
+        watch_training_tasks(cluster, timeout_seconds=peer_timeout_seconds)
     return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)

@@ -30,6 +30,7 @@ import threading
 import time
 from typing import Callable
 
+from tfdist import cli
 from tfdist._internal.preconditions import check_seconds, check_whole_number
 from tfdist.backups.sync import WorkerSync
 from tfdist.cli import EXIT_GRACE_EXPIRED, EXIT_PREEMPTED
@@ -244,3 +245,32 @@ class PreemptionWatcher:
             self._agreement.close()
             self._agreement = None  # a later fit agrees anew
         self.uninstall()
+
+
+def exit_without_state_on_sigterm(task: str) -> bool:
+    """Makes SIGTERM end this task at once with exit code 201, which claims no save.
+
+    For tasks that keep no state of their own (an evaluator): 143 would say
+    "state saved", and a default SIGTERM death reads as 143 too. Prints one
+    `error:` line. Call from the main thread.
+
+    Args:
+        task: The task, as the line names it (`evaluator:0`).
+
+    Returns:
+        Whether the handler was installed (False off the main thread).
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return False
+
+    def on_sigterm(signum, frame):
+        del signum, frame
+        cli.exit_from_thread(
+            f"{task} received SIGTERM and stopped; it keeps no state, so nothing was "
+            f"saved here (exit {cli.EXIT_STOPPED_WITHOUT_STATE}): the job resumes from "
+            f"the chief's last backup",
+            cli.EXIT_STOPPED_WITHOUT_STATE,
+        )
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    return True

@@ -51,7 +51,7 @@ _HELP = {
     "bucket": "Instead of a volume: gs:// or s3:// prefix for the model and backups.",
     "mount_path": "Where the volume is mounted.",
     "backup_every_steps": "trainer.task --backup_every_steps.",
-    "restart_policy": "ExitCode (retries tfdist's 137, 143, 200; never 2 or 3), OnFailure, "
+    "restart_policy": "ExitCode (retries tfdist's 137, 143, 200, 201; never 2 or 3), OnFailure, "
     "Never or Always.",
     "backoff_limit": "Pod restarts before the job fails.",
     "clean_pod_policy": "None keeps the evaluator alive; Running or All delete it when the "
@@ -180,6 +180,10 @@ def main(argv, trainer_args=()) -> None:
 APIS = ("tfjob", "jobset", "trainjob")
 
 
+def _retryable() -> str:
+    return ", ".join(str(code) for code in sorted(cli.RETRYABLE_EXIT_CODES))
+
+
 def _write_jobset(shape: shape_lib.TFJobShape) -> None:
     """--api=jobset or trainjob: the same pods, restarted by JobSet (counted)."""
     if FLAGS.api not in APIS:
@@ -188,7 +192,7 @@ def _write_jobset(shape: shape_lib.TFJobShape) -> None:
         raise UsageError(
             f"restart_policy is {shape.restart_policy!r} and clean_pod_policy "
             f"{shape.clean_pod_policy!r}, which are TFJob's; --api={FLAGS.api} restarts the "
-            f"whole JobSet on tfdist's retryable exit codes (137, 143, 200), at most "
+            f"whole JobSet on tfdist's retryable exit codes ({_retryable()}), at most "
             f"backoff_limit times, and fails it on any other; expected ExitCode and None"
         )
     jobset.check_names(shape, FLAGS.api)
@@ -199,7 +203,7 @@ def _write_jobset(shape: shape_lib.TFJobShape) -> None:
     what = "JobSet" if FLAGS.api == "jobset" else "Trainer v2 TrainingRuntime + TrainJob"
     print(
         f"Dry run, nothing contacted: {what} {shape.name!r} ({counts}; at most "
-        f"{shape.backoff_limit} restarts of the whole set on exit 137, 143 or 200, any other "
+        f"{shape.backoff_limit} restarts of the whole set on exit {_retryable()}, any other "
         f"failure ends it); outputs under {shape.output_root}; pods run as "
         f"{shape.service_account or 'the namespace default service account'}",
         file=sys.stderr,

@@ -9,7 +9,7 @@ JobSet's name, its replicated job and job index from JobSet's labels
 
 Restarts are counted, which TFJob's `ExitCode` policy cannot do
 (kubeflow/trainer#2045): a pod that exits with one of tfdist's retryable codes
-(137, 143, 200) fails its Job, and the JobSet restarts every Job, at most
+(137, 143, 200, 201) fails its Job, and the JobSet restarts every Job, at most
 `backoff_limit` times (`failurePolicy.maxRestarts`); any other failure
 (2 usage, 3 non-finite, 1 a crash) fails its Job through the Job's
 `podFailurePolicy`, and the JobSet fails at once (`FailJobSet` on reason

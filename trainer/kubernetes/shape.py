@@ -51,7 +51,7 @@ class TFJobShape:
         mount_path: Where `volume_claim` is mounted.
         backup_every_steps: `--backup_every_steps` of the trainer.
         restart_policy: TFJob's per-replica restart policy. `ExitCode` retries
-            exactly the codes >= 128: tfdist's 137, 143 and 200 (a lost peer)
+            exactly the codes >= 128: tfdist's 137, 143, 200 (a lost peer) and 201
             restart the pod, 2 (configuration) and 3 (non-finite) fail the job.
         backoff_limit: Pod restarts before the job is marked failed.
         clean_pod_policy: What happens to pods when the job ends. `None` (the

@@ -50,7 +50,19 @@ PEER_FAILURES = ps_training.PEER_FAILURES
 
 def strategy_options(config: ExperimentConfig) -> strategy_lib.StrategyOptions:
     return strategy_lib.StrategyOptions(
-        all_reduce=config.all_reduce, num_cpu_devices=config.num_cpu_devices, tpu=config.tpu
+        all_reduce=config.all_reduce,
+        num_cpu_devices=config.num_cpu_devices,
+        tpu=config.tpu,
+        peer_timeout_seconds=config.peer_timeout_seconds,
+    )
+
+
+def serve_options(config: ExperimentConfig) -> ps_lib.ServeOptions:
+    """How a worker or ps task of a parameter-server job waits for and watches the chief."""
+    return ps_lib.ServeOptions(
+        chief_start_timeout=config.chief_start_timeout_seconds,
+        peer_timeout=config.peer_timeout_seconds,
+        grace_seconds=config.preemption_grace_seconds,
     )
 
 
@@ -84,7 +96,7 @@ def run(
         return evaluator.evaluate(config, cluster, dirs, loaded)
     if strategy_name == "parameter_server":
         if cluster.task_type in (WORKER, PS):
-            ps_lib.serve(cluster)
+            ps_lib.serve(cluster, serve_options(config))
             return None
         if cluster.task_type != CHIEF:
             raise UsageError(

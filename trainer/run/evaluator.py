@@ -4,7 +4,9 @@ The chief exports a checkpoint per epoch to `<model_dir>/checkpoints`
 (`tfdist.outputs.evaluation.CheckpointExporter`); the evaluator builds the task's
 model and metrics, evaluates each checkpoint on the task's evaluation split,
 appends its metrics to `<model_dir>/eval/metrics.jsonl` (and TensorBoard
-events there), and exits once the chief marks training done.
+events there), and exits once the chief marks training done. It exits 201 on
+SIGTERM (it keeps no state) and 200 if the chief stops answering for
+`--peer_timeout_seconds` (frozen).
 """
 
 from absl import logging
@@ -13,6 +15,7 @@ from tfdist.distribute.cluster import CHIEF, WORKER, Cluster
 from tfdist.errors import UsageError
 from tfdist.outputs import evaluation
 from tfdist.parameter_server import ChiefWatch
+from tfdist.preemption import exit_without_state_on_sigterm
 from tfdist.tasks import custom_steps
 from trainer.config import ExperimentConfig
 from trainer.run.compiling import build_model
@@ -42,6 +45,7 @@ def evaluate(
             "chief's model directory, whose checkpoints/ it evaluates; pass the same "
             "--model_dir to every task"
         )
+    exit_without_state_on_sigterm(f"{cluster.task_type}:{cluster.task_index}")
     seed_everything(config)
     inputs = build_inputs(loaded, config)
     if inputs.eval_examples is None:
@@ -59,7 +63,12 @@ def evaluate(
     address = _training_address(cluster)
     if address:
         watch = ChiefWatch(address, gone_seconds=60.0)
-        alive = lambda: not watch.gone()  # noqa: E731
+
+        def alive() -> bool:
+            gone = watch.gone()
+            watch.check_answering(config.peer_timeout_seconds)  # a frozen chief: exit 200
+            return not gone
+
     evaluator = evaluation.SidecarEvaluator(
         model,
         inputs.eval_stream(),
