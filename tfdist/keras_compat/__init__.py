@@ -97,6 +97,7 @@ CORRECTIONS = (
     "steps_per_execution",
     "replica_jit",
     "string_symbolic_build",
+    "worker_sharding",
 )
 
 
@@ -159,6 +160,8 @@ def apply(corrections: tuple[str, ...] = CORRECTIONS) -> bool:
     trainer = tf_trainer.TensorFlowTrainer
     if "symbolic_build" in corrections or "string_symbolic_build" in corrections:
         _patching.install(trainer, "_maybe_symbolic_build", _multiworker.maybe_symbolic_build)
+    if "worker_sharding" in corrections:
+        _patching.install(tf_trainer.TFEpochIterator, "__init__", _multiworker.epoch_iterator_init)
     if "reduce_per_replica" in corrections:
         _patching.install(tf_trainer, "reduce_per_replica", _multiworker.reduce_per_replica)
     if "steps_per_execution" in corrections or "replica_jit" in corrections:
