@@ -85,6 +85,7 @@ def main() -> None:
     tfdist_log = logging.getLogger("tfdist")
     tfdist_log.addHandler(logging.StreamHandler(sys.stdout))
     tfdist_log.setLevel(logging.INFO)
+    tfdist_log.propagate = False
 
     strategy = tfdist.resumable.strategy_from_environment()
     import keras  # pylint: disable=g-import-not-at-top

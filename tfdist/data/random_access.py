@@ -159,17 +159,26 @@ def replica_batches(
     )
 
 
-def examples(source: RandomAccessSource | ArraySource) -> tf.data.Dataset:
-    """One pass over the source's examples in index order (evaluation, samples)."""
+def examples(
+    source: RandomAccessSource | ArraySource, num_shards: int = 1, index: int = 0
+) -> tf.data.Dataset:
+    """One pass over the source's examples in index order (evaluation, samples).
+
+    With `num_shards`, only the reads `index, index + num_shards, ...` of
+    `_SEQUENTIAL_READ` indices each: the shards are disjoint and together
+    hold every example once.
+    """
     reader = _Reader(source)
     num_examples = len(source)
-    chunks = tf.data.Dataset.range(0, num_examples, _SEQUENTIAL_READ).map(
+    starts = np.arange(0, num_examples, _SEQUENTIAL_READ, dtype=np.int64)[index::num_shards]
+    mine = int(sum(min(_SEQUENTIAL_READ, num_examples - start) for start in starts))
+    chunks = tf.data.Dataset.from_tensor_slices(starts).map(
         lambda first: tf.range(first, tf.minimum(first + _SEQUENTIAL_READ, num_examples))
     )
     records = chunks.map(
         reader.records, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     ).unbatch()
-    records = records.apply(tf.data.experimental.assert_cardinality(num_examples))
+    records = records.apply(tf.data.experimental.assert_cardinality(mine))
     return _preprocessed(records, source)
 
 

@@ -12,8 +12,10 @@ choose a policy, tfdist chooses one that reads each example once per epoch:
 | fewer files, a chain of per-element ops after its reader | `DATA`: every worker decodes each global batch and keeps its part (== one process) | by record after the reader: each worker decodes only its records |
 | anything else (no files, `from_generator`, ...) | `DATA` | `DATA` |
 
-`predict` keeps `DATA` unless the files suffice (rows in input order). The
-choice is logged once per process and split.
+`predict` keeps `DATA` unless the files suffice (rows in input order). A
+dataset with a `worker_shard(num_workers, index)` attribute (tfdist's own
+evaluation batches of a random-access source) is evaluated from that. Each
+choice is logged once per process.
 """
 
 import logging
@@ -64,6 +66,13 @@ def worker_dataset(dataset: tf.data.Dataset, *, role: str, num_workers: int, wor
     """
     if dataset.options().experimental_distribute.auto_shard_policy != _Policy.AUTO:
         return dataset
+    worker_shard = getattr(dataset, "worker_shard", None)
+    if role == EVALUATION and worker_shard is not None:
+        _say_once(
+            f"The {role} data is a tfdist.data source: each of the {num_workers} workers reads "
+            f"and decodes only its share."
+        )
+        return _with_policy(worker_shard(num_workers, worker_index), _Policy.OFF)
     if _record_sharding.reads_at_least(dataset, num_workers):
         _say_once(f"The {role} data is sharded by file among {num_workers} workers.")
         return dataset
