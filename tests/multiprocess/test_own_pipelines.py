@@ -100,7 +100,7 @@ def test_one_file_or_many_each_example_once_and_evaluation_shared(runs, case):
     for worker in runs["two"]:
         result = worker[case]
         assert result["error"] is None, _errors(result)
-        assert result["steps"] == one["steps"] == [job.TRAIN_LINES // job.GLOBAL_BATCH] * 2
+        assert result["steps"] == one["steps"] == [job.TRAIN_LINES // job.GLOBAL_BATCH]
         # Validation in fit and evaluate: metrics summed over disjoint examples,
         # partial last batch (100 = 3 x 32 + 4) and weighted metrics included.
         for key in ("val_loss", "val_accuracy", "val_auc", "val_weighted_accuracy"):
@@ -109,7 +109,7 @@ def test_one_file_or_many_each_example_once_and_evaluation_shared(runs, case):
         # Each worker decodes only its half of the validation split.
         assert one["evaluate_decodes"] == job.VALIDATION_LINES
         assert result["evaluate_decodes"] == job.VALIDATION_LINES // 2
-        assert result["decodes"]["validation"] == 3 * job.VALIDATION_LINES // 2
+        assert result["decodes"]["validation"] == 2 * job.VALIDATION_LINES // 2
 
 
 def test_the_policy_chosen_for_fewer_files_than_workers_is_logged_once(runs):
@@ -122,3 +122,76 @@ def test_the_policy_chosen_for_fewer_files_than_workers_is_logged_once(runs):
         assert len(whole) == 1, whole
         assert len(by_file) == 1, by_file
         assert "DATA shard policy" in whole[0]
+
+
+EVALUATION_EXAMPLES = 100  # at a global batch of 64: 64 + a partial 36
+
+
+@pytest.mark.parametrize("kind", ["dataset", "array_record"])
+def test_the_trainer_evaluates_one_file_shared_among_workers_as_one_process(
+    local_cluster, tmp_path, kind
+):
+    from tests.jobs.tasks import record_tasks  # pylint: disable=g-import-not-at-top
+
+    train = record_tasks.write_tfrecords(str(tmp_path / "train"), 512, num_files=2)
+    if kind == "dataset":
+        evaluation = record_tasks.write_tfrecords(
+            str(tmp_path / "eval"), EVALUATION_EXAMPLES, num_files=1, seed=1
+        )
+        train_kind = "dataset"
+    else:
+        evaluation = record_tasks.write_array_records(
+            str(tmp_path / "eval"), EVALUATION_EXAMPLES, num_files=1, seed=1
+        )
+        train_kind = "array_record"
+        train = record_tasks.write_array_records(str(tmp_path / "train"), 512)
+
+    def flags(name: str) -> list[str]:
+        counts = tmp_path / name / "counts"
+        counts.mkdir(parents=True)
+        config = {
+            "pattern": train,
+            "eval_pattern": evaluation,
+            "kind": train_kind,
+            "count_dir": str(counts),
+        }
+        return [
+            sys.executable,
+            "-m",
+            "trainer.task",
+            "--task=tests.jobs.tasks.shared_evaluation:SharedEvaluation",
+            f"--task_config={json.dumps(config)}",
+            "--global_batch_size=64",
+            "--epochs=1",
+            "--steps_per_epoch=4",
+            "--optimizer=sgd",
+            "--learning_rate=0.05",
+            f"--model_dir={tmp_path / name / 'model'}",
+        ]
+
+    cluster = local_cluster(
+        num_workers=2, env=ENV, command=[*flags("two"), "--strategy=multiworker"]
+    )
+    cluster.start()
+    single = start_logged([*flags("one"), "--strategy=default"], tmp_path / "one", cwd=ROOT)
+    try:
+        codes = cluster.wait(timeout=WAIT_SECONDS)
+        assert set(codes.values()) == {0}, cluster.format_logs()
+    finally:
+        assert finish(single, WAIT_SECONDS) == 0, log_tail(single)
+
+    def summary(name):
+        return json.loads((tmp_path / name / "model" / "summary.json").read_text())
+
+    def decodes(name):
+        return sorted(
+            json.loads(path.read_text())["decodes"]
+            for path in (tmp_path / name / "counts").glob("evaluation-*.json")
+        )
+
+    one, two = summary("one")["metrics"]["test"], summary("two")["metrics"]["test"]
+    assert set(one) == {"loss", "accuracy"}
+    assert two == pytest.approx(one, abs=1e-6)
+    # Today's main: [100, 100] (every worker decoded the whole split).
+    assert decodes("one") == [EVALUATION_EXAMPLES]
+    assert decodes("two") == [EVALUATION_EXAMPLES // 2] * 2

@@ -164,16 +164,17 @@ def examples(
 ) -> tf.data.Dataset:
     """One pass over the source's examples in index order (evaluation, samples).
 
-    With `num_shards`, only the reads `index, index + num_shards, ...` of
-    `_SEQUENTIAL_READ` indices each: the shards are disjoint and together
+    With `num_shards`, only the indices of contiguous part `index` of
+    `num_shards` (as equal as can be): the parts are disjoint and together
     hold every example once.
     """
     reader = _Reader(source)
     num_examples = len(source)
-    starts = np.arange(0, num_examples, _SEQUENTIAL_READ, dtype=np.int64)[index::num_shards]
-    mine = int(sum(min(_SEQUENTIAL_READ, num_examples - start) for start in starts))
-    chunks = tf.data.Dataset.from_tensor_slices(starts).map(
-        lambda first: tf.range(first, tf.minimum(first + _SEQUENTIAL_READ, num_examples))
+    first = num_examples * index // num_shards
+    end = num_examples * (index + 1) // num_shards
+    mine = end - first
+    chunks = tf.data.Dataset.range(first, end, _SEQUENTIAL_READ).map(
+        lambda start: tf.range(start, tf.minimum(start + _SEQUENTIAL_READ, end))
     )
     records = chunks.map(
         reader.records, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True

@@ -20,7 +20,7 @@ rebuilt dataset keeps a reference to it.
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2, types_pb2
 
-from tfdist.keras_compat._file_sharding import READER_OPS, UNSHARDABLE, shard_by_file
+from tfdist.keras_compat._file_sharding import READER_OPS, UNSHARDABLE, file_shard
 
 # Operations that transform examples one by one (or group them) and so can
 # come after the shard: each worker's part goes through them unchanged.
@@ -190,7 +190,7 @@ def reads_at_least(dataset: tf.data.Dataset, num_files: int) -> bool:
         records = pipeline.rebuilt(spec)
         if not reads_files(records):
             return False
-        for _ in shard_by_file(records, num_files, num_files - 1).take(1):
+        for _ in file_shard(records, num_files, num_files - 1).take(1):
             return True
     except UNSHARDABLE:
         return False
