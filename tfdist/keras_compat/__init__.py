@@ -12,7 +12,8 @@ The one package of tfdist that touches private Keras internals. Upstream Keras
    strategy cannot do eagerly ("Attempt to convert a value (PerReplica...)")
    and no strategy can do on strings (AddN on strings under
    MirroredStrategy with 2 devices). We build from stand-in tensors made from
-   the dataset's element spec instead: only shapes and dtypes matter.
+   the dataset's element spec instead (unknown dimensions stay unknown): only
+   shapes and dtypes matter.
 2. `reduce_per_replica`: `reduce_per_replica(..., "mean")` reduces every step
    output with `strategy.reduce("MEAN", value, axis=0)`; for scalar metrics
    axis 0 does not exist ("Invalid reduction dimension 0"). We average across
@@ -59,6 +60,18 @@ The one package of tfdist that touches private Keras internals. Upstream Keras
    files of a task's own `tf.data` pipeline; `shard_by_file` uses the
    rewrite behind `experimental_distribute_dataset`'s FILE policy
    (`_file_sharding`).
+
+8. `worker_sharding`: Keras hands a user's dataset to
+   `experimental_distribute_dataset`, whose `AUTO` policy fails with fewer
+   files than workers ("Could not apply FILE based sharding: the dataset only
+   has 1 file(s)", at the end of epoch 1 for validation data) and, for
+   evaluation, makes every worker decode every example. Under a multi-worker
+   strategy `TFEpochIterator` gets the dataset sharded per worker first:
+   by file, by record after its reader (evaluation), or `DATA`
+   (`_epoch_sharding`, `_record_sharding`). The stand-in batch of
+   `symbolic_build` is the element spec itself, unknown dimensions kept
+   (a batch of 1s was refused: "expected shape=(None, 20, 7), found
+   shape=(1, 1, 7)").
 
 `apply()` installs the corrections once, only on Keras versions that need
 them; each one hands every call under any other strategy (and any model that
