@@ -13,9 +13,9 @@ the pipelines read; the test writes them once for every process.
 
 The pipelines are the keras.io shapes: `timeseries_dataset_from_array`,
 `from_generator` without full shapes, a `py_function` map, ragged and sparse
-features, dict features, strings into `TextVectorization` (in the model and in
-tf.data), and `TextLineDataset` of one file (or of several) as training and
-validation data, with a partial last batch and `weighted_metrics`.
+features in a dict, strings into `TextVectorization` (in the model and in
+tf.data), and `TextLineDataset` of one file as training and validation data,
+with a partial last batch and `weighted_metrics`.
 """
 
 import argparse
@@ -30,7 +30,6 @@ GLOBAL_BATCH = 32
 # Examples of the files: the validation splits end with a partial global batch.
 TRAIN_LINES = 256
 VALIDATION_LINES = 100
-VALIDATION_FILES = 4
 
 
 def _line(index: int) -> str:
@@ -53,10 +52,6 @@ def write_data(directory: str) -> None:
     root.mkdir(parents=True, exist_ok=True)
     _write(root / "train.csv", [_line(i) for i in range(TRAIN_LINES)])
     _write(root / "validation.csv", [_line(10_000 + i) for i in range(VALIDATION_LINES)])
-    per_file = VALIDATION_LINES // VALIDATION_FILES
-    for part in range(VALIDATION_FILES):
-        lines = [_line(10_000 + part * per_file + i) for i in range(per_file)]
-        _write(root / f"validation-{part}.csv", lines)
     words = ["red", "green", "blue", "pink", "gray", "cyan"]
     _write(
         root / "text.txt",
@@ -195,24 +190,17 @@ def main() -> None:
         inputs = keras.Input((None,), ragged=True)
         return compile_model(dense_model(inputs, RowMean()(inputs))), train, train
 
-    def sparse():
+    def sparse_dict():
         def parse(line):
             x, y, _ = decode("train")(line)
-            return tf.sparse.from_dense(tf.nn.relu(x)), y
+            return {"dense": x[:3], "sparse": tf.sparse.from_dense(tf.nn.relu(x[3:]))}, y
 
         train = tf.data.TextLineDataset(str(data / "train.csv")).map(parse).batch(GLOBAL_BATCH)
-        inputs = keras.Input((6,), sparse=True)
-        return compile_model(dense_model(inputs, inputs)), train, train
-
-    def features():
-        def parse(line):
-            x, y, _ = decode("train")(line)
-            return {"left": x[:3], "right": x[3:]}, y
-
-        train = tf.data.TextLineDataset(str(data / "train.csv")).map(parse).batch(GLOBAL_BATCH)
-        left, right = keras.Input((3,), name="left"), keras.Input((3,), name="right")
-        joined = keras.layers.Concatenate()([left, right])
-        return compile_model(dense_model({"left": left, "right": right}, joined)), train, train
+        dense = keras.Input((3,), name="dense")
+        sparse = keras.Input((3,), sparse=True, name="sparse")
+        joined = keras.layers.Concatenate()([dense, keras.layers.Dense(3)(sparse)])
+        model = dense_model({"dense": dense, "sparse": sparse}, joined)
+        return compile_model(model), train, train
 
     vocabulary = ["red", "green", "blue", "pink", "gray", "cyan"]
 
@@ -224,33 +212,31 @@ def main() -> None:
 
         return tf.data.TextLineDataset(str(data / "text.txt")).map(parse)
 
-    def strings_in_model():
-        train = text_lines().batch(GLOBAL_BATCH)
-        inputs = keras.Input((), dtype="string")
-        tokens = keras.layers.TextVectorization(vocabulary=vocabulary, output_sequence_length=6)(
-            inputs
-        )
-        pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(8, 4)(tokens))
-        return compile_model(dense_model(inputs, pooled)), train, train
-
-    def strings_in_data():
+    def strings():
+        """Words into `TextVectorization` in the model, and word ids made by it in tf.data."""
         vectorize = keras.layers.TextVectorization(vocabulary=vocabulary)
-        train = text_lines().batch(GLOBAL_BATCH).map(lambda words, y: (vectorize(words), y))
-        inputs = keras.Input((None,), dtype="int64")
-        pooled = keras.layers.GlobalAveragePooling1D()(keras.layers.Embedding(8, 4)(inputs))
-        return compile_model(dense_model(inputs, pooled)), train, train
+        train = (
+            text_lines()
+            .batch(GLOBAL_BATCH)
+            .map(lambda words, y: ({"words": words, "ids": vectorize(words)}, y))
+        )
+        words = keras.Input((), dtype="string", name="words")
+        ids = keras.Input((None,), dtype="int64", name="ids")
+        tokens = keras.layers.TextVectorization(vocabulary=vocabulary, output_sequence_length=6)(
+            words
+        )
+        embed = keras.layers.Embedding(8, 4)
+        pooled = keras.layers.Concatenate()(
+            [
+                keras.layers.GlobalAveragePooling1D()(embed(tokens)),
+                keras.layers.GlobalAveragePooling1D()(embed(ids)),
+            ]
+        )
+        return compile_model(dense_model({"words": words, "ids": ids}, pooled)), train, train
 
     def one_file():
         train = lines("train.csv", "train").batch(GLOBAL_BATCH)
         validation = lines("validation.csv", "validation").batch(GLOBAL_BATCH)
-        inputs = keras.Input((6,))
-        model = compile_model(dense_model(inputs, inputs), weighted=True)
-        return model, train, validation
-
-    def many_files():
-        files = [str(data / f"validation-{part}.csv") for part in range(VALIDATION_FILES)]
-        train = lines("train.csv", "train").batch(GLOBAL_BATCH)
-        validation = tf.data.TextLineDataset(files).map(decode("validation")).batch(GLOBAL_BATCH)
         inputs = keras.Input((6,))
         model = compile_model(dense_model(inputs, inputs), weighted=True)
         return model, train, validation
@@ -260,12 +246,9 @@ def main() -> None:
         "generator": generator,
         "py_function": py_function,
         "ragged": ragged,
-        "sparse": sparse,
-        "dict": features,
-        "strings_in_model": strings_in_model,
-        "strings_in_data": strings_in_data,
+        "sparse_dict": sparse_dict,
+        "strings": strings,
         "one_file": one_file,
-        "many_files": many_files,
     }
     chosen = [name for name in args.cases.split(",") if name] or list(cases)
 

@@ -21,17 +21,8 @@ WAIT_SECONDS = 600
 # Cases whose pipeline ends an epoch with a partial training batch: Keras splits
 # it unevenly among replicas (5 + 4 of 9), so their losses are not one process's.
 PARTIAL_TRAINING_BATCH = {"timeseries"}
-SPEC_CASES = [
-    "timeseries",
-    "generator",
-    "py_function",
-    "ragged",
-    "sparse",
-    "dict",
-    "strings_in_model",
-    "strings_in_data",
-]
-FILE_CASES = ["one_file", "many_files"]
+SPEC_CASES = ["timeseries", "generator", "py_function", "ragged", "sparse_dict", "strings"]
+FILE_CASES = ["one_file"]
 
 
 @pytest.fixture(scope="module")
@@ -94,7 +85,7 @@ def test_a_pipeline_keras_trains_in_one_process_trains_on_two_workers(runs, case
 
 
 @pytest.mark.parametrize("case", FILE_CASES)
-def test_one_file_or_many_each_example_once_and_evaluation_shared(runs, case):
+def test_one_file_each_example_once_and_evaluation_shared(runs, case):
     one = runs["one"][case]
     assert one["error"] is None, _errors(one)
     for worker in runs["two"]:
@@ -117,10 +108,8 @@ def test_the_policy_chosen_for_fewer_files_than_workers_is_logged_once(runs):
         lines = log.splitlines()
         by_record = [line for line in lines if "(sharded by record)" in line]
         whole = [line for line in lines if "The training data reads fewer files" in line]
-        by_file = [line for line in lines if "The evaluation data is sharded by file" in line]
         assert len(by_record) == 1, by_record
         assert len(whole) == 1, whole
-        assert len(by_file) == 1, by_file
         assert "DATA shard policy" in whole[0]
 
 
@@ -133,7 +122,8 @@ def test_the_trainer_evaluates_one_file_shared_among_workers_as_one_process(
 ):
     from tests.jobs.tasks import record_tasks  # pylint: disable=g-import-not-at-top
 
-    train = record_tasks.write_tfrecords(str(tmp_path / "train"), 512, num_files=2)
+    # One training file: DATA sharding, so both runs train on the same batches.
+    train = record_tasks.write_tfrecords(str(tmp_path / "train"), 512, num_files=1)
     if kind == "dataset":
         evaluation = record_tasks.write_tfrecords(
             str(tmp_path / "eval"), EVALUATION_EXAMPLES, num_files=1, seed=1
