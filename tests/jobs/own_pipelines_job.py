@@ -193,13 +193,13 @@ def main() -> None:
     def sparse_dict():
         def parse(line):
             x, y, _ = decode("train")(line)
-            return {"dense": x[:3], "sparse": tf.sparse.from_dense(tf.nn.relu(x[3:]))}, y
+            return {"values": x[:3], "counts": tf.sparse.from_dense(tf.nn.relu(x[3:]))}, y
 
         train = tf.data.TextLineDataset(str(data / "train.csv")).map(parse).batch(GLOBAL_BATCH)
-        dense = keras.Input((3,), name="dense")
-        sparse = keras.Input((3,), sparse=True, name="sparse")
-        joined = keras.layers.Concatenate()([dense, keras.layers.Dense(3)(sparse)])
-        model = dense_model({"dense": dense, "sparse": sparse}, joined)
+        values = keras.Input((3,), name="values")
+        counts = keras.Input((3,), sparse=True, name="counts")
+        joined = keras.layers.Concatenate()([values, keras.layers.Dense(3)(counts)])
+        model = dense_model({"values": values, "counts": counts}, joined)
         return compile_model(model), train, train
 
     vocabulary = ["red", "green", "blue", "pink", "gray", "cyan"]
