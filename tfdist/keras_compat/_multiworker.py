@@ -7,6 +7,7 @@ import logging
 
 import tensorflow as tf
 from keras.src.backend.tensorflow import trainer as tf_trainer
+from keras.src.trainers.data_adapters.tf_dataset_adapter import TFDatasetAdapter
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
 
 from tfdist.keras_compat import _epoch_sharding, _patching
@@ -237,6 +238,11 @@ def epoch_iterator_init(self, distribute_strategy=None, *args, **kwargs):
     super(tf_trainer.TFEpochIterator, self).__init__(*args, **kwargs)
     self._distribute_strategy = distribute_strategy  # pylint: disable=protected-access
     dataset = self.data_adapter.get_tf_dataset()
+    if not isinstance(self.data_adapter, TFDatasetAdapter):
+        # Arrays, generators, PyDatasets: no files, and their graph may hold the
+        # arrays themselves; TensorFlow's AUTO policy falls back to DATA there.
+        self._distributed_dataset = distribute_strategy.experimental_distribute_dataset(dataset)
+        return None
     if not isinstance(dataset, tf.distribute.DistributedDataset):
         extended = distribute_strategy.extended
         dataset = distribute_strategy.experimental_distribute_dataset(
