@@ -100,11 +100,10 @@ def _builds_from_first_replica(strategy, batches) -> bool:
 
 
 def _built_from(model, strategy, specs) -> bool:
-    """Builds `model` from element specs; False (to build from a real batch) if that fails.
+    """Builds a built model's metrics, loss and optimizer from element specs.
 
-    A model whose first layer needs a dimension the spec leaves unknown (a
-    `Sequential` without `Input` whose `Flatten` feeds a `Dense`) builds from
-    the first local batch instead, as Keras does under one device.
+    False (to build from a first batch instead) when its call cannot run on
+    the spec's unknown dimensions.
     """
     try:
         with strategy.scope():
@@ -134,7 +133,10 @@ def maybe_symbolic_build(self, iterator=None, data_batch=None):
         data_batch = None
         if not strings or _patching.enabled("string_symbolic_build"):
             data_batch = batch_from_element_spec(iterator)
-        if data_batch is not None and _built_from(self, strategy, data_batch):
+        # An unbuilt model (a `Sequential` without `Input`, a subclassed model)
+        # would take the spec's unknown dimensions as its own input shape; it
+        # builds from a first batch, as Keras does under any strategy.
+        if data_batch is not None and self.built and _built_from(self, strategy, data_batch):
             return None
     for _, _, batches in iterator:
         if not _builds_from_first_replica(strategy, batches):
