@@ -119,3 +119,20 @@ def test_a_random_access_source_shards_by_read_and_keeps_every_example_once():
     assert [int(shard.cardinality()) for shard in shards] == [len(v) for v in values]
     assert sorted(values[0] + values[1]) == list(range(600))
     assert not set(values[0]) & set(values[1])
+
+
+def test_an_off_policy_without_a_shard_of_its_own_is_named_once(text_files, caplog):
+    policy = tf.data.experimental.AutoShardPolicy
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = policy.OFF
+    whole = tf.data.TextLineDataset(text_files["one"]).batch(8).with_options(options)
+    own = tf.data.TextLineDataset(text_files["one"]).shard(2, 0).batch(8).with_options(options)
+    with caplog.at_level("WARNING", logger="tfdist.keras_compat._epoch_sharding"):
+        for dataset in (whole, whole, own):
+            kept = _epoch_sharding.worker_dataset(
+                dataset, role="training", num_workers=2, worker_index=0
+            )
+            assert kept is dataset
+    lines = [r.getMessage() for r in caplog.records if "auto_shard_policy is OFF" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "every example 2 times" in lines[0]

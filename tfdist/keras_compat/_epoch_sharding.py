@@ -64,7 +64,18 @@ def worker_dataset(dataset: tf.data.Dataset, *, role: str, num_workers: int, wor
     Returns the dataset itself when the user chose a policy, and when the
     pipeline reads at least a file per worker (TensorFlow shards it by file).
     """
-    if dataset.options().experimental_distribute.auto_shard_policy != _Policy.AUTO:
+    policy = dataset.options().experimental_distribute.auto_shard_policy
+    if policy == _Policy.OFF and not _record_sharding.shards_itself(dataset):
+        message = (
+            f"The {role} data's auto_shard_policy is OFF and it does not shard itself: each "
+            f"of the {num_workers} workers reads all of it, so an epoch sees every example "
+            f"{num_workers} times (the steps of one process at 1/{num_workers} of the batch); "
+            f"leave the policy unset to have each example once."
+        )
+        if message not in _logged:
+            _logged.add(message)
+            _log.warning(message)
+    if policy != _Policy.AUTO:
         return dataset
     worker_shard = getattr(dataset, "worker_shard", None)
     if role == EVALUATION and worker_shard is not None:

@@ -103,6 +103,18 @@ class _Pipeline:
         return rebuilt
 
 
+def shards_itself(dataset: tf.data.Dataset) -> bool:
+    """Whether the pipeline holds a `shard` of its own (in any of its functions too)."""
+    try:
+        pipeline = _Pipeline(dataset)
+    except (tf.errors.OpError, ValueError, TypeError):
+        return True  # unknown: assume the user knows
+    graph = pipeline.graph
+    ops = {node.op for node in graph.node}
+    ops.update(node.op for function in graph.library.function for node in function.node_def)
+    return "ShardDataset" in ops
+
+
 def _add_constant(graph, name: str, value: int) -> None:
     node = graph.node.add()
     node.name, node.op = name, "Const"
