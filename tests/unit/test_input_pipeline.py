@@ -99,12 +99,11 @@ def test_ragged_examples_are_refused_with_a_fix():
         data_lib.training_batches(ragged, global_batch_size=8, seed=0, num_examples=128)
 
 
-def test_streams_shard_by_data():
-    for dataset in (stream(), data_lib.evaluation_batches(examples(), global_batch_size=BATCH)):
-        assert (
-            dataset.options().experimental_distribute.auto_shard_policy
-            == tf.data.experimental.AutoShardPolicy.DATA
-        )
+def test_training_streams_shard_by_data_and_evaluation_leaves_the_choice_to_keras_compat():
+    policy = tf.data.experimental.AutoShardPolicy
+    evaluation = data_lib.evaluation_batches(examples(), global_batch_size=BATCH)
+    assert stream().options().experimental_distribute.auto_shard_policy == policy.DATA
+    assert evaluation.options().experimental_distribute.auto_shard_policy == policy.AUTO
 
 
 def test_evaluation_is_one_pass_with_a_partial_last_batch():

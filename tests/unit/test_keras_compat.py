@@ -151,3 +151,43 @@ def test_upstream_public_sharding_of_a_tasks_dataset_still_decodes_every_example
     assert len(decoded) == 32
     assert not keras_compat.can_shard_by_file(tf.data.Dataset.range(8), 2)
     assert not keras_compat.can_shard_by_file(dataset, 5), "4 files cannot feed 5 shards"
+
+
+def _timeseries():
+    import keras  # pylint: disable=g-import-not-at-top
+
+    series = np.stack([np.sin(np.arange(200) * (k + 1) / 9.0) for k in range(7)], 1)
+    return keras.utils.timeseries_dataset_from_array(
+        series[:-20].astype("float32"),
+        (series[20:, 0] > 0).astype("float32"),
+        sequence_length=20,
+        batch_size=16,
+    )
+
+
+@pytest.mark.parametrize("model_kind", ["functional", "sequential without Input"])
+def test_a_strategy_builds_from_the_element_spec_with_unknown_dimensions_kept(applied, model_kind):
+    """`timeseries_dataset_from_array` (`(None, None, 7)`) into a model of windows of 20.
+
+    Today's main built from a batch of 1s: "expected shape=(None, 20, 7), found
+    shape=(1, 1, 7)". A `Sequential` without `Input` cannot be built from the
+    spec (its `Dense` needs the flattened size) and builds from a first batch.
+    """
+    del applied
+    import keras  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    dataset = _timeseries()
+    assert dataset.element_spec[0].shape.as_list() == [None, None, 7]
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with strategy.scope():
+        layers = [keras.layers.Flatten(), keras.layers.Dense(1)]
+        if model_kind == "functional":
+            inputs = keras.Input((20, 7))
+            model = keras.Model(inputs, keras.Sequential(layers)(inputs))
+        else:
+            model = keras.Sequential(layers)
+        model.compile(optimizer="sgd", loss="mse")
+    history = model.fit(dataset, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+    assert int(model.optimizer.iterations.numpy()) == 11  # 161 windows at 16

@@ -244,4 +244,16 @@ class TaskInput:
         )
 
     def evaluation_stream(self, global_batch_size: int) -> tf.data.Dataset:
-        return streaming.evaluation_batches(self.examples(), global_batch_size=global_batch_size)
+        """One pass in global batches; under several workers each evaluates only its share.
+
+        A random-access source tells `keras_compat` how to read one worker's
+        share (`worker_shard`); a dataset or a file source is sharded by file,
+        or by record after its reader (`keras_compat`'s evaluation policy).
+        """
+        batches = streaming.evaluation_batches(self.examples(), global_batch_size=global_batch_size)
+        if self.kind == RANDOM:
+            batches.worker_shard = lambda num_shards, index: streaming.evaluation_batches(
+                random_access.examples(self.value, num_shards, index),
+                global_batch_size=global_batch_size,
+            )
+        return batches

@@ -159,17 +159,27 @@ def replica_batches(
     )
 
 
-def examples(source: RandomAccessSource | ArraySource) -> tf.data.Dataset:
-    """One pass over the source's examples in index order (evaluation, samples)."""
+def examples(
+    source: RandomAccessSource | ArraySource, num_shards: int = 1, index: int = 0
+) -> tf.data.Dataset:
+    """One pass over the source's examples in index order (evaluation, samples).
+
+    With `num_shards`, only the indices of contiguous part `index` of
+    `num_shards` (as equal as can be): the parts are disjoint and together
+    hold every example once.
+    """
     reader = _Reader(source)
     num_examples = len(source)
-    chunks = tf.data.Dataset.range(0, num_examples, _SEQUENTIAL_READ).map(
-        lambda first: tf.range(first, tf.minimum(first + _SEQUENTIAL_READ, num_examples))
+    first = num_examples * index // num_shards
+    end = num_examples * (index + 1) // num_shards
+    mine = end - first
+    chunks = tf.data.Dataset.range(first, end, _SEQUENTIAL_READ).map(
+        lambda start: tf.range(start, tf.minimum(start + _SEQUENTIAL_READ, end))
     )
     records = chunks.map(
         reader.records, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     ).unbatch()
-    records = records.apply(tf.data.experimental.assert_cardinality(num_examples))
+    records = records.apply(tf.data.experimental.assert_cardinality(mine))
     return _preprocessed(records, source)
 
 

@@ -163,8 +163,15 @@ def _seeded_shuffle(
 
 
 def evaluation_batches(examples: tf.data.Dataset, *, global_batch_size: int) -> tf.data.Dataset:
-    """One pass over evaluation examples in global batches (the last may be partial)."""
-    return with_shard_policy(examples.batch(global_batch_size).prefetch(tf.data.AUTOTUNE))
+    """One pass over evaluation examples in global batches (the last may be partial).
+
+    The shard policy stays `AUTO`: under several workers `keras_compat` gives
+    each worker its share (by file, by record after the reader, else `DATA`).
+    """
+    return with_shard_policy(
+        examples.batch(global_batch_size).prefetch(tf.data.AUTOTUNE),
+        tf.data.experimental.AutoShardPolicy.AUTO,
+    )
 
 
 def file_sharded_batches(

@@ -12,7 +12,8 @@ The one package of tfdist that touches private Keras internals. Upstream Keras
    strategy cannot do eagerly ("Attempt to convert a value (PerReplica...)")
    and no strategy can do on strings (AddN on strings under
    MirroredStrategy with 2 devices). We build from stand-in tensors made from
-   the dataset's element spec instead: only shapes and dtypes matter.
+   the dataset's element spec instead (unknown dimensions stay unknown): only
+   shapes and dtypes matter.
 2. `reduce_per_replica`: `reduce_per_replica(..., "mean")` reduces every step
    output with `strategy.reduce("MEAN", value, axis=0)`; for scalar metrics
    axis 0 does not exist ("Invalid reduction dimension 0"). We average across
@@ -60,7 +61,19 @@ The one package of tfdist that touches private Keras internals. Upstream Keras
    rewrite behind `experimental_distribute_dataset`'s FILE policy
    (`_file_sharding`).
 
-8. Not Keras: `MultiWorkerMirroredStrategy` lets nobody choose the
+8. `worker_sharding`: Keras hands a user's dataset to
+   `experimental_distribute_dataset`, whose `AUTO` policy fails with fewer
+   files than workers ("Could not apply FILE based sharding: the dataset only
+   has 1 file(s)", at the end of epoch 1 for validation data) and, for
+   evaluation, makes every worker decode every example. Under a multi-worker
+   strategy `TFEpochIterator` gets the dataset sharded per worker first:
+   by file, by record after its reader (evaluation), or `DATA`
+   (`_epoch_sharding`, `_record_sharding`). The stand-in batch of
+   `symbolic_build` is the element spec itself, unknown dimensions kept
+   (a batch of 1s was refused: "expected shape=(None, 20, 7), found
+   shape=(1, 1, 7)").
+
+9. Not Keras: `MultiWorkerMirroredStrategy` lets nobody choose the
    coordination service's heartbeat timeout, the bound within which a frozen
    peer is noticed; `configure_peer_heartbeats` configures the service
    first, as the strategy would, with that bound (`_coordination`).
@@ -106,6 +119,7 @@ CORRECTIONS = (
     "steps_per_execution",
     "replica_jit",
     "string_symbolic_build",
+    "worker_sharding",
 )
 
 
@@ -168,6 +182,8 @@ def apply(corrections: tuple[str, ...] = CORRECTIONS) -> bool:
     trainer = tf_trainer.TensorFlowTrainer
     if "symbolic_build" in corrections or "string_symbolic_build" in corrections:
         _patching.install(trainer, "_maybe_symbolic_build", _multiworker.maybe_symbolic_build)
+    if "worker_sharding" in corrections:
+        _patching.install(tf_trainer.TFEpochIterator, "__init__", _multiworker.epoch_iterator_init)
     if "reduce_per_replica" in corrections:
         _patching.install(tf_trainer, "reduce_per_replica", _multiworker.reduce_per_replica)
     if "steps_per_execution" in corrections or "replica_jit" in corrections:

@@ -39,13 +39,18 @@ def reads_files(dataset: tf.data.Dataset) -> bool:
     return bool(ops & READER_OPS)
 
 
-def shard_by_file(dataset: tf.data.Dataset, num_shards: int, index: int) -> tf.data.Dataset:
-    """The examples of file shard `index` of `num_shards` (errors surface at the first read)."""
+def file_shard(dataset: tf.data.Dataset, num_shards: int, index: int) -> tf.data.Dataset:
+    """The FILE rewrite's shard `index` of `num_shards`, its options left as they are."""
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.FILE
-    sharded = tf_data_distribute._AutoShardDataset(  # pylint: disable=protected-access
+    return tf_data_distribute._AutoShardDataset(  # pylint: disable=protected-access
         dataset.with_options(options), num_shards, index, num_replicas=num_shards
     )
+
+
+def shard_by_file(dataset: tf.data.Dataset, num_shards: int, index: int) -> tf.data.Dataset:
+    """The examples of file shard `index` of `num_shards` (errors surface at the first read)."""
+    sharded = file_shard(dataset, num_shards, index)
     # The rewrite ran; later strategies must not shard these examples again.
     off = tf.data.Options()
     off.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF

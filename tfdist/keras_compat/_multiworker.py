@@ -3,11 +3,16 @@
 See the package docstring for the upstream failures these correct.
 """
 
+import logging
+
 import tensorflow as tf
 from keras.src.backend.tensorflow import trainer as tf_trainer
+from keras.src.trainers.data_adapters.tf_dataset_adapter import TFDatasetAdapter
 from tensorflow.python.distribute import cross_device_ops as cross_device_ops_lib
 
-from tfdist.keras_compat import _patching
+from tfdist.keras_compat import _epoch_sharding, _patching
+
+_log = logging.getLogger(__name__)
 
 
 def is_multi_worker(strategy) -> bool:
@@ -44,31 +49,31 @@ def _first_local_spec(spec):
     return value_specs[0] if value_specs else spec
 
 
-def _placeholder(spec):
-    """A tensor of `spec`'s dtype and shape (unknown dimensions 1), or None if not dense."""
+def _local_spec(spec):
+    """The first local replica's spec, or None when its rank is unknown."""
     spec = _first_local_spec(spec)
-    if not isinstance(spec, tf.TensorSpec) or spec.shape.rank is None:
+    if getattr(spec, "shape", None) is None or spec.shape.rank is None:
         return None
-    shape = [1 if dim is None else dim for dim in spec.shape.as_list()]
-    if spec.dtype == tf.string:
-        return tf.fill(shape, "")
-    return tf.zeros(shape, spec.dtype)
+    return spec
 
 
 def batch_from_element_spec(epoch_iterator):
-    """A stand-in batch made from the dataset's element spec, or None when it has non-dense parts.
+    """The dataset's element spec as the batch to build from, or None when a rank is unknown.
 
-    Reading a real batch would start the input pipeline on an iterator that
-    Keras then discards (`EpochIterator.reset`): a shuffle window, files
-    opened and decoded, all twice. Only shapes and dtypes matter to the build.
+    Keras's `_symbolic_build` turns each leaf into a `KerasTensor` of its shape
+    and dtype; a `tf.TensorSpec` (or ragged or sparse spec) keeps its unknown
+    dimensions unknown, as one process traces them, so the model meets no shape
+    it would refuse. Reading a real batch instead would start the input
+    pipeline on an iterator that Keras then discards (`EpochIterator.reset`):
+    a shuffle window, files opened and decoded, all twice.
     """
     dataset = getattr(epoch_iterator, "_distributed_dataset", None)
     if dataset is None:
         return None
-    placeholders = tf.nest.map_structure(_placeholder, dataset.element_spec)
-    if any(leaf is None for leaf in tf.nest.flatten(placeholders)):
+    specs = tf.nest.map_structure(_local_spec, dataset.element_spec)
+    if any(leaf is None for leaf in tf.nest.flatten(specs)):
         return None
-    return placeholders
+    return specs
 
 
 def _holds_strings(element_spec) -> bool:
@@ -94,6 +99,23 @@ def _builds_from_first_replica(strategy, batches) -> bool:
     )
 
 
+def _built_from(model, strategy, specs) -> bool:
+    """Builds a built model's metrics, loss and optimizer from element specs.
+
+    False (to build from a first batch instead) when its call cannot run on
+    the spec's unknown dimensions.
+    """
+    try:
+        with strategy.scope():
+            model._symbolic_build(data_batch=specs)  # pylint: disable=protected-access
+    except (ValueError, TypeError) as error:
+        _log.info(
+            "Building the model from a first batch: its element spec is not enough (%s).", error
+        )
+        return False
+    return True
+
+
 def maybe_symbolic_build(self, iterator=None, data_batch=None):
     """Builds from the dataset's element spec (or the first local replica's batch).
 
@@ -111,9 +133,10 @@ def maybe_symbolic_build(self, iterator=None, data_batch=None):
         data_batch = None
         if not strings or _patching.enabled("string_symbolic_build"):
             data_batch = batch_from_element_spec(iterator)
-        if data_batch is not None:
-            with strategy.scope():
-                self._symbolic_build(data_batch=data_batch)  # pylint: disable=protected-access
+        # An unbuilt model (a `Sequential` without `Input`, a subclassed model)
+        # would take the spec's unknown dimensions as its own input shape; it
+        # builds from a first batch, as Keras does under any strategy.
+        if data_batch is not None and self.built and _built_from(self, strategy, data_batch):
             return None
     for _, _, batches in iterator:
         if not _builds_from_first_replica(strategy, batches):
@@ -202,3 +225,35 @@ def make_fused_function(model, step_function, keras_function):
 
     function.fused_function = fused
     return function
+
+
+def epoch_iterator_init(self, distribute_strategy=None, *args, **kwargs):
+    """Keras's `TFEpochIterator.__init__`, sharding the dataset per worker first.
+
+    Under a multi-worker strategy every split is read once per epoch across
+    the workers whatever its number of files (`_epoch_sharding`); every other
+    call is Keras's own.
+    """
+    original = _patching.original(tf_trainer.TFEpochIterator, "__init__")
+    if not _patching.enabled("worker_sharding") or not is_multi_worker(distribute_strategy):
+        return original(self, distribute_strategy, *args, **kwargs)
+    super(tf_trainer.TFEpochIterator, self).__init__(*args, **kwargs)
+    self._distribute_strategy = distribute_strategy  # pylint: disable=protected-access
+    dataset = self.data_adapter.get_tf_dataset()
+    if not isinstance(self.data_adapter, TFDatasetAdapter):
+        # Arrays, generators, PyDatasets: no files, and their graph may hold the
+        # arrays themselves; TensorFlow's AUTO policy falls back to DATA there.
+        self._distributed_dataset = distribute_strategy.experimental_distribute_dataset(dataset)
+        return None
+    if not isinstance(dataset, tf.distribute.DistributedDataset):
+        extended = distribute_strategy.extended
+        dataset = distribute_strategy.experimental_distribute_dataset(
+            _epoch_sharding.worker_dataset(
+                dataset,
+                role=_epoch_sharding.role_of(kwargs),
+                num_workers=extended._num_workers,  # pylint: disable=protected-access
+                worker_index=extended._id_in_cluster,  # pylint: disable=protected-access
+            )
+        )
+    self._distributed_dataset = dataset  # pylint: disable=protected-access
+    return None
