@@ -79,70 +79,74 @@ def test_workers_read_distinct_examples_in_an_order_fixed_by_the_seed_and_resume
     assert _worker_ids(split, shard_files, 0, 3, first_batch=5) == per_worker[0][5:8]
 
 
-def test_a_worker_decodes_its_first_batch_and_read_ahead_whatever_the_size_of_the_data(
-    tmp_path,
-):
-    """A `FileSource` of 512 and of 8,192 records: the same bounded count of decodes."""
-    decoded = {}
-    for num_examples in (512, 8192):
-        split, _ = _split("files", tmp_path, num_examples, count=True)
-        record_tasks._decodes["count"] = 0  # pylint: disable=protected-access
-        iterator = iter(
-            worker_shares.worker_batches(
-                split,
-                worker=1,
-                num_workers=WORKERS,
-                global_batch_size=GLOBAL_BATCH,
-                seed=0,
-                first_batch=ROUNDS * 3,  # a resume in its fourth pass decodes no skipped record
-            )
-        )
-        next(iterator)
-        decoded[num_examples] = record_tasks._decodes["count"]  # pylint: disable=protected-access
-        del iterator
-    # The batch, plus what tf.data's autotuned map and prefetch read ahead at that moment.
-    assert all(GLOBAL_BATCH <= count <= 10 * GLOBAL_BATCH for count in decoded.values()), decoded
-
-
 def test_data_smaller_than_one_batch_per_worker_is_refused_in_one_line():
     with pytest.raises(UsageError, match=r"fewer than one global batch \(16\) for each of the 4"):
         worker_shares.rounds_per_pass(48, 16, 4)
 
 
-def _trainer_inputs(tmp_path, kind: str):
+def _trainer_inputs(tmp_path, kind: str, num_examples: int = NUM_EXAMPLES):
     from trainer import tasks  # pylint: disable=g-import-not-at-top
     from trainer.config import ExperimentConfig  # pylint: disable=g-import-not-at-top
     from trainer.run import pipeline  # pylint: disable=g-import-not-at-top
 
-    pattern = record_tasks.write_tfrecords(str(tmp_path / "tf"), NUM_EXAMPLES, num_files=4)
+    root = tmp_path / f"{kind}-{num_examples}"
+    pattern = record_tasks.write_tfrecords(str(root / "tf"), num_examples, num_files=4)
     config = ExperimentConfig(
         task="tests.jobs.tasks.record_tasks:RecordImages",
-        task_config=json.dumps({"pattern": pattern, "kind": kind}),
+        # count_dir: the task's decoder counts its decodes (in this process).
+        task_config=json.dumps({"pattern": pattern, "kind": kind, "count_dir": str(root)}),
         global_batch_size=GLOBAL_BATCH,
         steps_per_execution=1,
-        steps_per_epoch=ROUNDS * WORKERS,
+        steps_per_epoch=num_examples // GLOBAL_BATCH,
     )
     loaded = tasks.load(config)
     return loaded, pipeline.build_inputs(loaded, config, num_workers=WORKERS)
+
+
+def _first_batches(loaded, inputs, start: int, count: int) -> tuple[list, int]:
+    """Worker 0's first `count` batches from its batch `start`, and the decodes until then."""
+    from trainer.run import parameter_server  # pylint: disable=g-import-not-at-top
+
+    record_tasks._decodes["count"] = 0  # pylint: disable=protected-access
+    make_batches = parameter_server._worker_batches(  # pylint: disable=protected-access
+        loaded, inputs, WORKERS
+    )
+    batches = [_ids(batch) for batch in itertools.islice(iter(make_batches(0, start)), count)]
+    return batches, record_tasks._decodes["count"]  # pylint: disable=protected-access
 
 
 @pytest.mark.parametrize("kind", ["dataset", "files"])
 def test_the_trainers_worker_stream_is_the_same_in_every_build_and_starts_where_it_stood(
     kind, tmp_path
 ):
-    """Today's main started each worker at a batch drawn from the clock (and decoded the skip)."""
+    """Today's main started each worker at a batch drawn from the clock, decoding the skip."""
+    loaded, inputs = _trainer_inputs(tmp_path, kind)
+    fresh, _ = _first_batches(loaded, inputs, 0, 6)
+    assert _first_batches(loaded, inputs, 0, 6)[0] == fresh
+    assert _first_batches(loaded, inputs, 4, 2)[0] == fresh[4:6]
+    assert len({example for batch in fresh for example in batch}) == 6 * GLOBAL_BATCH
+
+
+def test_a_worker_decodes_its_first_batch_and_read_ahead_whatever_the_size_of_the_data(
+    tmp_path,
+):
+    """A `FileSource` of 256 and of 4,096 records; today's main decoded all of them first."""
+    decoded = {}
+    for num_examples in (NUM_EXAMPLES, 4096):
+        loaded, inputs = _trainer_inputs(tmp_path, "files", num_examples)
+        decoded[num_examples] = _first_batches(loaded, inputs, 0, 1)[1]
+    # The batch, plus what tf.data's autotuned map and prefetch had read ahead by then.
+    assert all(GLOBAL_BATCH <= count <= 8 * GLOBAL_BATCH for count in decoded.values()), decoded
+
+
+def test_the_coordinator_builds_the_model_on_one_batch_and_decodes_only_it(tmp_path):
     from trainer.run import parameter_server  # pylint: disable=g-import-not-at-top
 
-    loaded, inputs = _trainer_inputs(tmp_path, kind)
-
-    def first_batches(start: int, count: int):
-        # Outside a worker, the dataset function builds worker 0's stream.
-        dataset_fn = parameter_server._worker_dataset_fn(  # pylint: disable=protected-access
-            loaded, inputs, WORKERS, [start, 0]
-        )
-        return [_ids(batch) for batch in itertools.islice(iter(dataset_fn(None)), count)]
-
-    fresh = first_batches(0, 6)
-    assert first_batches(0, 6) == fresh
-    assert first_batches(4, 2) == fresh[4:6]
-    assert len({example for batch in fresh for example in batch}) == 6 * GLOBAL_BATCH
+    loaded, inputs = _trainer_inputs(tmp_path, "dataset")
+    dataset_fn = parameter_server._worker_dataset_fn(  # pylint: disable=protected-access
+        loaded, inputs, WORKERS, [0, 0]
+    )
+    record_tasks._decodes["count"] = 0  # pylint: disable=protected-access
+    batches = list(dataset_fn(None).take(2))  # outside a worker: the coordinator's sample
+    assert len(batches) == 1 and batches[0][0].shape[0] == GLOBAL_BATCH
+    assert record_tasks._decodes["count"] == GLOBAL_BATCH  # pylint: disable=protected-access

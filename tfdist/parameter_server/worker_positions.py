@@ -50,24 +50,27 @@ class WorkerPositions:
 
 
 def per_worker_dataset_fn(
-    make_batches: Callable[[int, int], tf.data.Dataset], first_batches: Sequence[int]
+    make_batches: Callable[[int, int], tf.data.Dataset],
+    first_batches: Sequence[int],
+    sample: Callable[[], tf.data.Dataset] | None = None,
 ) -> Callable:
     """`input_context -> dataset`: on worker `w`, `make_batches(w, first_batches[w])`.
 
     The worker index is known only when the function runs on a worker, as a
     tensor: the dataset is chosen by `tf.switch_case` among one pipeline per
     worker (only the chosen one is created). Called outside a worker (the
-    coordinator's look at the first batch), it is worker 0's stream.
+    coordinator's look at one batch, to build the variables), it is
+    `sample()`, or worker 0's stream without one.
     """
     starts = [int(start) for start in first_batches]
 
     def dataset_fn(input_context=None):
         del input_context  # Parameter-server input contexts do not tell workers apart.
         if not tf.inside_function():
-            return make_batches(0, starts[0])
+            return sample() if sample is not None else make_batches(0, starts[0])
         index = tf.distribute.coordinator.experimental_get_current_worker_index()
         return tf.switch_case(
-            index,
+            tf.cast(index, tf.int32),
             [
                 (lambda worker=worker, start=start: make_batches(worker, start))
                 for worker, start in enumerate(starts)

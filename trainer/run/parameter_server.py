@@ -26,17 +26,29 @@ from trainer.run.throughput import ThroughputMeter
 from trainer.tasks import LoadedTask
 
 
-def _worker_dataset_fn(loaded: LoadedTask, inputs: Inputs, num_workers: int, first_batches):
-    """Each worker's own batches of the training data, from the batch it had reached.
+def _worker_batches(loaded: LoadedTask, inputs: Inputs, num_workers: int):
+    """`(worker, first_batch) -> dataset`: worker `worker`'s own batches from its batch `first_batch`.
 
     Worker `w` reads its part of every round of `num_workers` global batches
-    (`tfdist.data.worker_shares`), chosen by its index on the worker
-    (`tfdist.parameter_server.per_worker_dataset_fn`): the workers read
-    distinct examples in an order fixed by the seed, and start at
-    `first_batches[w]` (a resume) without replaying or skipping any batch.
-    Workers run graphs only: a source read in Python is refused
-    (`TaskInput.graph_examples`).
+    (`tfdist.data.worker_shares`): the workers read distinct examples in an
+    order fixed by the seed, and a worker started at the batch it had reached
+    neither replays nor skips one.
+
+    Raises:
+        UsageError: Fewer examples than one global batch per worker, or a
+            source read in Python (workers run graphs only).
     """
+    size = inputs.num_train_examples
+    if size is None:
+        size = inputs.train.known_size()
+    if size is None:  # reads at most one round of examples
+        size = int(
+            inputs.train.first_examples(inputs.global_batch_size * num_workers).reduce(
+                tf.constant(0, tf.int64), lambda count, _: count + 1
+            )
+        )
+    worker_shares.rounds_per_pass(size, inputs.global_batch_size, num_workers)
+    inputs.train.graph_examples()  # refuses a Python source before any step is scheduled
     shard_files = inputs.batching is None and inputs.train.file_shards == num_workers
 
     def make_batches(worker: int, first_batch: int):
@@ -62,12 +74,22 @@ def _worker_dataset_fn(loaded: LoadedTask, inputs: Inputs, num_workers: int, fir
             shard_files=shard_files,
         )
 
-    if inputs.num_train_examples is not None:
-        worker_shares.rounds_per_pass(
-            inputs.num_train_examples, inputs.global_batch_size, num_workers
-        )
-    inputs.train.graph_examples()  # refuses a Python source before any step is scheduled
-    return parameter_server.per_worker_dataset_fn(make_batches, first_batches)
+    return make_batches
+
+
+def _worker_dataset_fn(loaded: LoadedTask, inputs: Inputs, num_workers: int, first_batches):
+    """The dataset function of `fit`: on worker `w`, its batches from `first_batches[w]`."""
+
+    def sample():
+        # What the coordinator builds the variables on: one batch, decoding only it.
+        first = inputs.train.first_examples(inputs.global_batch_size)
+        return first.batch(inputs.global_batch_size, drop_remainder=True)
+
+    return parameter_server.per_worker_dataset_fn(
+        _worker_batches(loaded, inputs, num_workers),
+        first_batches,
+        sample=None if inputs.batching else sample,
+    )
 
 
 def train(
