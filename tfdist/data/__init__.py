@@ -6,6 +6,7 @@
   training stream and the evaluation batches.
 - `tfdist.data.streaming`: a task's own `tf.data.Dataset`, shuffled per pass.
 - `tfdist.data.random_access`, `tfdist.data.files`: the sources' pipelines.
+- `tfdist.data.worker_shares`: each parameter-server worker's own batches.
 """
 
 from tfdist.data.inputs import TaskInput
