@@ -215,6 +215,7 @@ def test_file_based_tasks_train_under_parameter_servers_default_and_mirrored(
     assert len(decodes) == 1024 and len(again) <= 4 * PS_BATCH, (len(decodes), len(again))
     # The backup holds each worker's position: together, every step's batch.
     positions = _backed_up_positions(tmp_path / "ps_backup")
+    print(f"PS: batches each worker consumed, from the backup: {positions}")
     assert len(positions) == 2 and sum(positions) == PS_STEPS, positions
     assert _summary(tmp_path / "one")["steps_completed"] == 20
     mirrored_summary = _summary(tmp_path / "mirrored")

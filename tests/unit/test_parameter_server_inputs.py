@@ -150,3 +150,23 @@ def test_the_coordinator_builds_the_model_on_one_batch_and_decodes_only_it(tmp_p
     batches = list(dataset_fn(None).take(2))  # outside a worker: the coordinator's sample
     assert len(batches) == 1 and batches[0][0].shape[0] == GLOBAL_BATCH
     assert record_tasks._decodes["count"] == GLOBAL_BATCH  # pylint: disable=protected-access
+
+
+def test_a_dataset_sharded_by_file_decodes_one_pass_of_its_share_before_its_first_batch(tmp_path):
+    """tf.data's shuffle-and-repeat fusion would fill the window across 3 passes of the share."""
+    split, _ = _split("dataset_files", tmp_path, count=True)
+    record_tasks._decodes["count"] = 0  # pylint: disable=protected-access
+    iterator = iter(
+        worker_shares.worker_batches(
+            split,
+            worker=0,
+            num_workers=WORKERS,
+            global_batch_size=GLOBAL_BATCH,
+            seed=0,
+            shard_files=True,
+        )
+    )
+    next(iterator)
+    share = NUM_EXAMPLES // WORKERS
+    decoded = record_tasks._decodes["count"]  # pylint: disable=protected-access
+    assert share <= decoded <= share + 8 * GLOBAL_BATCH, decoded

@@ -202,4 +202,12 @@ def file_sharded_batches(
     ).repeat()
     if first_step:
         stream = stream.skip(first_step * span)
-    return stream.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    # Fused, shuffle and repeat would fill the window across passes: with a window larger
+    # than the share, 3 passes decoded before the first batch instead of 1.
+    unfused = tf.data.Options()
+    unfused.experimental_optimization.shuffle_and_repeat_fusion = False
+    return (
+        stream.batch(per_replica, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+        .with_options(unfused)
+    )
