@@ -170,3 +170,26 @@ def test_a_dataset_sharded_by_file_decodes_one_pass_of_its_share_before_its_firs
     share = NUM_EXAMPLES // WORKERS
     decoded = record_tasks._decodes["count"]  # pylint: disable=protected-access
     assert share <= decoded <= share + 8 * GLOBAL_BATCH, decoded
+
+
+def test_declared_padding_gives_each_worker_distinct_padded_batches():
+    from tfdist.data import batching  # pylint: disable=g-import-not-at-top
+
+    examples = tf.data.Dataset.range(64).map(lambda i: (tf.range(i % 5 + 1), i))
+
+    def labels(worker: int, first_batch: int = 0) -> list[list[int]]:
+        stream = worker_shares.worker_batches(
+            TaskInput(examples),
+            worker=worker,
+            num_workers=WORKERS,
+            global_batch_size=8,
+            seed=0,
+            first_batch=first_batch,
+            num_examples=64,
+            batching=batching.PadToLongest(),
+        )
+        return [batch[1].numpy().tolist() for batch in itertools.islice(iter(stream), 4)]
+
+    read = [label for worker in range(WORKERS) for batch in labels(worker) for label in batch]
+    assert sorted(read) == list(range(64))
+    assert labels(1, first_batch=2)[:2] == labels(1)[2:4]
