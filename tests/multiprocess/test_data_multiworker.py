@@ -5,6 +5,7 @@ user would: `TFRecordDataset(files).map(decode)`, a `FileSource` and a
 `RandomAccessSource` over ArrayRecord files, and counts its decodes per process.
 """
 
+import collections
 import json
 import pathlib
 import signal
@@ -13,8 +14,10 @@ import sys
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from tests.jobs.tasks import record_tasks
+from tests.support import backup_files
 from tests.support.logged_process import finish, log_tail, start_logged
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -24,6 +27,8 @@ GLOBAL_BATCH = 64
 STEPS = 24
 # Read ahead by tf.data at the end of the run (and the sample the model is built on).
 READ_AHEAD = 12 * GLOBAL_BATCH // 2
+# Parameter-server run: 8 steps of 16, well inside each worker's pass of 32 batches.
+PS_BATCH, PS_STEPS = 16, 8
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +60,14 @@ def _trainer(*flags: str) -> list[str]:
 
 def _decodes(count_dir: pathlib.Path) -> list[int]:
     return sorted(json.loads(path.read_text())["decodes"] for path in count_dir.glob("*.json"))
+
+
+def _backed_up_positions(backup_dir: pathlib.Path) -> list[int]:
+    """The batches each parameter-server worker had consumed, in the newest committed backup."""
+    step = backup_files.committed_steps(backup_dir)[-1]
+    index = next(backup_dir.glob(f"backup-*{step}/**/*.index"))
+    reader = tf.train.load_checkpoint(str(index)[: -len(".index")])
+    return reader.get_tensor("worker_positions/.ATTRIBUTES/VARIABLE_VALUE").tolist()
 
 
 def _summary(model_dir: pathlib.Path) -> dict:
@@ -138,12 +151,26 @@ def test_file_based_tasks_train_under_parameter_servers_default_and_mirrored(
     local_cluster, record_files, tmp_path
 ):
     flags = [*_task_flags(record_files, "files"), "--epochs=1", "--steps_per_epoch=20"]
+    # The task's own TFRecordDataset(4 files).map(decode) on 2 parameter-server workers,
+    # each decode marked by a file (graph ops: PS workers run no Python).
+    marks = _mkdir(tmp_path / "marks")
+    ps_config = {"pattern": record_files["tfrecord"], "kind": "dataset", "mark_dir": str(marks)}
     cluster = local_cluster(
-        num_workers=1,
+        num_workers=2,
         num_ps=1,
         has_chief=True,
         env=CLUSTER_ENV,
-        command=_trainer(*flags, "--strategy=parameter_server", f"--model_dir={tmp_path / 'ps'}"),
+        command=_trainer(
+            *_task_flags(record_files, "dataset"),
+            f"--task_config={json.dumps(ps_config)}",
+            f"--global_batch_size={PS_BATCH}",
+            "--epochs=1",
+            f"--steps_per_epoch={PS_STEPS}",
+            "--strategy=parameter_server",
+            f"--model_dir={tmp_path / 'ps'}",
+            f"--backup_dir={tmp_path / 'ps_backup'}",
+            "--keep_backup",
+        ),
     )
     cluster.start()
     default = start_logged(
@@ -177,7 +204,19 @@ def test_file_based_tasks_train_under_parameter_servers_default_and_mirrored(
     finally:
         assert finish(default, timeout=WAIT_SECONDS) == 0, log_tail(default)
         assert finish(mirrored, timeout=WAIT_SECONDS) == 0, log_tail(mirrored)
-    assert _summary(tmp_path / "ps")["steps_completed"] == 20
+    assert _summary(tmp_path / "ps")["steps_completed"] == PS_STEPS
+    # Each worker read its own 2 files: every example decoded once (on today's main each
+    # worker filled its shuffle window with all 1,024 examples: each decoded twice, after
+    # a skip to a batch drawn from the clock: 3,097 decodes). The chief decodes the first
+    # examples to check the data and build the model (33 here, with read-ahead at most 64).
+    decodes = collections.Counter(path.name.split("-")[0] for path in marks.iterdir())
+    again = [example for example, count in decodes.items() if count > 1]
+    print(f"PS: {sum(decodes.values())} decodes of {len(decodes)} examples, {len(again)} twice")
+    assert len(decodes) == 1024 and len(again) <= 4 * PS_BATCH, (len(decodes), len(again))
+    # The backup holds each worker's position: together, every step's batch.
+    positions = _backed_up_positions(tmp_path / "ps_backup")
+    print(f"PS: batches each worker consumed, from the backup: {positions}")
+    assert len(positions) == 2 and sum(positions) == PS_STEPS, positions
     assert _summary(tmp_path / "one")["steps_completed"] == 20
     mirrored_summary = _summary(tmp_path / "mirrored")
     assert (mirrored_summary["num_replicas"], mirrored_summary["steps_completed"]) == (2, 20)

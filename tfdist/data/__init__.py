@@ -9,6 +9,7 @@
 - `tfdist.data.arrays`: NumPy arrays given to `tfdist.resumable.fit` as
   `keras.Model.fit` takes them (batches, `validation_split`, a seeded
   permutation per epoch).
+- `tfdist.data.worker_shares`: each parameter-server worker's own batches.
 """
 
 from tfdist.data.inputs import TaskInput

@@ -80,13 +80,18 @@ def _reader(source: FileSource):
 
 
 def _window(source: FileSource, first_path: str) -> int:
-    """Records in a window of `source.shuffle_bytes`, from the sizes of the first records."""
-    sizes = [
-        len(record)
-        for record in _reader(source)(tf.constant(first_path))
-        .take(_SIZE_SAMPLE)
-        .as_numpy_iterator()
-    ]
+    """Records in a window of `source.shuffle_bytes`, from the sizes of the first records.
+
+    Read eagerly, also when the pipeline is built inside a function (a
+    parameter-server worker's dataset function).
+    """
+    with tf.init_scope():
+        sizes = [
+            len(record)
+            for record in _reader(source)(tf.constant(first_path))
+            .take(_SIZE_SAMPLE)
+            .as_numpy_iterator()
+        ]
     mean = sum(sizes) / max(1, len(sizes)) + _RECORD_OVERHEAD_BYTES
     return int(max(1, min(_MAX_WINDOW, source.shuffle_bytes // mean)))
 

@@ -101,6 +101,16 @@ class _Reader:
         return _pack(self.structure, leaves)
 
 
+class _GraphReader:
+    """Reads an `ArraySource` with graph ops only (for workers that run no Python)."""
+
+    def __init__(self, source: ArraySource):
+        self.arrays = _pack(source.arrays, [tf.constant(leaf) for leaf in _flatten(source.arrays)])
+
+    def records(self, indices: tf.Tensor):
+        return _pack(self.arrays, [tf.gather(leaf, indices) for leaf in _flatten(self.arrays)])
+
+
 def _as_bytes(value):
     if isinstance(value, str):
         return value.encode("utf-8")
@@ -122,14 +132,16 @@ def replica_batches(
     seed: int,
     first_step: int = 0,
     shard: Shard = Shard(),
+    in_graph: bool = False,
 ) -> tf.data.Dataset:
     """The endless stream of this shard's per-replica batches, from step `first_step`.
 
     Each step yields `shard.local_replicas` consecutive batches of
     `global_batch_size / shard.num_replicas` examples, the parts of global
-    batch `step` that this shard's replicas compute on.
+    batch `step` that this shard's replicas compute on. `in_graph` reads an
+    `ArraySource` with graph ops (parameter-server workers run no Python).
     """
-    reader = _Reader(source)
+    reader = _GraphReader(source) if in_graph else _Reader(source)
     num_examples = len(source)
     per_pass = batches_per_pass(num_examples, global_batch_size)
     per_replica = check_global_batch(global_batch_size, shard.num_replicas)

@@ -186,11 +186,12 @@ def file_sharded_batches(
     """This input pipeline's per-replica batches of the examples of its share of the files.
 
     The task's pipeline is rewritten to read only file shard `shard.index` of
-    `shard.count` (`keras_compat.shard_by_file`); every pass over that share is
-    shuffled with seed `(seed, pass)` in a window bounded in examples and bytes,
-    and the passes follow one another. The order depends on the number of
-    workers; a start at `first_step` skips (and so decodes) this shard's
-    examples before it. Check `keras_compat.can_shard_by_file` first.
+    `shard.count` (`keras_compat.shard_by_file`); the passes over that share
+    follow one another (`repeat`), each shuffled anew in a window bounded in
+    examples and bytes, in an order fixed by `seed` (and TensorFlow's global
+    seed, which the trainer sets from `--seed`). The order depends on the
+    number of workers; a start at `first_step` skips (and so decodes) this
+    shard's examples before it. Check `keras_compat.can_shard_by_file` first.
     """
     from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
 
@@ -199,9 +200,21 @@ def file_sharded_batches(
     span = per_replica * shard.local_replicas
     mine = keras_compat.shard_by_file(examples, shard.count, shard.index)
     window = shuffle_window(mine, shuffle_buffer, shuffle_buffer)
-    stream = tf.data.Dataset.range(tf.int64.max).flat_map(
-        lambda pass_index: _seeded_shuffle(mine, window, seed * 1009 + shard.index, pass_index)
-    )
+    # The task's pipeline stays at the top of the graph, where tf.data's static
+    # optimizations apply (its sequential `map(decode)` made parallel); inside a
+    # `flat_map` of passes they do not, which cost 0.83-0.87x plain tf.data's
+    # throughput (docs/benchmarks.md). The seed is never 0: (0, 0) means unseeded.
+    stream = mine.shuffle(
+        window, seed=seed * 1009 + shard.index + 1, reshuffle_each_iteration=True
+    ).repeat()
     if first_step:
         stream = stream.skip(first_step * span)
-    return stream.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    # Fused, shuffle and repeat would fill the window across passes: with a window larger
+    # than the share, 3 passes decoded before the first batch instead of 1.
+    unfused = tf.data.Options()
+    unfused.experimental_optimization.shuffle_and_repeat_fusion = False
+    return (
+        stream.batch(per_replica, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+        .with_options(unfused)
+    )

@@ -28,6 +28,7 @@ from tfdist.parameter_server.training import (
     evaluate,
     fit,
 )
+from tfdist.parameter_server.worker_positions import WorkerPositions, per_worker_dataset_fn
 
 __all__ = [
     "ChiefWatch",
@@ -35,10 +36,12 @@ __all__ = [
     "ParameterServerTrainer",
     "ServeOptions",
     "ShardedEmbedding",
+    "WorkerPositions",
     "chief_address",
     "evaluate",
     "fit",
     "make_parameter_server_strategy",
+    "per_worker_dataset_fn",
     "serve",
     "training_cluster_spec",
     "variable_partitioner",

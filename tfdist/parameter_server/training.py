@@ -198,13 +198,16 @@ class ParameterServerTrainer:
         model: A compiled Keras model created in the strategy's scope.
         coordinator: The `ClusterCoordinator`; one is made for the model's
             strategy when not given.
+        positions: A `tfdist.parameter_server.WorkerPositions`: every train
+            function adds its steps to the count of the worker that ran it
+            (what a resume starts each worker's stream at).
 
     Raises:
         UsageError: The model is not compiled, was not created under a
             `ParameterServerStrategy`, or accumulates gradients.
     """
 
-    def __init__(self, model: keras.Model, *, coordinator=None):
+    def __init__(self, model: keras.Model, *, coordinator=None, positions=None):
         strategy = getattr(model, "distribute_strategy", None)
         if not isinstance(strategy, tf.distribute.ParameterServerStrategy):
             raise UsageError(
@@ -227,6 +230,7 @@ class ParameterServerTrainer:
         self.model = model
         self.strategy = strategy
         self.coordinator = coordinator or tf.distribute.coordinator.ClusterCoordinator(strategy)
+        self.positions = positions
         self._built = False
         self._train_function = None
         self._test_function = None
@@ -279,12 +283,14 @@ class ParameterServerTrainer:
         self._built = True
 
     def _make_train_function(self):
-        strategy, model = self.strategy, self.model
+        strategy, model, positions = self.strategy, self.model, self.positions
 
         @tf.function
         def train_function(iterator, num_steps):
             for _ in tf.range(num_steps):
                 strategy.run(model.train_step, args=(next(iterator),))
+            if positions is not None:  # after the steps: a failed closure counts none
+                positions.advance(num_steps)
 
         return train_function
 

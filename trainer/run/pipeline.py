@@ -14,7 +14,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfdist.callbacks import BackupAndRestore
-from tfdist.distribute.cluster import Cluster
+from tfdist.distribute.cluster import WORKER, Cluster
 from tfdist.outputs import export as export_lib
 from tfdist.outputs.evaluation import CheckpointExporter
 from trainer.config import ExperimentConfig
@@ -116,11 +116,19 @@ def prepare(
     strategy: tf.distribute.Strategy,
     strategy_name: str,
     environ: Mapping[str, str],
+    *,
+    extra_state=None,
 ) -> Prepared:
-    """Inputs, model, restore and callbacks: everything before the first step."""
+    """Inputs, model, restore and callbacks: everything before the first step.
+
+    `extra_state`: named trackables backed up with the weights (the
+    parameter-server workers' input positions).
+    """
     seed_everything(config)
-    # Parameter-server workers cannot tell themselves apart: each reads all of the input.
-    pipelines = 1 if strategy_name == "parameter_server" else cluster.num_workers
+    # Parameter-server workers each read their own share (tfdist.data.worker_shares).
+    pipelines = (
+        cluster.count(WORKER) if strategy_name == "parameter_server" else cluster.num_workers
+    )
     inputs = build_inputs(
         loaded, config, num_workers=pipelines, count_dir=dirs.backup_dir, is_chief=cluster.is_chief
     )
@@ -135,6 +143,7 @@ def prepare(
         cluster,
         run_settings(config, loaded, inputs, cluster, strategy_name),
         inputs,
+        extra_state=extra_state,
     )
     todo = plan(backup, model, epochs=config.epochs, steps_per_epoch=inputs.steps_per_epoch)
     steps_per_execution = tune_steps_per_execution(config, model, inputs, todo)

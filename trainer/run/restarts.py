@@ -75,16 +75,21 @@ def run_settings(
     return settings
 
 
-def changeable_settings(config: ExperimentConfig, inputs: Inputs | None = None) -> dict:
+def changeable_settings(
+    config: ExperimentConfig, inputs: Inputs | None = None, strategy_name: str = ""
+) -> dict:
     """Settings a restart may change, each with why the change is safe (it is logged).
 
     Files sharded per worker are read in an order that depends on the number
-    of workers: a restart with another number cannot resume exactly.
+    of workers: a restart with another number cannot resume exactly. Nor can a
+    parameter-server job, whose workers each read their own stream from where
+    the backup recorded it.
     """
     changeable = {
         "steps_per_execution": "an execution only groups steps; each step is the same",
     }
-    if inputs is None or not inputs.train.order_depends_on_workers():
+    same_order = inputs is None or not inputs.train.order_depends_on_workers()
+    if same_order and strategy_name != "parameter_server":
         changeable["num_workers"] = _SAME_GLOBAL_BATCH
         changeable["strategy"] = _SAME_GLOBAL_BATCH
     if config.lr_decay == "constant":
@@ -101,6 +106,8 @@ def make_backup(
     cluster: Cluster,
     settings: dict,
     inputs: Inputs | None = None,
+    *,
+    extra_state=None,
 ) -> BackupAndRestore | None:
     if not dirs.backup_dir:
         logging.warning(
@@ -117,7 +124,8 @@ def make_backup(
         cluster=cluster,
         preemption=PreemptionOptions(grace_period_seconds=config.preemption_grace_seconds),
         run_settings=settings,
-        changeable=changeable_settings(config, inputs),
+        changeable=changeable_settings(config, inputs, settings.get("strategy", "")),
+        extra_state=extra_state,
     )
 
 

@@ -7,7 +7,9 @@
 - `array_record`: `tfdist.data.RandomAccessSource(ArrayRecordDataSource(paths), decode)`.
 
 With `count_dir`, every process writes how many records it decoded to
-`<count_dir>/decodes-<pid>.json` when it exits. With `kill_after`, the process
+`<count_dir>/decodes-<pid>.json` when it exits. With `mark_dir`, every decode
+writes an empty file `<mark_dir>/<example id>-<random>` with graph ops, so
+decodes are counted on parameter-server workers too (which run no Python). With `kill_after`, the process
 SIGKILLs itself after that many decodes, once (a `kill_marker` file records
 it, so the restarted run trains to the end): a crash mid-epoch at a point
 fixed by the data, not by a timer.
@@ -107,8 +109,8 @@ def _write_count(count_dir: str) -> None:
         json.dump({"decodes": _decodes["count"]}, handle)
 
 
-def decoder(count: bool):
-    """Parses one `tf.train.Example` and decodes its JPEG (counting decodes if asked)."""
+def decoder(count: bool, mark_dir: str = ""):
+    """Parses one `tf.train.Example` and decodes its JPEG (counting or marking decodes if asked)."""
     spec = {
         "image": tf.io.FixedLenFeature([], tf.string),
         "label": tf.io.FixedLenFeature([], tf.int64),
@@ -120,6 +122,18 @@ def decoder(count: bool):
         if count:
             tick = tf.numpy_function(_count, [tf.constant(1)], tf.int64, stateful=True)
             image = tf.identity(image) + tf.cast(tick, tf.uint8)
+        if mark_dir:
+            example_id = tf.strings.to_hash_bucket_fast(parsed["image"], 2**62)
+            # Seeded random ops repeat in every process: the clock tells processes apart.
+            unique = tf.strings.join(
+                [
+                    tf.strings.as_string(tf.timestamp(), precision=6),
+                    tf.strings.as_string(tf.random.uniform([], maxval=2**62, dtype=tf.int64)),
+                ]
+            )
+            name = tf.strings.join([tf.strings.as_string(example_id), unique], "-")
+            with tf.control_dependencies([tf.io.write_file(mark_dir + "/" + name, "")]):
+                image = tf.identity(image)
         image = tf.ensure_shape(tf.cast(image, tf.float32) / 255.0, (SIZE, SIZE, 3))
         return image, tf.cast(parsed["label"], tf.int32)
 
@@ -134,11 +148,13 @@ class RecordImages(Task):
         pattern: str,
         kind: str = "dataset",
         count_dir: str = "",
+        mark_dir: str = "",
         evaluation: bool = False,
         kill_after: int = 0,
         kill_marker: str = "",
     ):
         self.pattern, self.kind, self.count_dir = pattern, kind, count_dir
+        self.mark_dir = mark_dir
         self.evaluation = evaluation
         _kill.update(after=kill_after, marker=kill_marker)
         if count_dir:
@@ -157,7 +173,10 @@ class RecordImages(Task):
     def build_inputs(self, training):
         if not training and not self.evaluation:
             return None
-        decode = decoder(count=(bool(self.count_dir) or bool(_kill["after"])) and training)
+        decode = decoder(
+            count=(bool(self.count_dir) or bool(_kill["after"])) and training,
+            mark_dir=self.mark_dir if training else "",
+        )
         if self.kind == "dataset":
             return tf.data.TFRecordDataset(sorted(tf.io.gfile.glob(self.pattern))).map(decode)
         if self.kind == "files":
