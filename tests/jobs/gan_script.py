@@ -1,6 +1,7 @@
 """keras.io's GAN (the custom-train-step guide) on `tfdist.resumable.fit`, on small data.
 
     python tests/jobs/gan_script.py OUT [--kill_after_batches=N] [--multiworker]
+        [--chief_lingers=SECONDS]
 
 The model has no `call()`, overrides `compile(d_optimizer, g_optimizer,
 loss_fn)`, draws its noise with `keras.random.normal(seed=self.seed_generator)`
@@ -8,14 +9,18 @@ and reports two `keras.metrics.Mean` trackers; its `train_step` runs two
 gradient tapes. Writes OUT/result.json (both optimizers' iterations, the
 seed generator's state, the final logs) and OUT/weights.npz (every variable:
 the model's and both optimizers'). `--kill_after_batches` SIGKILLs the process
-after that many batches of this run; tests also call `run` in their own process
+after that many batches of this run; `--chief_lingers` keeps the chief's process
+that long after its outputs are written (a chief that writes large outputs), past
+TensorFlow's 10 s heartbeat timeout. Tests also call `run` in their own process
 (`crash_after_batches` raises).
 """
 
 import argparse
 import json
+import os
 import pathlib
 import sys
+import time
 
 import keras
 import numpy as np
@@ -178,9 +183,13 @@ def main() -> None:
     parser.add_argument("out", type=pathlib.Path)
     parser.add_argument("--kill_after_batches", type=int, default=0)
     parser.add_argument("--multiworker", action="store_true")
+    parser.add_argument("--chief_lingers", type=float, default=0.0)
     args = parser.parse_args()
     strategy = tfdist.resumable.strategy_from_environment() if args.multiworker else None
     run(args.out, kill_after_batches=args.kill_after_batches, strategy=strategy)
+    chief = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index", 0) == 0
+    if chief:
+        time.sleep(args.chief_lingers)
 
 
 if __name__ == "__main__":
