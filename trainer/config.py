@@ -275,7 +275,7 @@ class ExperimentConfig:
     seed: int = option(0, "Seed for weights, synthetic data and shuffling.", NUMERICS)
     deterministic: bool = option(
         False,
-        "Make TensorFlow ops deterministic (slower).",
+        "Make TensorFlow ops deterministic and turn grappler off (slower).",
         NUMERICS,
         details="`--nodeterministic` turns it off again over a config file.",
     )
