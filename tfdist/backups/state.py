@@ -2,7 +2,9 @@
 
 A backup holds every variable of the model (trainable, non-trainable such as
 batch-norm statistics, and Keras seed-generator states), every variable of the
-optimizer (slots, `iterations`, a variable learning rate), any extra trackable
+optimizer (slots, `iterations`, a variable learning rate), everything else the
+model tracks in its attributes (its own optimizers, seed generators and metrics
+outside `model.variables`, `tf.Variable`s: `tracked`), any extra trackable
 state the caller adds (e.g. a `tf.random.Generator`), and the counters
 `global_step`, `epoch` and `step_in_epoch`. The input pipeline's position is the
 global step: a deterministic pipeline skips that many batches on resume.
