@@ -400,11 +400,10 @@ def test_survivor_fails_within_a_bound_when_a_peer_dies(local_cluster, tmp_path,
     # 200 (tfdist.cli.EXIT_PEER_LOST): >= 128, so TFJob's ExitCode policy retries it.
     assert codes["worker:0"] == 200, cluster.format_logs()
     assert "error: lost contact with another task of the job" in cluster.log("worker:0")
-    if program == "resumable script":
-        # First after training started, before TensorFlow's C++ lines about the aborted
-        # collective (tfdist._internal.peer_noise).
-        after = cluster.log("worker:0").split("training\n", 1)[1]
-        assert after.startswith("error: lost contact with another task"), after
+    # First after training started, before TensorFlow's C++ lines about the aborted
+    # collective (tfdist._internal.peer_noise).
+    after = cluster.log("worker:0").split(f"{started}\n", 1)[1]
+    assert after.startswith("error: lost contact with another task"), after
     print(f"survivor exited {codes['worker:0']} {survivor_seconds:.1f} s after its peer died")
 
 
