@@ -291,7 +291,7 @@ class TrainingBackup:
         """The checkpoint of this save: the model's, plus its tracked state as of now."""
         if not tracked.variables:
             return self._ensure_checkpoint()
-        keys = tuple(tracked.variables)
+        keys = tuple((key, id(variable)) for key, variable in tracked.variables.items())
         if self._tracked_checkpoint is None or self._tracked_checkpoint[0] != keys:
             self._tracked_checkpoint = (
                 keys,
@@ -520,7 +520,7 @@ class TrainingBackup:
         return info
 
     def _assert_finite(self, global_step: int, tracked: TrackedState) -> None:
-        keys = tuple(tracked.variables)
+        keys = tuple((key, id(variable)) for key, variable in tracked.variables.items())
         if self._finite_check is None or self._finite_check[0] != keys:
             fingerprint = self._fingerprint
             named = [
