@@ -35,6 +35,7 @@ not an interactive session, a `tfdist.errors.UsageError` from these functions is
 `error:` line on stderr and exit code 2, as from tfdist's commands.
 """
 
+import contextlib
 import logging
 import os
 import sys
@@ -43,6 +44,7 @@ import keras
 import tensorflow as tf
 
 from tfdist import cli
+from tfdist._internal import peer_noise
 from tfdist._internal.peers import PEER_FAILURES
 from tfdist.callbacks import BackupAndRestore
 from tfdist.data import arrays as fit_arrays
@@ -329,28 +331,29 @@ def _fit(
     )
     if backup.completed:
         _check_final_backup(backup)
+    hold = peer_noise.HeldPeerNoise() if cluster.num_workers > 1 else contextlib.nullcontext()
     try:
-        for segment in segments:
-            if arrays is not None:  # a stream built from the step: nothing to skip
-                x, skip = arrays.training_batches(segment.first_step), 0
-            else:
-                skip = segment.first_step if endless else segment.first_step_in_epoch
-            model.fit(
-                x.skip(skip) if skip else x,
-                callbacks=_around_backup(callbacks, backup),
-                shuffle=False,
-                **segment.fit_kwargs(),
-                **fit_kwargs,
-            )
-            if backup.completed or model.stop_training:
-                break
+        with hold:
+            for segment in segments:
+                if arrays is not None:  # a stream built from the step: nothing to skip
+                    x, skip = arrays.training_batches(segment.first_step), 0
+                else:
+                    skip = segment.first_step if endless else segment.first_step_in_epoch
+                model.fit(
+                    x.skip(skip) if skip else x,
+                    callbacks=_around_backup(callbacks, backup),
+                    shuffle=False,
+                    **segment.fit_kwargs(),
+                    **fit_kwargs,
+                )
+                if backup.completed or model.stop_training:
+                    break
     except PEER_FAILURES as error:
         if cluster.num_workers < 2:
             raise
-        print(
-            f"error: {cli.describe_lost_peer(error)} (exit {cli.EXIT_PEER_LOST})",
-            file=sys.stderr,
-            flush=True,
+        # Before TensorFlow's C++ lines about the aborted collective (held back).
+        peer_noise.write_first(
+            f"error: {cli.describe_lost_peer(error)} (exit {cli.EXIT_PEER_LOST})\n"
         )
         raise PeerLost() from None
     if not backup.completed:

@@ -302,7 +302,7 @@ class ExperimentConfig:
     )
     deterministic: bool = option(
         False,
-        "Make TensorFlow ops deterministic (slower).",
+        "Make TensorFlow ops deterministic and turn grappler off (slower).",
         NUMERICS,
         details="`--nodeterministic` turns it off again over a config file.",
     )

@@ -89,6 +89,10 @@ class RunFingerprint:
             the order saved; `path` is `None` where no stable path exists.
         optimizer_variables: The same for the optimizer's variables, keyed
             like `momentum@q/kernel`.
+        tracked: The same for the rest of what the model tracks (its other
+            optimizers, metrics, random generators: `tracked.tracked_state`),
+            keyed like `d_optimizer/momentum@discriminator/layers/dense/kernel`;
+            `None` in backups written before tfdist saved them.
     """
 
     run: Mapping
@@ -96,6 +100,7 @@ class RunFingerprint:
     optimizer: str | None
     model_variables: tuple[VariableEntry, ...]
     optimizer_variables: tuple[VariableEntry, ...]
+    tracked: tuple[VariableEntry, ...] | None = None
 
     def to_json(self) -> dict:
         return {
@@ -105,6 +110,11 @@ class RunFingerprint:
             "optimizer": self.optimizer,
             "model_variables": [list(entry) for entry in self.model_variables],
             "optimizer_variables": [list(entry) for entry in self.optimizer_variables],
+            **(
+                {"tracked": [list(entry) for entry in self.tracked]}
+                if self.tracked is not None
+                else {}
+            ),
         }
 
     @classmethod
@@ -135,6 +145,7 @@ class RunFingerprint:
                 optimizer=record.get("optimizer"),
                 model_variables=entries("model_variables"),
                 optimizer_variables=entries("optimizer_variables"),
+                tracked=entries("tracked") if "tracked" in record else None,
             )
         except (KeyError, TypeError, ValueError) as error:
             raise BackupMismatchError(
@@ -245,6 +256,29 @@ def variable_order(
                 hint,
             )
     return list(range(len(current))), False
+
+
+def compare_tracked(
+    saved: Sequence[VariableEntry], current: Sequence[VariableEntry], *, backup_dir: str
+) -> None:
+    """Checks that the backup's tracked state has the same keys, shapes and dtypes as this run's.
+
+    Raises:
+        BackupMismatchError: The first key missing on one side or different.
+    """
+    now = {entry[0]: entry for entry in current}
+    for entry in saved:
+        other = now.get(entry[0])
+        if other is None or list(other[1:]) != list(entry[1:]):
+            raise _mismatch(
+                backup_dir, f"tracked {entry[0]}", _describe(entry), _describe(other), _SAME_MODEL
+            )
+    known = {entry[0] for entry in saved}
+    for entry in current:
+        if entry[0] not in known:
+            raise _mismatch(
+                backup_dir, f"tracked {entry[0]}", _NO_VARIABLE, _describe(entry), _SAME_MODEL
+            )
 
 
 def compare(

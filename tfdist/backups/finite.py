@@ -18,7 +18,7 @@ class FiniteCheck:
         floats = [
             (name, variable)
             for name, variable in named_variables
-            if keras.backend.is_float_dtype(str(variable.dtype))
+            if keras.backend.is_float_dtype(variable.dtype)
         ]
         self._names = [name for name, _ in floats]
         variables = [variable for _, variable in floats]

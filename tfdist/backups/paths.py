@@ -57,21 +57,48 @@ def _is_graph_model(layer) -> bool:
     )
 
 
-def _collect_layers(prefix: str, value, found: list, seen: set) -> None:
-    """Appends `(path, layer)` for the layers in an attribute value."""
-    if isinstance(value, keras.layers.Layer):
+def _collect(prefix: str, value, kinds: tuple, found: list, seen: set) -> None:
+    """Appends `(path, item)` for the items of type `kinds` in an attribute value."""
+    if isinstance(value, kinds):
         found.append((prefix, value))
         return
-    if isinstance(value, (str, bytes)) or id(value) in seen:
+    if isinstance(value, (str, bytes, keras.layers.Layer)) or id(value) in seen:
         return
     if isinstance(value, collections.abc.Mapping):
         seen.add(id(value))
         for key in value:
-            _collect_layers(f"{prefix}/{key}", value[key], found, seen)
+            _collect(f"{prefix}/{key}", value[key], kinds, found, seen)
     elif isinstance(value, collections.abc.Sequence):
         seen.add(id(value))
         for index, item in enumerate(value):
-            _collect_layers(f"{prefix}/{index}", item, found, seen)
+            _collect(f"{prefix}/{index}", item, kinds, found, seen)
+
+
+def _user_attribute_names(layer, *, graph: bool) -> list[str]:
+    """A layer's own attributes (not Keras's bookkeeping), public ones first."""
+    skip = _keras_bookkeeping()
+    # Public attributes first, then private ones, as Keras's own saving does.
+    return sorted(
+        (name for name in vars(layer) if name not in skip and not (graph and name.startswith("_"))),
+        key=lambda name: (name.startswith("_"), name),
+    )
+
+
+def attribute_items(layer, kinds: tuple) -> list[tuple[str, object]]:
+    """The objects of type `kinds` a layer holds in its own attributes.
+
+    Looks into lists, tuples and dicts of them, not into sublayers.
+
+    Returns:
+        `(relative path, object)` pairs in a fixed order, e.g.
+        `("d_optimizer", Adam)` or `("trackers/0", Mean)`.
+    """
+    found = []
+    seen = set()
+    attributes = vars(layer)
+    for name in _user_attribute_names(layer, graph=_is_graph_model(layer)):
+        _collect(name, attributes[name], kinds, found, seen)
+    return found
 
 
 def _child_layers(layer) -> list[tuple[str, object]]:
@@ -86,16 +113,33 @@ def _child_layers(layer) -> list[tuple[str, object]]:
             used[base] = count + 1
             children.append((f"layers/{base}" + (f"_{count}" if count else ""), sublayer))
     attributes = vars(layer)
-    skip = _keras_bookkeeping()
-    # Public attributes first, then private ones, as Keras's own saving does.
-    names = sorted(
-        (name for name in attributes if name not in skip and not (graph and name.startswith("_"))),
-        key=lambda name: (name.startswith("_"), name),
-    )
     seen = set()
-    for name in names:
-        _collect_layers(name, attributes[name], children, seen)
+    for name in _user_attribute_names(layer, graph=graph):
+        _collect(name, attributes[name], (keras.layers.Layer,), children, seen)
     return children
+
+
+def walk_layers(model) -> list[tuple[str, object]]:
+    """Every layer of `model` (itself first) once, with its path prefix.
+
+    Returns:
+        `(prefix, layer)` pairs depth first, e.g. `("", gan)`,
+        `("discriminator/", Sequential)`, `("discriminator/layers/dense/", Dense)`;
+        a layer reachable twice keeps its first path.
+    """
+    found: list[tuple[str, object]] = []
+    visited: set[int] = set()
+
+    def visit(layer, path: str) -> None:
+        if id(layer) in visited:
+            return
+        visited.add(id(layer))
+        found.append((path, layer))
+        for name, child in _child_layers(layer):
+            visit(child, f"{path}{name}/")
+
+    visit(model, "")
+    return found
 
 
 def model_variable_paths(model) -> list[str | None]:
@@ -108,12 +152,7 @@ def model_variable_paths(model) -> list[str | None]:
         One path per variable; `None` where no stable path could be had.
     """
     assigned: dict[int, str | None] = {}
-    visited: set[int] = set()
-
-    def visit(layer, path: str) -> None:
-        if id(layer) in visited:
-            return
-        visited.add(id(layer))
+    for path, layer in walk_layers(model):
         children = _child_layers(layer)
         in_children = {id(variable) for _, child in children for variable in child.variables}
         own = [variable for variable in layer.variables if id(variable) not in in_children]
@@ -131,10 +170,6 @@ def model_variable_paths(model) -> list[str | None]:
             if counts[label] > 1 or _AUTO_VARIABLE_NAME.match(label):
                 label = holders.get(id(variable))
             assigned[id(variable)] = f"{path}{label}" if label else None
-        for name, child in children:
-            visit(child, f"{path}{name}/")
-
-    visit(model, "")
     return [assigned.get(id(variable)) for variable in model.variables]
 
 

@@ -2,7 +2,9 @@
 
 A backup holds every variable of the model (trainable, non-trainable such as
 batch-norm statistics, and Keras seed-generator states), every variable of the
-optimizer (slots, `iterations`, a variable learning rate), any extra trackable
+optimizer (slots, `iterations`, a variable learning rate), everything else the
+model tracks in its attributes (its own optimizers, seed generators and metrics
+outside `model.variables`, `tf.Variable`s: `tracked`), any extra trackable
 state the caller adds (e.g. a `tf.random.Generator`), and the counters
 `global_step`, `epoch` and `step_in_epoch`. The input pipeline's position is the
 global step: a deterministic pipeline skips that many batches on resume.
@@ -30,14 +32,26 @@ from tfdist.backups.fingerprint import (
     check_changeable,
     check_run_settings,
     compare,
+    compare_tracked,
     fingerprint_of,
 )
 from tfdist.backups.finite import FiniteCheck
 from tfdist.backups.store import BackupInfo, BackupStore
 from tfdist.backups.sync import WorkerSync
+from tfdist.backups.tracked import (
+    TrackedState,
+    build_saved_optimizers,
+    ensure_built,
+    entries_of,
+    tracked_state,
+)
 from tfdist.errors import BackupMismatchError, NonFiniteError, UsageError
 
 _log = logging.getLogger(__name__)
+
+
+# The checkpoint's own entries (see `TrainingBackup._trackables`).
+_RESERVED = ("model_variables", "optimizer_variables", "tracked")
 
 
 def _check_positive(name: str, value) -> int:
@@ -213,11 +227,12 @@ class TrainingBackup:
         self.model = model
         self.sync = sync or WorkerSync(None)
         self._extra_state = dict(extra_state or {})
-        reserved = {"model_variables", "optimizer_variables"} & set(self._extra_state)
+        reserved = set(_RESERVED) & set(self._extra_state)
         if reserved:
             raise UsageError(f"extra_state uses reserved name(s) {sorted(reserved)}; rename them")
         self._strategy = strategy
         self._checkpoint = None
+        self._tracked_checkpoint = None
         self._fingerprint = None
         self._finite_check = None
         self.last_saved_step: int | None = None
@@ -229,25 +244,60 @@ class TrainingBackup:
     def _variable_shapes(self) -> list[list]:
         return [list(variable.shape) for variable in self.model.variables]
 
+    def _trackables(
+        self,
+        *,
+        model_order: list[int] | None = None,
+        optimizer_order: list[int] | None = None,
+        tracked: TrackedState | None = None,
+    ) -> dict:
+        """Everything a backup holds, by checkpoint name: the one place that says so.
+
+        Args:
+            model_order: Which of `model.variables` goes in each saved position
+                (the backup's order on restore); `None`: their own order.
+            optimizer_order: The same for the compiled optimizer's variables.
+            tracked: The model's other state (`tracked.tracked_state`); left
+                out when `None` or empty, so that a model without any writes
+                and reads the checkpoints it always did.
+        """
+        model_variables = list(self.model.variables)
+        if model_order is not None:
+            model_variables = [model_variables[i] for i in model_order]
+        parts = {"model_variables": model_variables}
+        if self.optimizer is not None:
+            optimizer_variables = list(self.optimizer.variables)
+            if optimizer_order is not None:
+                optimizer_variables = [optimizer_variables[i] for i in optimizer_order]
+            parts["optimizer_variables"] = optimizer_variables
+        if tracked is not None and tracked.variables:
+            parts["tracked"] = dict(tracked.variables)
+        return {**parts, **self._extra_state}
+
     def _ensure_checkpoint(self) -> tf.train.Checkpoint:
         if self._checkpoint is not None:
             return self._checkpoint
-        if not self.model.built:
-            raise UsageError(
-                f"model {self.model.name!r} is not built, expected a built model to back up; "
-                f"build it (call it on a batch or give it an Input) before training"
-            )
+        ensure_built(self.model)
         optimizer = self.optimizer
-        parts = {"model_variables": list(self.model.variables)}
-        if optimizer is not None:
-            if not optimizer.built:
-                scope = self._strategy.scope() if self._strategy else contextlib.nullcontext()
-                with scope:
-                    optimizer.build(self.model.trainable_variables)
-            parts["optimizer_variables"] = list(optimizer.variables)
-        self._checkpoint = tf.train.Checkpoint(**parts, **self._extra_state)
+        if optimizer is not None and not optimizer.built:
+            scope = self._strategy.scope() if self._strategy else contextlib.nullcontext()
+            with scope:
+                optimizer.build(self.model.trainable_variables)
+        self._checkpoint = tf.train.Checkpoint(**self._trackables())
         self._fingerprint = fingerprint_of(self.model, run_settings=self._run_settings)
         return self._checkpoint
+
+    def _saving_checkpoint(self, tracked: TrackedState) -> tf.train.Checkpoint:
+        """The checkpoint of this save: the model's, plus its tracked state as of now."""
+        if not tracked.variables:
+            return self._ensure_checkpoint()
+        keys = tuple((key, id(variable)) for key, variable in tracked.variables.items())
+        if self._tracked_checkpoint is None or self._tracked_checkpoint[0] != keys:
+            self._tracked_checkpoint = (
+                keys,
+                tf.train.Checkpoint(**self._trackables(tracked=tracked)),
+            )
+        return self._tracked_checkpoint[1]
 
     @property
     def fingerprint(self) -> RunFingerprint:
@@ -256,24 +306,43 @@ class TrainingBackup:
         return self._fingerprint
 
     def _reading_checkpoint(
-        self, model_order: list[int], optimizer_order: list[int]
+        self,
+        model_order: list[int],
+        optimizer_order: list[int],
+        saved_tracked: tuple | None,
     ) -> tf.train.Checkpoint:
-        """A checkpoint whose variable lists are in the backup's order."""
+        """A checkpoint whose variable lists are in the backup's order, with its tracked state."""
+        tracked = None
+        if saved_tracked is None:
+            current = tracked_state(self.model)
+            if current.variables:
+                _log.warning(
+                    "The backup in %s was written before tfdist backed up what a model "
+                    "tracks beyond its variables and optimizer; %s start from their "
+                    "values in this run.",
+                    self.store.backup_dir,
+                    ", ".join(sorted({key.split("/")[0] for key in current.variables})),
+                )
+        else:
+            tracked = tracked_state(self.model)
+            if build_saved_optimizers(tracked, saved_tracked, self.model, strategy=self._strategy):
+                tracked = tracked_state(self.model)
+            compare_tracked(saved_tracked, entries_of(tracked), backup_dir=self.store.backup_dir)
         identity = model_order == list(range(len(model_order))) and optimizer_order == list(
             range(len(optimizer_order))
         )
-        if identity:
+        if identity and not (tracked and tracked.variables):
             return self._checkpoint
-        model_variables = list(self.model.variables)
-        parts = {"model_variables": [model_variables[i] for i in model_order]}
-        if self.optimizer is not None:
-            optimizer_variables = list(self.optimizer.variables)
-            parts["optimizer_variables"] = [optimizer_variables[i] for i in optimizer_order]
-        _log.info(
-            "The model's variables are in another order than in the backup (layers "
-            "created in another order); restoring them by stable path."
+        if not identity:
+            _log.info(
+                "The model's variables are in another order than in the backup (layers "
+                "created in another order); restoring them by stable path."
+            )
+        return tf.train.Checkpoint(
+            **self._trackables(
+                model_order=model_order, optimizer_order=optimizer_order, tracked=tracked
+            )
         )
-        return tf.train.Checkpoint(**parts, **self._extra_state)
 
     def _check_legacy(self, info: BackupInfo) -> None:
         _log.warning(
@@ -308,7 +377,7 @@ class TrainingBackup:
                 backup_dir=self.store.backup_dir,
                 changeable=self._changeable,
             )
-            checkpoint = self._reading_checkpoint(*orders)
+            checkpoint = self._reading_checkpoint(*orders, saved.tracked)
         try:
             checkpoint.read(info.checkpoint_prefix).assert_existing_objects_matched()
         except (tf.errors.InvalidArgumentError, tf.errors.NotFoundError, AssertionError) as error:
@@ -416,9 +485,11 @@ class TrainingBackup:
             NonFiniteError: A model or optimizer variable holds NaN or Inf
                 (with `check_finite`); nothing was written.
         """
-        checkpoint = self._ensure_checkpoint()
+        self._ensure_checkpoint()
+        tracked = tracked_state(self.model)
+        checkpoint = self._saving_checkpoint(tracked)
         if self._check_finite:
-            self._assert_finite(global_step)
+            self._assert_finite(global_step, tracked)
         metadata = {
             "global_step": global_step,
             "epoch": epoch,
@@ -426,7 +497,9 @@ class TrainingBackup:
             "steps_per_epoch": steps_per_epoch,
             "num_workers": self.sync.num_workers,
             "model_variable_shapes": self._variable_shapes(),
-            "fingerprint": self._fingerprint.to_json(),
+            "fingerprint": dataclasses.replace(
+                self._fingerprint, tracked=entries_of(tracked)
+            ).to_json(),
             **dict(extra_metadata or {}),
         }
         if self.optimizer is not None:
@@ -446,8 +519,9 @@ class TrainingBackup:
             _log.info("Backed up step %d to %s.", global_step, info.path)
         return info
 
-    def _assert_finite(self, global_step: int) -> None:
-        if self._finite_check is None:
+    def _assert_finite(self, global_step: int, tracked: TrackedState) -> None:
+        keys = tuple((key, id(variable)) for key, variable in tracked.variables.items())
+        if self._finite_check is None or self._finite_check[0] != keys:
             fingerprint = self._fingerprint
             named = [
                 (path or variable.path, variable)
@@ -460,8 +534,9 @@ class TrainingBackup:
                         fingerprint.optimizer_variables, self.optimizer.variables
                     )
                 ]
-            self._finite_check = FiniteCheck(named)
-        bad = self._finite_check.non_finite()
+            named += list(tracked.variables.items())
+            self._finite_check = (keys, FiniteCheck(named))
+        bad = self._finite_check[1].non_finite()
         if self.sync.any(bool(bad)):
             where = (
                 f"{bad[0]}" + (f" and {len(bad) - 1} more" if len(bad) > 1 else "")

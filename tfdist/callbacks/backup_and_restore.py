@@ -49,6 +49,7 @@ from tfdist.callbacks.non_finite import check_loss
 from tfdist.distribute.cluster import Cluster, resolve_cluster
 from tfdist.errors import NonFiniteError, StorageError, UsageError
 from tfdist.preemption import PreemptionOptions, PreemptionWatcher
+from tfdist.preemption.agreement import exit_together
 
 _log = logging.getLogger(__name__)
 
@@ -170,6 +171,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         self._extra_state = extra_state
         self._strategy = strategy
         self._backup = None
+        self._job_strategy = None
         self._watcher = None
         self._resume_point = None
         self._global_step = 0
@@ -288,8 +290,10 @@ class BackupAndRestore(keras.callbacks.Callback):
             },
         }
         self._completed = point.completed
+        self._job_strategy = strategy
         if point.completed:
             self.close()  # nothing will train: leave SIGTERM to its default
+            exit_together(strategy)
         self._global_step = self._last_saved_step = point.global_step
         self._epoch, self._step_in_epoch = point.epoch, point.step_in_epoch
         return point
@@ -351,6 +355,9 @@ class BackupAndRestore(keras.callbacks.Callback):
             )
         self._completed = True
         self.close()
+        # Without it, a task that outlives another by the heartbeat timeout (the
+        # chief writing outputs) prints TensorFlow's "The tasks have crashed".
+        exit_together(self._job_strategy)
 
     def close(self) -> None:
         """Restores the signal handlers; call if training stops before its end."""

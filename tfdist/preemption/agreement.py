@@ -22,14 +22,26 @@ shares (the habit of `tf.distribute.experimental.PreemptionCheckpointHandler`):
 Keys live under a namespace drawn once per `fit` and agreed with one
 collective, so a key left by an earlier incarnation of the job is never read.
 
+`exit_together` orders the end of a finished job: TensorFlow's coordination
+service runs in worker 0 and every task sends it heartbeats, but a task that
+exits does not say goodbye. Whichever task outlives another by more than the
+heartbeat timeout (10 s) then prints the other as crashed (`The tasks have
+crashed ... CoordinationServiceError` on worker 0, `Failed to send RPC to
+coordination service` on the others), though the job succeeded. Every task of
+a finished job therefore waits at one barrier of the service when its process
+exits, so that all leave within moments of each other; TensorFlow's own log
+names that barrier as the way to a synchronized shutdown.
+
 This module is the only one that touches the coordination service; it uses
 `tensorflow.python.eager.context` (TensorFlow has no public key-value API) and
 `CoordinatedStop.available` turns it off when that is missing, in which case
 the watcher falls back to the per-check collective.
 """
 
+import atexit
 import logging
 import random
+import sys
 import threading
 
 import tensorflow as tf
@@ -37,6 +49,10 @@ import tensorflow as tf
 _log = logging.getLogger(__name__)
 
 _POLL_MILLISECONDS = 500
+_EXIT_BARRIER = "tfdist/exit"
+# How long a finished task waits at exit for the others (the chief writing its outputs).
+EXIT_BARRIER_SECONDS = 300.0
+_exit_registered = False
 
 
 def _context():
@@ -139,3 +155,38 @@ class CoordinatedStop:
     def close(self) -> None:
         """Stops watching (within `_POLL_MILLISECONDS`); the thread never blocks exit."""
         self._closed.set()
+
+
+def _wait_for_the_other_tasks(timeout_ms: int) -> None:
+    if getattr(sys, "last_value", None) is not None:
+        return  # this process dies of an uncaught exception: no one waits for it
+    try:
+        _context().wait_at_barrier(_EXIT_BARRIER, timeout_ms)
+    except tf.errors.OpError as error:
+        # A task crashed or stayed past the timeout; TensorFlow's log says which.
+        _log.debug("The exit barrier failed: %s", type(error).__name__)
+
+
+def exit_together(strategy, *, timeout_seconds: float = EXIT_BARRIER_SECONDS) -> bool:
+    """Makes this task's process wait at exit until every task of the job exits.
+
+    Call on every task once the job has finished (each call after the first
+    does nothing). A process that ends with an uncaught exception does not
+    wait; a barrier that times out or loses a task lets the process go.
+
+    Args:
+        strategy: The job's strategy; only a multi-worker one with a
+            coordination service waits.
+        timeout_seconds: The longest wait.
+
+    Returns:
+        Whether the wait is registered.
+    """
+    global _exit_registered
+    if _exit_registered:
+        return True
+    if not CoordinatedStop.available(strategy):
+        return False
+    atexit.register(_wait_for_the_other_tasks, max(1, int(timeout_seconds * 1000)))
+    _exit_registered = True
+    return True

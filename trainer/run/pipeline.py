@@ -90,10 +90,19 @@ __all__ = [
 
 
 def seed_everything(config: ExperimentConfig) -> None:
-    """Seeds weights, data order and dropout; `--deterministic` also fixes the ops."""
+    """Seeds weights, data order and dropout; `--deterministic` also fixes the ops.
+
+    `--deterministic` also turns TensorFlow's graph optimizer (grappler) off:
+    it rewrites the one-process step of MirroredStrategy on 2 devices otherwise
+    than each worker's one-device step, and the round-off differs (a conv
+    bias before batch norm, whose gradient is ~0, drifted 1e-3 apart in 16
+    Adam steps). Without it, 2 workers and 2 local devices end bit for bit
+    alike (docs/multiworker.md).
+    """
     keras.utils.set_random_seed(config.seed)
     if config.deterministic:
         tf.config.experimental.enable_op_determinism()
+        tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": True})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,12 +3,14 @@
 Every worker runs this; `fit` keeps them in step, and only the chief writes.
 """
 
+import contextlib
 import time
 from typing import Mapping
 
 import tensorflow as tf
 from absl import logging
 
+from tfdist._internal import peer_noise
 from tfdist.distribute.cluster import Cluster
 from tfdist.tasks import custom_steps
 from trainer.config import ExperimentConfig
@@ -45,15 +47,18 @@ def train(
     validation = {} if cannot_evaluate else validation_kwargs(config, inputs)
     started = time.perf_counter()
     history = None
-    for segment in run.todo.segments:
-        history = model.fit(
-            inputs.train_stream(segment.first_step, strategy),
-            callbacks=list(run.callbacks),
-            shuffle=False,
-            verbose=2 if cluster.is_chief else 0,
-            **segment.fit_kwargs(),
-            **validation,
-        )
+    # A lost peer's one-line error (printed by trainer.task) before TensorFlow's C++ lines.
+    hold = peer_noise.HeldPeerNoise() if cluster.num_workers > 1 else contextlib.nullcontext()
+    with hold:
+        for segment in run.todo.segments:
+            history = model.fit(
+                inputs.train_stream(segment.first_step, strategy),
+                callbacks=list(run.callbacks),
+                shuffle=False,
+                verbose=2 if cluster.is_chief else 0,
+                **segment.fit_kwargs(),
+                **validation,
+            )
     wall_seconds = time.perf_counter() - started
     train_logs = epoch_logs(history, run.backup)
     eval_stream = None if cannot_evaluate else inputs.eval_stream()

@@ -90,3 +90,35 @@ class Batched(SubclassedTask):
 class Endless(SubclassedTask):
     def build_inputs(self, training):
         return super().build_inputs(training).repeat()
+
+
+class ConvBeforeNorm(keras.Model):
+    """A biased conv before batch norm: the bias's gradient is ~0, and Adam turns round-off
+    in it into full steps, so any difference in the reduction order shows."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.conv = keras.layers.Conv2D(8, 3, use_bias=True)
+        self.norm = keras.layers.BatchNormalization()
+        self.pool = keras.layers.GlobalAveragePooling2D()
+        self.out = keras.layers.Dense(3)
+
+    def call(self, inputs, training=False):
+        hidden = keras.ops.relu(self.norm(self.conv(inputs), training=training))
+        return self.out(self.pool(hidden))
+
+
+class ConvBeforeNormTask(SubclassedTask):
+    """Three classes of 8x8x3 images."""
+
+    def build_model(self):
+        return ConvBeforeNorm()
+
+    def build_inputs(self, training):
+        rng = np.random.default_rng(1 if training else 2)
+        x = rng.normal(size=(256 if training else 64, 8, 8, 3)).astype(np.float32)
+        y = (x[..., 0].mean(axis=(1, 2)) > 0).astype(np.int32) + (x[:, 0, 0, 1] > 0)
+        return tf.data.Dataset.from_tensor_slices((x, y.astype(np.int32)))
+
+    def metrics(self):
+        return []
