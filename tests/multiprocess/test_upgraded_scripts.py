@@ -142,11 +142,6 @@ def gan_runs(tmp_path_factory):
     return reference, resumed, runs
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs i30-tracked: a model without call() is refused as not built, and "
-    "d_optimizer/g_optimizer are not in the backup",
-)
 def test_gan_with_its_own_optimizers_killed_mid_epoch_resumes_exactly(gan_runs):
     reference, resumed, runs = gan_runs
     codes, cluster = runs["reference"]
