@@ -122,6 +122,9 @@ class BackupAndRestore(keras.callbacks.Callback):
         restore_completed: When the job had completed and its final backup
             was kept (`delete_checkpoint=False`), load it, so that a rerun
             holds the trained weights (see `restored_final_backup`).
+        outputs: Where the job writes its outputs, e.g. `{"model_dir": DIR}`:
+            recorded in the completion record with the run's fingerprint, so a
+            rerun can tell whether they are where it looks (`completion`).
     """
 
     def __init__(
@@ -142,6 +145,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         changeable=None,
         check_finite: bool = True,
         restore_completed: bool = False,
+        outputs=None,
     ):
         super().__init__()
         self.save_freq = check_save_freq(save_freq)
@@ -182,6 +186,12 @@ class BackupAndRestore(keras.callbacks.Callback):
         self._completed = False
         self._epoch_logs: dict = {}
         self._restore_completed = bool(restore_completed)
+        if outputs is not None and not isinstance(outputs, dict):
+            raise UsageError(
+                f"outputs is {outputs!r}, expected a dict of names to paths, e.g. "
+                f"{{'model_dir': '/runs/a'}}, or None"
+            )
+        self._outputs = dict(outputs or {})
         self._is_chief = cluster.is_chief
         self._epochs = None
         self._history: dict = {"epoch": [], "history": {}}
@@ -231,6 +241,20 @@ class BackupAndRestore(keras.callbacks.Callback):
         """Whether a completed job's final backup was loaded (`restore_completed`)."""
         point = self._resume_point
         return bool(point and point.completed and point.backup_path)
+
+    @property
+    def completion(self):
+        """The checked completion record of a finished job (`tfdist.backups.completion.Completion`).
+
+        `None` unless `restore` found that the job had completed.
+        """
+        return self._backup.completion if self._backup is not None else None
+
+    def any_worker(self, flag: bool) -> bool:
+        """Whether any worker passed `True`: a collective, every worker calls it (after `restore`)."""
+        if self._backup is None:
+            raise RuntimeError("any_worker() called before restore() or resume()")
+        return self._backup.sync.any(flag)
 
     @property
     def history(self) -> dict:
@@ -344,7 +368,9 @@ class BackupAndRestore(keras.callbacks.Callback):
             raise RuntimeError("complete() called before restore() or resume()")
         if not self._completed:
             self._backup.finish(
-                global_step=self._global_step, delete_backups=self.delete_checkpoint
+                global_step=self._global_step,
+                delete_backups=self.delete_checkpoint,
+                outputs=self._outputs,
             )
         self._completed = True
         self.close()

@@ -1,0 +1,115 @@
+"""A backup directory belongs to one job: its completion record is checked before it is trusted.
+
+Issue 32, first row: job B (other settings) started on the directory of a finished job A
+trained nothing and exited 0; a valid completion record dropped beside a run's backups
+did the same. Both are refused now, and nothing in the directory changes.
+"""
+
+import json
+import shutil
+
+import pytest
+
+import tfdist.resumable
+from tests.support.backup_files import snapshot
+from tests.unit.test_backup_and_restore import EPOCHS, STEPS, _model, _stream, _train
+from tfdist.callbacks import BackupAndRestore
+from tfdist.errors import BackupMismatchError
+
+SETTINGS = {"learning_rate": 0.01, "global_batch_size": 8}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished job's directory (final backups kept) and one whose backups were deleted."""
+    root = tmp_path_factory.mktemp("finished")
+    kept, deleted = root / "kept", root / "deleted"
+    _train(str(kept), run_settings=SETTINGS, delete_checkpoint=False)
+    _train(str(deleted), run_settings=SETTINGS)
+    return kept, deleted
+
+
+@pytest.fixture
+def finished(finished_run, tmp_path):
+    kept, deleted = finished_run
+    return shutil.copytree(kept, tmp_path / "kept"), shutil.copytree(deleted, tmp_path / "deleted")
+
+
+def _restart(backup_dir, **kwargs) -> BackupAndRestore:
+    backup = BackupAndRestore(str(backup_dir), save_freq=4, preemption=None, **kwargs)
+    backup.resume(_model(), epochs=EPOCHS, steps_per_epoch=STEPS)
+    return backup
+
+
+@pytest.mark.parametrize("which", ["kept", "deleted"])
+def test_a_job_with_other_settings_on_a_finished_jobs_directory_is_refused(finished, which):
+    backup_dir = finished[0] if which == "kept" else finished[1]
+    before = snapshot(backup_dir)
+    with pytest.raises(BackupMismatchError, match="learning_rate=0.01, this run has 0.5") as error:
+        _restart(backup_dir, run_settings={**SETTINGS, "learning_rate": 0.5})
+    assert "\n" not in str(error.value)
+    assert snapshot(backup_dir) == before
+
+
+def test_the_same_job_rerun_finds_its_completion_and_where_its_outputs_went(tmp_path):
+    backup_dir = tmp_path / "backup"
+    _train(str(backup_dir), run_settings=SETTINGS, outputs={"model_dir": "/runs/a"})
+    record = json.loads((backup_dir / "COMPLETED.json").read_text())
+    assert record["user"]["outputs"] == {"model_dir": "/runs/a"}
+    assert record["user"]["fingerprint"]["run"] == SETTINGS
+
+    backup = _restart(backup_dir, run_settings=SETTINGS)
+
+    assert backup.completed and backup.completion.step == EPOCHS * STEPS
+    assert backup.completion.outputs == {"model_dir": "/runs/a"}
+
+
+@pytest.fixture
+def crashed_with_dropped_marker(finished, tmp_path):
+    """Backups of a run that crashed at step 17, and a valid completion record dropped beside them."""
+    backup_dir = tmp_path / "crashed"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _train(str(backup_dir), crash_at=17, run_settings=SETTINGS)
+    shutil.copy(finished[1] / "COMPLETED.json", backup_dir / "COMPLETED.json")
+    return backup_dir
+
+
+def test_a_completion_record_dropped_beside_a_runs_backups_is_refused(crashed_with_dropped_marker):
+    backup_dir = crashed_with_dropped_marker
+    before = snapshot(backup_dir)
+    with pytest.raises(BackupMismatchError, match="completed at step 30, but the newest") as error:
+        _restart(backup_dir, run_settings=SETTINGS)
+    assert "delete" in str(error.value) and "resume from step 16" in str(error.value)
+    assert snapshot(backup_dir) == before
+
+
+def test_an_old_style_completion_record_beside_older_backups_is_refused(
+    crashed_with_dropped_marker,
+):
+    backup_dir = crashed_with_dropped_marker
+    (backup_dir / "COMPLETED.json").write_text(
+        json.dumps({"format": "tfdist-backup/1", "step": 30})
+    )
+    with pytest.raises(BackupMismatchError, match="newest backup beside it is at step 16"):
+        _restart(backup_dir, run_settings=SETTINGS)
+
+
+def test_resumable_fit_refuses_a_dropped_completion_record(tmp_path):
+    backup_dir = tmp_path / "crashed"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _train(str(backup_dir), crash_at=17)
+    (backup_dir / "COMPLETED.json").write_text(
+        json.dumps({"format": "tfdist-backup/1", "step": 30})
+    )
+    model = _model()
+    with pytest.raises(BackupMismatchError, match="resume from step 16"):
+        tfdist.resumable.fit(
+            model,
+            _stream(),
+            backup_dir=str(backup_dir),
+            epochs=EPOCHS,
+            steps_per_epoch=STEPS,
+            preemption=None,
+            verbose=0,
+        )
+    assert int(model.optimizer.iterations.numpy()) == 0
