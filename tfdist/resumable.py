@@ -38,7 +38,7 @@ from tfdist.callbacks import BackupAndRestore
 from tfdist.distribute import strategy as strategy_lib
 from tfdist.distribute import worker_files
 from tfdist.distribute.cluster import resolve_cluster, resolve_cluster_for_strategy
-from tfdist.errors import UsageError
+from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS, UsageError
 from tfdist.preemption import PreemptionOptions
 
 _log = logging.getLogger(__name__)
@@ -102,6 +102,7 @@ def fit(
     save_freq="epoch",
     callbacks=None,
     preemption: PreemptionOptions | None = PreemptionOptions(),
+    max_restarts_without_progress: int | None = DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS,
     **fit_kwargs,
 ) -> keras.callbacks.History:
     """`model.fit(x, epochs=..., ...)` that resumes from `backup_dir` at the exact step.
@@ -126,6 +127,9 @@ def fit(
         callbacks: More Keras callbacks; they run before the backup. On
             workers other than the chief their files go to `write_path(...)`.
         preemption: What SIGTERM does; None leaves signals alone.
+        max_restarts_without_progress: Reruns allowed from one backup without
+            committing a new one; one more raises `tfdist.errors.CrashLoopError`
+            (exit 4 under `tfdist.cli.run`) before training. None: no limit.
         **fit_kwargs: Passed to every `model.fit` call (`verbose`,
             `validation_data`, ...), except `initial_epoch` and `shuffle`.
 
@@ -138,6 +142,8 @@ def fit(
             `steps_per_epoch`, or a finished job whose final backup is gone.
         tfdist.preemption.Preempted: After SIGTERM, once the backup is saved
             (a `SystemExit` with code 143).
+        CrashLoopError: The job restarted more than `max_restarts_without_progress`
+            times from its newest backup without committing a new one.
         PeerLost: Another task of a multi-worker job died or became unreachable
             (a `SystemExit` with code 200, which restart policies retry).
     """
@@ -167,6 +173,7 @@ def fit(
         delete_checkpoint=False,
         restore_completed=True,
         cluster=cluster,
+        max_restarts_without_progress=max_restarts_without_progress,
     )
     segments = backup.resume(
         model, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks

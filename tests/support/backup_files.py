@@ -26,3 +26,8 @@ def snapshot(directory: pathlib.Path) -> dict[str, bytes]:
         for path in sorted(directory.rglob("*"))
         if path.is_file()
     }
+
+
+def without_restart_counts(files: dict[str, bytes]) -> dict[str, bytes]:
+    """A `snapshot` without the restart counts a started run adds (`tfdist.backups.restarts`)."""
+    return {path: data for path, data in files.items() if os.path.basename(path) != "STARTS.json"}

@@ -6,6 +6,7 @@ did the same. Both are refused now, and nothing in the directory changes.
 """
 
 import json
+import os
 import shutil
 
 import pytest
@@ -14,7 +15,7 @@ import tfdist.resumable
 from tests.support.backup_files import snapshot
 from tests.unit.test_backup_and_restore import EPOCHS, STEPS, _model, _stream, _train
 from tfdist.callbacks import BackupAndRestore
-from tfdist.errors import BackupMismatchError
+from tfdist.errors import BackupMismatchError, CrashLoopError
 
 SETTINGS = {"learning_rate": 0.01, "global_batch_size": 8}
 
@@ -113,3 +114,74 @@ def test_resumable_fit_refuses_a_dropped_completion_record(tmp_path):
             verbose=0,
         )
     assert int(model.optimizer.iterations.numpy()) == 0
+
+
+# --- Crash loops end (issue 32: a crash at the same step on every start restarted forever) ---
+
+
+def _crash_from_the_same_backup(backup_dir, **kwargs):
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _train(str(backup_dir), crash_at=3, **kwargs)  # from step 16: crashes at 19, no backup
+
+
+def test_restarts_from_one_backup_without_a_new_one_stop_with_the_step_and_the_count(tmp_path):
+    backup_dir = tmp_path / "backup"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _train(str(backup_dir), crash_at=17)  # backups at 12 and 16
+    for _ in range(2):
+        _crash_from_the_same_backup(backup_dir, max_restarts_without_progress=2)
+    before = snapshot(backup_dir)
+    model = _model()
+    with pytest.raises(CrashLoopError) as error:
+        BackupAndRestore(
+            str(backup_dir), save_freq=4, preemption=None, max_restarts_without_progress=2
+        ).resume(model, epochs=EPOCHS, steps_per_epoch=STEPS)
+    message = str(error.value)
+    assert "restarted 3 times from the backup at step 16" in message and "\n" not in message
+    assert snapshot(backup_dir) == before  # the count stays: every further restart stops too
+    with pytest.raises(CrashLoopError):
+        _train(str(backup_dir), max_restarts_without_progress=2)
+
+
+def test_a_new_backup_resets_the_count(tmp_path):
+    backup_dir = tmp_path / "backup"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _train(str(backup_dir), crash_at=17)
+    _crash_from_the_same_backup(backup_dir, max_restarts_without_progress=2)
+    # Restart 2 from 16 commits 20 before crashing at 23: progress, the count starts again.
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _train(str(backup_dir), crash_at=7, max_restarts_without_progress=2)
+    for _ in range(2):
+        _crash_from_the_same_backup(backup_dir, max_restarts_without_progress=2)
+    with pytest.raises(CrashLoopError, match="restarted 3 times from the backup at step 20"):
+        _train(str(backup_dir), max_restarts_without_progress=2)
+    model, backup = _train(str(backup_dir), max_restarts_without_progress=None)
+    assert backup.completed and int(model.optimizer.iterations.numpy()) == 30
+    assert os.listdir(backup_dir) == ["COMPLETED.json"]
+
+
+def test_a_crash_before_the_first_backup_is_counted_too(tmp_path):
+    backup_dir = tmp_path / "backup"
+    for _ in range(3):  # the first start and 2 restarts, each crashing at step 2
+        with pytest.raises(RuntimeError, match="simulated crash"):
+            _train(str(backup_dir), crash_at=2, max_restarts_without_progress=2)
+    with pytest.raises(CrashLoopError, match="restarted 3 times from the start"):
+        _train(str(backup_dir), max_restarts_without_progress=2)
+
+
+def test_resumable_fit_stops_a_crash_loop(tmp_path):
+    backup_dir = tmp_path / "backup"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _train(str(backup_dir), crash_at=17)
+    for _ in range(3):
+        _crash_from_the_same_backup(backup_dir)
+    with pytest.raises(CrashLoopError, match="restarted 4 times .*max_restarts_without_progress=3"):
+        tfdist.resumable.fit(
+            _model(),
+            _stream(),
+            backup_dir=str(backup_dir),
+            epochs=EPOCHS,
+            steps_per_epoch=STEPS,
+            preemption=None,
+            verbose=0,
+        )

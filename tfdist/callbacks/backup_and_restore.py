@@ -38,6 +38,7 @@ import numpy as np
 from tfdist._internal.preconditions import require
 from tfdist.backups import BackupStore, ResumePoint, TrainingBackup, WorkerSync
 from tfdist.backups.fingerprint import check_changeable, check_run_settings
+from tfdist.backups.restarts import DEFAULT_MAX_RESTARTS, RestartCount
 from tfdist.backups.state import FitSegment
 from tfdist.callbacks.callback_state import (
     ARRAYS_FILE,
@@ -125,6 +126,10 @@ class BackupAndRestore(keras.callbacks.Callback):
         outputs: Where the job writes its outputs, e.g. `{"model_dir": DIR}`:
             recorded in the completion record with the run's fingerprint, so a
             rerun can tell whether they are where it looks (`completion`).
+        max_restarts_without_progress: Restarts allowed from one backup
+            without committing a new one; one more raises
+            `tfdist.errors.CrashLoopError` (exit 4) before training. Counted in
+            `backup_dir` (`tfdist.backups.restarts`); `None` for no limit.
     """
 
     def __init__(
@@ -146,6 +151,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         check_finite: bool = True,
         restore_completed: bool = False,
         outputs=None,
+        max_restarts_without_progress: int | None = DEFAULT_MAX_RESTARTS,
     ):
         super().__init__()
         self.save_freq = check_save_freq(save_freq)
@@ -192,6 +198,11 @@ class BackupAndRestore(keras.callbacks.Callback):
                 f"{{'model_dir': '/runs/a'}}, or None"
             )
         self._outputs = dict(outputs or {})
+        self._restart_count = RestartCount(
+            self.store.backup_dir,
+            max_restarts=max_restarts_without_progress,
+            is_chief=cluster.is_chief,
+        )
         self._is_chief = cluster.is_chief
         self._epochs = None
         self._history: dict = {"epoch": [], "history": {}}
@@ -296,6 +307,8 @@ class BackupAndRestore(keras.callbacks.Callback):
             self._watcher.install()
         try:
             point = self._backup.restore(load_when_completed=self._restore_completed)
+            if not point.completed:
+                self._count_restart(point, sync)
         except BaseException:
             self.close()  # a refused restart leaves SIGTERM to its default
             raise
@@ -314,6 +327,12 @@ class BackupAndRestore(keras.callbacks.Callback):
         self._global_step = self._last_saved_step = point.global_step
         self._epoch, self._step_in_epoch = point.epoch, point.step_in_epoch
         return point
+
+    def _count_restart(self, point: ResumePoint, sync: WorkerSync) -> None:
+        """Counts this start from `point`; stops a crash loop (every worker, agreed)."""
+        count = self._restart_count
+        mine = count.restarts(point.global_step, point.backup_path) if self._is_chief else 0
+        count.check(point.global_step, point.backup_path, max(sync.gather(mine)))
 
     def resume(
         self, model, *, epochs: int, steps_per_epoch: int | None, callbacks=None
@@ -372,6 +391,7 @@ class BackupAndRestore(keras.callbacks.Callback):
                 delete_backups=self.delete_checkpoint,
                 outputs=self._outputs,
             )
+            self._restart_count.clear()
         self._completed = True
         self.close()
 
@@ -577,4 +597,5 @@ class BackupAndRestore(keras.callbacks.Callback):
         except NonFiniteError:
             self.close()
             raise
+        self._restart_count.progress()
         self._last_saved_step = self._global_step

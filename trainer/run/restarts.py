@@ -124,6 +124,7 @@ def make_backup(
         changeable=changeable_settings(config, inputs),
         restore_completed=True,
         outputs={"model_dir": dirs.model_dir},
+        max_restarts_without_progress=config.max_restarts_without_progress,
     )
 
 
