@@ -28,6 +28,14 @@ def snapshot(directory: pathlib.Path) -> dict[str, bytes]:
     }
 
 
-def without_restart_counts(files: dict[str, bytes]) -> dict[str, bytes]:
-    """A `snapshot` without the restart counts a started run adds (`tfdist.backups.restarts`)."""
-    return {path: data for path, data in files.items() if os.path.basename(path) != "STARTS.json"}
+def without_bookkeeping(files: dict[str, bytes]) -> dict[str, bytes]:
+    """A `snapshot` without what a started run keeps beside its backups.
+
+    Its restart counts (`STARTS.json`, tfdist.backups.restarts) and the lease of a
+    run that crashed in this same process (`LEASE.json`, tfdist.backups.lease).
+    """
+    return {
+        path: data
+        for path, data in files.items()
+        if os.path.basename(path) not in ("STARTS.json", "LEASE.json")
+    }

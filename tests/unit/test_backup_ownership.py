@@ -6,14 +6,22 @@ did the same. Both are refused now, and nothing in the directory changes.
 """
 
 import json
+import logging
 import os
 import shutil
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 
 import tfdist.resumable
-from tests.support.backup_files import snapshot
+from tests.support.backup_files import committed_steps, snapshot, without_bookkeeping
+from tests.support.fault_injection import AfterBatches
 from tests.unit.test_backup_and_restore import EPOCHS, STEPS, _model, _stream, _train
+from tfdist.backups.fingerprint import fingerprint_of
+from tfdist.backups.lease import BackupInUseError, BackupLease, digest, job_identity, process_start
 from tfdist.callbacks import BackupAndRestore
 from tfdist.errors import BackupMismatchError, CrashLoopError
 
@@ -77,11 +85,11 @@ def crashed_with_dropped_marker(finished, tmp_path):
 
 def test_a_completion_record_dropped_beside_a_runs_backups_is_refused(crashed_with_dropped_marker):
     backup_dir = crashed_with_dropped_marker
-    before = snapshot(backup_dir)
+    before = without_bookkeeping(snapshot(backup_dir))
     with pytest.raises(BackupMismatchError, match="completed at step 30, but the newest") as error:
         _restart(backup_dir, run_settings=SETTINGS)
     assert "delete" in str(error.value) and "resume from step 16" in str(error.value)
-    assert snapshot(backup_dir) == before
+    assert snapshot(backup_dir) == before  # the crashed run's lease (same process) is let go
 
 
 def test_an_old_style_completion_record_beside_older_backups_is_refused(
@@ -130,7 +138,7 @@ def test_restarts_from_one_backup_without_a_new_one_stop_with_the_step_and_the_c
         _train(str(backup_dir), crash_at=17)  # backups at 12 and 16
     for _ in range(2):
         _crash_from_the_same_backup(backup_dir, max_restarts_without_progress=2)
-    before = snapshot(backup_dir)
+    before = without_bookkeeping(snapshot(backup_dir))
     model = _model()
     with pytest.raises(CrashLoopError) as error:
         BackupAndRestore(
@@ -138,7 +146,9 @@ def test_restarts_from_one_backup_without_a_new_one_stop_with_the_step_and_the_c
         ).resume(model, epochs=EPOCHS, steps_per_epoch=STEPS)
     message = str(error.value)
     assert "restarted 3 times from the backup at step 16" in message and "\n" not in message
-    assert snapshot(backup_dir) == before  # the count stays: every further restart stops too
+    # The counts stay: every further restart stops too.
+    assert without_bookkeeping(snapshot(backup_dir)) == before
+    assert (backup_dir / "backup-000000000016" / "STARTS.json").exists()
     with pytest.raises(CrashLoopError):
         _train(str(backup_dir), max_restarts_without_progress=2)
 
@@ -185,3 +195,149 @@ def test_resumable_fit_stops_a_crash_loop(tmp_path):
             preemption=None,
             verbose=0,
         )
+
+
+# --- One writer at a time (issue 32: two jobs on one directory quarantined each other's backups) ---
+
+
+def _lease_record(**fields) -> dict:
+    """A LEASE.json as another process writes it (the format in tfdist.backups.lease)."""
+    me = BackupLease("/unused", job="", fingerprint="", lease_seconds=30)._me
+    record = {**me, "owner": "another-job", "renewed_at": time.time(), "renewals": 1}
+    record.update(fields)
+    return record
+
+
+def _write_lease(backup_dir, record) -> None:
+    backup_dir.mkdir(parents=True, exist_ok=True)
+    (backup_dir / "LEASE.json").write_text(json.dumps(record))
+
+
+@pytest.fixture
+def live_process():
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    yield process
+    process.stdin.close()
+    process.wait(timeout=60)
+
+
+@pytest.fixture
+def crashed_copy(tmp_path):
+    backup_dir = tmp_path / "backup"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _train(str(backup_dir), crash_at=17)
+    (backup_dir / "LEASE.json").unlink()  # as when the crashed process exited
+    return backup_dir
+
+
+def test_a_second_job_on_a_live_jobs_directory_is_refused_before_it_touches_anything(
+    crashed_copy, live_process
+):
+    _write_lease(
+        crashed_copy,
+        _lease_record(pid=live_process.pid, process_start=process_start(live_process.pid)),
+    )
+    before = snapshot(crashed_copy)
+    model = _model()
+    with pytest.raises(BackupInUseError, match=f"held by process {live_process.pid} on") as error:
+        BackupAndRestore(str(crashed_copy), save_freq=4, preemption=None).resume(
+            model, epochs=EPOCHS, steps_per_epoch=STEPS
+        )
+    assert "\n" not in str(error.value) and "use another backup directory" in str(error.value)
+    assert snapshot(crashed_copy) == before
+    assert int(model.optimizer.iterations.numpy()) == 0
+
+
+def test_a_restart_after_kill_9_on_the_same_host_takes_over_at_once(crashed_copy, caplog):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait(timeout=60)
+    _write_lease(crashed_copy, _lease_record(pid=dead.pid, process_start="1"))
+    with caplog.at_level(logging.WARNING, logger="tfdist.backups.lease"):
+        model, backup = _train(str(crashed_copy))
+    assert backup.resumed_from_step == 16 and int(model.optimizer.iterations.numpy()) == 30
+    assert f"its process {dead.pid} on this host is gone" in caplog.text
+    assert "waiting" not in caplog.text
+    assert os.listdir(crashed_copy) == ["COMPLETED.json"]  # the lease is released at the end
+
+
+def test_a_restart_of_the_same_job_elsewhere_takes_over_at_once(crashed_copy, caplog, monkeypatch):
+    monkeypatch.setenv("TFDIST_JOB_ID", "job-7")
+    fingerprint = digest(fingerprint_of(_built_model(), run_settings={}).to_json())
+    job = job_identity({}, {"TFDIST_JOB_ID": "job-7"})
+    _write_lease(crashed_copy, _lease_record(host="another-host", job=job, fingerprint=fingerprint))
+    with caplog.at_level(logging.WARNING, logger="tfdist.backups.lease"):
+        _, backup = _train(str(crashed_copy))
+    assert backup.resumed_from_step == 16
+    assert "a restart of the same job" in caplog.text and "waiting" not in caplog.text
+
+
+def _built_model():
+    model = _model()
+    model.optimizer.build(model.trainable_variables)
+    return model
+
+
+class _RemoteOwner(threading.Thread):
+    """Renews a lease as a live job on another host would, until stopped."""
+
+    def __init__(self, backup_dir, record):
+        super().__init__(daemon=True)
+        self.backup_dir, self.record, self.stop = backup_dir, record, threading.Event()
+
+    def run(self):
+        while not self.stop.wait(0.1):
+            self.record = {**self.record, "renewals": self.record["renewals"] + 1}
+            _write_lease(self.backup_dir, {**self.record, "renewed_at": time.time()})
+
+
+def test_a_second_job_elsewhere_is_refused_when_it_sees_the_owner_renew(crashed_copy):
+    record = _lease_record(host="another-host", lease_seconds=5.0)
+    _write_lease(crashed_copy, record)
+    owner = _RemoteOwner(crashed_copy, record)
+    owner.start()
+    try:
+        with pytest.raises(BackupInUseError, match="on another-host"):
+            BackupAndRestore(str(crashed_copy), save_freq=4, preemption=None).resume(
+                _model(), epochs=EPOCHS, steps_per_epoch=STEPS
+            )
+    finally:
+        owner.stop.set()
+        owner.join(timeout=30)
+    assert json.loads((crashed_copy / "LEASE.json").read_text())["owner"] == "another-job"
+
+
+def test_a_lease_nobody_renews_is_taken_over_once_it_expires(crashed_copy, caplog):
+    _write_lease(crashed_copy, _lease_record(host="another-host", lease_seconds=1.0))
+    with caplog.at_level(logging.WARNING, logger="tfdist.backups.lease"):
+        _, backup = _train(str(crashed_copy))
+    assert backup.resumed_from_step == 16
+    assert "waiting up to 1 s" in caplog.text and "expired" in caplog.text
+
+
+class _TakeOver(AfterBatches):
+    """Another job takes the directory's lease after batch `at`."""
+
+    def __init__(self, at, backup_dir):
+        super().__init__(at)
+        self.backup_dir = backup_dir
+
+    def act(self):
+        _write_lease(self.backup_dir, _lease_record(host="another-host"))
+
+
+def test_a_job_whose_lease_was_taken_over_writes_no_further_backup(tmp_path):
+    backup_dir = tmp_path / "backup"
+    model = _model()
+    backup = BackupAndRestore(str(backup_dir), save_freq=4, preemption=None)
+    with pytest.raises(BackupInUseError, match="another job took over"):
+        for segment in backup.resume(model, epochs=EPOCHS, steps_per_epoch=STEPS):
+            model.fit(
+                _stream(),
+                verbose=0,
+                callbacks=[_TakeOver(5, backup_dir), backup],
+                **segment.fit_kwargs(),
+            )
+    assert committed_steps(backup_dir) == [4]
+    assert json.loads((backup_dir / "LEASE.json").read_text())["owner"] == "another-job"

@@ -38,6 +38,13 @@ import numpy as np
 from tfdist._internal.preconditions import require
 from tfdist.backups import BackupStore, ResumePoint, TrainingBackup, WorkerSync
 from tfdist.backups.fingerprint import check_changeable, check_run_settings
+from tfdist.backups.lease import (
+    DEFAULT_LEASE_SECONDS,
+    BackupInUseError,
+    BackupLease,
+    digest,
+    job_identity,
+)
 from tfdist.backups.restarts import DEFAULT_MAX_RESTARTS, RestartCount
 from tfdist.backups.state import FitSegment
 from tfdist.callbacks.callback_state import (
@@ -130,6 +137,12 @@ class BackupAndRestore(keras.callbacks.Callback):
             without committing a new one; one more raises
             `tfdist.errors.CrashLoopError` (exit 4) before training. Counted in
             `backup_dir` (`tfdist.backups.restarts`); `None` for no limit.
+        lease_seconds: The chief holds a lease on `backup_dir` while it trains
+            (`tfdist.backups.lease`): a second job is refused with
+            `tfdist.backups.lease.BackupInUseError` (exit 2) before it touches
+            anything; a killed owner's lease lets a restart take over at once
+            when it is recognized (same job, or the owner's process gone from
+            this host), else after at most this many seconds. `None`: no lease.
     """
 
     def __init__(
@@ -152,6 +165,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         restore_completed: bool = False,
         outputs=None,
         max_restarts_without_progress: int | None = DEFAULT_MAX_RESTARTS,
+        lease_seconds: float | None = DEFAULT_LEASE_SECONDS,
     ):
         super().__init__()
         self.save_freq = check_save_freq(save_freq)
@@ -198,6 +212,18 @@ class BackupAndRestore(keras.callbacks.Callback):
                 f"{{'model_dir': '/runs/a'}}, or None"
             )
         self._outputs = dict(outputs or {})
+        if lease_seconds is not None:
+            require(
+                isinstance(lease_seconds, (int, float))
+                and not isinstance(lease_seconds, bool)
+                and math.isfinite(lease_seconds)
+                and lease_seconds > 0,
+                f"lease_seconds is {lease_seconds!r}, expected a finite number of seconds > 0 "
+                f"(how long a backup directory's lease lasts without renewal), or None",
+            )
+        self._lease_seconds = lease_seconds
+        self._lease = None
+        self._job = job_identity(cluster.addresses, os.environ)
         self._restart_count = RestartCount(
             self.store.backup_dir,
             max_restarts=max_restarts_without_progress,
@@ -306,11 +332,19 @@ class BackupAndRestore(keras.callbacks.Callback):
             self._watcher = PreemptionWatcher(self._preemption_options, sync=sync)
             self._watcher.install()
         try:
+            if self._is_chief and self._lease_seconds is not None:
+                self._lease = BackupLease(
+                    self.store.backup_dir,
+                    job=self._job,
+                    fingerprint=digest(self._backup.fingerprint.to_json()),
+                    lease_seconds=self._lease_seconds,
+                )
+                self._lease.acquire()  # before anything in backup_dir is read or changed
             point = self._backup.restore(load_when_completed=self._restore_completed)
             if not point.completed:
                 self._count_restart(point, sync)
         except BaseException:
-            self.close()  # a refused restart leaves SIGTERM to its default
+            self._let_go()  # a refused restart leaves SIGTERM to its default
             raise
         self._resume_point = point
         self._epoch_logs = dict(point.epoch_logs or {})
@@ -323,7 +357,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         }
         self._completed = point.completed
         if point.completed:
-            self.close()  # nothing will train: leave SIGTERM to its default
+            self._let_go()  # nothing will train: leave SIGTERM to its default
         self._global_step = self._last_saved_step = point.global_step
         self._epoch, self._step_in_epoch = point.epoch, point.step_in_epoch
         return point
@@ -393,12 +427,21 @@ class BackupAndRestore(keras.callbacks.Callback):
             )
             self._restart_count.clear()
         self._completed = True
-        self.close()
+        self._let_go()
 
     def close(self) -> None:
         """Restores the signal handlers; call if training stops before its end."""
         if self._watcher is not None:
             self._watcher.close()
+
+    def release(self) -> None:
+        """Gives up the lease on `backup_dir` (done for you at completion, preemption, exit)."""
+        if self._lease is not None:
+            self._lease.release()
+
+    def _let_go(self) -> None:
+        self.close()
+        self.release()
 
     # -------------------------------------------------------------- callback
 
@@ -453,7 +496,7 @@ class BackupAndRestore(keras.callbacks.Callback):
             try:
                 check_loss(logs, where=f"step {self._global_step}", after=self._last_backup_note())
             except NonFiniteError:
-                self.close()
+                self._let_go()
                 raise
         # An epoch's last step is saved by `on_epoch_end`, after the epoch-end
         # callbacks (a learning rate they change is kept) and as "end of epoch N".
@@ -468,6 +511,7 @@ class BackupAndRestore(keras.callbacks.Callback):
                 return
             if self._last_saved_step != self._global_step:
                 self._save()
+            self.release()
             raise self._watcher.finish()
 
     def _training_over(self) -> bool:
@@ -500,6 +544,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         if epoch + 1 == self.params.get("epochs"):
             self._hide_best_weights()  # this fit call ends, training goes on
         if self._stop_at_epoch_end:
+            self.release()
             raise self._watcher.finish()
 
     def on_train_end(self, logs=None):
@@ -586,6 +631,8 @@ class BackupAndRestore(keras.callbacks.Callback):
             metadata["metric_arrays"] = [f"metric{index}" for index in range(len(values))]
             arrays.update(zip(metadata["metric_arrays"], values))
         try:
+            if self._lease is not None:
+                self._lease.check()  # another job took the directory: write nothing more
             self._backup.save(
                 global_step=self._global_step,
                 epoch=self._epoch,
@@ -594,8 +641,8 @@ class BackupAndRestore(keras.callbacks.Callback):
                 extra_metadata=metadata,
                 extra_files={ARRAYS_FILE: arrays_to_bytes(arrays)} if arrays else None,
             )
-        except NonFiniteError:
-            self.close()
+        except (NonFiniteError, BackupInUseError):
+            self._let_go()
             raise
         self._restart_count.progress()
         self._last_saved_step = self._global_step
