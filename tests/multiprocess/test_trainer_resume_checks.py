@@ -223,3 +223,33 @@ def test_a_diverging_run_exits_3_and_keeps_its_last_finite_backup(tmp_path, with
     if with_backup:
         steps = committed_steps(backup_dir)
         assert steps and f"the last backup (step {steps[-1]}) holds finite values" in errors[0]
+
+
+def test_a_crash_at_the_same_step_on_every_start_ends_with_exit_4_naming_step_and_count(
+    tmp_path,
+):
+    """Issue 32: killed at step 5 (SIGKILL, as by the OOM killer) on every start, restarted forever."""
+    flags = [
+        "--task=tests.jobs.tasks.toy_tasks:DiesAtStep",
+        "--epochs=2",
+        "--steps_per_epoch=4",
+        "--global_batch_size=16",
+        "--backup_every_steps=2",
+        "--steps_per_execution=1",
+        "--max_restarts_without_progress=2",
+        f"--model_dir={tmp_path / 'model'}",
+        f"--backup_dir={tmp_path / 'backup'}",
+    ]
+    codes = []
+    for _ in range(5):  # what a restart policy that does not count does: start again
+        (result,) = run_forked_trainers([flags], cwd=REPO, env=clean_environment(), timeout=TIMEOUT)
+        codes.append(result.returncode)
+        if result.returncode not in (-9, 137):
+            break
+    assert codes[:3] == [codes[0]] * 3 and codes[0] in (-9, 137), codes  # start, restarts 1, 2
+    assert codes[3:] == [4], (codes, result.stdout + result.stderr)
+    error_lines = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error_lines) == 1, result.stderr
+    assert "restarted 3 times from the backup at step 4" in error_lines[0]
+    assert "max_restarts_without_progress=2" in error_lines[0]
+    assert committed_steps(tmp_path / "backup") == [2, 4]

@@ -18,9 +18,8 @@ Who may take the directory when a lease is there (`acquire`):
 
 1. **The same job, restarted**: the lease names the same job identity (one of
    `TFDIST_JOB_ID`, Vertex AI's `CLOUD_ML_JOB_ID`, or a digest of the cluster
-   addresses in `TF_CONFIG` / `CLUSTER_SPEC`, which restarts of a TFJob, a
-   Vertex job or a `tfdist.launch` cluster keep and another job does not) *and*
-   the same run fingerprint: at once.
+   addresses in `TF_CONFIG` / `CLUSTER_SPEC`, which the restarts of a TFJob
+   keep and another job does not) *and* the same run fingerprint: at once.
 2. **The owner's process is gone**: the lease was written on this host (same
    host name, boot and pid namespace) by a process that no longer runs (pid and
    its start time): at once. This covers a job killed with `kill -9` and rerun
