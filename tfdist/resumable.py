@@ -193,6 +193,7 @@ def fit(
             if backup.completed or model.stop_training:
                 break
     except PEER_FAILURES as error:
+        backup.release()
         if cluster.num_workers < 2:
             raise
         print(
@@ -201,6 +202,9 @@ def fit(
             flush=True,
         )
         raise PeerLost() from None
+    except BaseException:
+        backup.release()  # this process writes no more backups: a restart need not wait
+        raise
     if not backup.completed:
         # A restart from the final backup of a run that ended before recording it.
         backup.complete()

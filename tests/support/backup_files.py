@@ -34,8 +34,10 @@ def without_bookkeeping(files: dict[str, bytes]) -> dict[str, bytes]:
     Its restart counts (`STARTS.json`, tfdist.backups.restarts) and the lease of a
     run that crashed in this same process (`LEASE.json`, tfdist.backups.lease).
     """
-    return {
-        path: data
-        for path, data in files.items()
-        if os.path.basename(path) not in ("STARTS.json", "LEASE.json")
-    }
+    names = ("STARTS.json", "LEASE.json")
+
+    def kept(path: str) -> bool:
+        name = os.path.basename(path)  # also their temporary files while being rewritten
+        return name not in names and not any(name.startswith(f".{n}.") for n in names)
+
+    return {path: data for path, data in files.items() if kept(path)}

@@ -18,7 +18,7 @@ import pytest
 
 import tfdist.resumable
 from tests.support.backup_files import committed_steps, snapshot, without_bookkeeping
-from tests.support.fault_injection import AfterBatches
+from tests.support.fault_injection import AfterBatches, CrashAfterBatches
 from tests.unit.test_backup_and_restore import EPOCHS, STEPS, _model, _stream, _train
 from tfdist.backups.fingerprint import fingerprint_of
 from tfdist.backups.lease import BackupInUseError, BackupLease, digest, job_identity, process_start
@@ -341,3 +341,20 @@ def test_a_job_whose_lease_was_taken_over_writes_no_further_backup(tmp_path):
             )
     assert committed_steps(backup_dir) == [4]
     assert json.loads((backup_dir / "LEASE.json").read_text())["owner"] == "another-job"
+
+
+def test_resumable_fit_lets_go_of_the_lease_when_training_raises(tmp_path):
+    backup_dir = tmp_path / "backup"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        tfdist.resumable.fit(
+            _model(),
+            _stream(),
+            backup_dir=str(backup_dir),
+            epochs=EPOCHS,
+            steps_per_epoch=STEPS,
+            save_freq=4,
+            callbacks=[CrashAfterBatches(5)],
+            preemption=None,
+            verbose=0,
+        )
+    assert sorted(os.listdir(backup_dir)) == ["backup-000000000004"]  # no LEASE.json left
