@@ -285,7 +285,9 @@ class BackupLease:
             time.sleep(poll)
             current = self.read()
             if current is None:
-                return "its owner released it"
+                if not tf.io.gfile.exists(self.path):
+                    return "its owner released it"
+                continue  # being rewritten, or storage unreadable for a moment: watch on
             if current.owner != holder.owner or current.renewals != holder.renewals:
                 raise self._refuse(current)
         return f"it expired (not renewed for {wait:.0f} s)"
