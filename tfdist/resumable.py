@@ -103,6 +103,8 @@ def fit(
     callbacks=None,
     preemption: PreemptionOptions | None = PreemptionOptions(),
     max_restarts_without_progress: int | None = DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS,
+    run_settings=None,
+    changeable=None,
     **fit_kwargs,
 ) -> keras.callbacks.History:
     """`model.fit(x, epochs=..., ...)` that resumes from `backup_dir` at the exact step.
@@ -127,6 +129,12 @@ def fit(
         callbacks: More Keras callbacks; they run before the backup. On
             workers other than the chief their files go to `write_path(...)`.
         preemption: What SIGTERM does; None leaves signals alone.
+        run_settings: Settings your script decides the steps with (e.g.
+            `{"learning_rate": 0.01, "batch_size": 64}`), recorded in every
+            backup and in the completion record: a rerun with other values is
+            refused (`tfdist.errors.BackupMismatchError`, exit 2), also after
+            the job finished. See `BackupAndRestore(run_settings=...)`.
+        changeable: Of those, the ones a rerun may change, each with why.
         max_restarts_without_progress: Reruns allowed from one backup without
             committing a new one; one more raises `tfdist.errors.CrashLoopError`
             (exit 4 under `tfdist.cli.run`) before training. None: no limit.
@@ -174,6 +182,8 @@ def fit(
         restore_completed=True,
         cluster=cluster,
         max_restarts_without_progress=max_restarts_without_progress,
+        run_settings=run_settings,
+        changeable=changeable,
     )
     segments = backup.resume(
         model, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks

@@ -358,3 +358,22 @@ def test_resumable_fit_lets_go_of_the_lease_when_training_raises(tmp_path):
             verbose=0,
         )
     assert sorted(os.listdir(backup_dir)) == ["backup-000000000004"]  # no LEASE.json left
+
+
+def test_resumable_fit_refuses_a_finished_job_rerun_with_other_run_settings(tmp_path):
+    def fit(learning_rate):
+        return tfdist.resumable.fit(
+            _model(),
+            _stream(),
+            backup_dir=str(tmp_path / "backup"),
+            epochs=1,
+            steps_per_epoch=STEPS,
+            preemption=None,
+            run_settings={"learning_rate": learning_rate},
+            verbose=0,
+        )
+
+    fit(0.01)
+    assert len(fit(0.01).history["loss"]) == 1  # the same job: nothing trains again
+    with pytest.raises(BackupMismatchError, match="learning_rate=0.01, this run has 0.02"):
+        fit(0.02)
