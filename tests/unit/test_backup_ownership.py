@@ -44,6 +44,21 @@ def finished(finished_run, tmp_path):
     return shutil.copytree(kept, tmp_path / "kept"), shutil.copytree(deleted, tmp_path / "deleted")
 
 
+@pytest.fixture(scope="module")
+def crashed_run(tmp_path_factory):
+    """Backups (steps 12, 16) of a run that crashed after step 17."""
+    backup_dir = tmp_path_factory.mktemp("crashed") / "backup"
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        _train(str(backup_dir), crash_at=17)
+    (backup_dir / "LEASE.json").unlink()  # as when the crashed process exited
+    return backup_dir
+
+
+@pytest.fixture
+def crashed_copy(crashed_run, tmp_path):
+    return shutil.copytree(crashed_run, tmp_path / "backup")
+
+
 def _restart(backup_dir, **kwargs) -> BackupAndRestore:
     backup = BackupAndRestore(str(backup_dir), save_freq=4, preemption=None, **kwargs)
     backup.resume(_model(), epochs=EPOCHS, steps_per_epoch=STEPS)
@@ -103,10 +118,8 @@ def test_an_old_style_completion_record_beside_older_backups_is_refused(
         _restart(backup_dir, run_settings=SETTINGS)
 
 
-def test_resumable_fit_refuses_a_dropped_completion_record(tmp_path):
-    backup_dir = tmp_path / "crashed"
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        _train(str(backup_dir), crash_at=17)
+def test_resumable_fit_refuses_a_dropped_completion_record(crashed_copy):
+    backup_dir = crashed_copy
     (backup_dir / "COMPLETED.json").write_text(
         json.dumps({"format": "tfdist-backup/1", "step": 30})
     )
@@ -132,10 +145,10 @@ def _crash_from_the_same_backup(backup_dir, **kwargs):
         _train(str(backup_dir), crash_at=3, **kwargs)  # from step 16: crashes at 19, no backup
 
 
-def test_restarts_from_one_backup_without_a_new_one_stop_with_the_step_and_the_count(tmp_path):
-    backup_dir = tmp_path / "backup"
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        _train(str(backup_dir), crash_at=17)  # backups at 12 and 16
+def test_restarts_from_one_backup_without_a_new_one_stop_with_the_step_and_the_count(
+    crashed_copy,
+):
+    backup_dir = crashed_copy  # backups at 12 and 16
     for _ in range(2):
         _crash_from_the_same_backup(backup_dir, max_restarts_without_progress=2)
     before = without_bookkeeping(snapshot(backup_dir))
@@ -153,10 +166,8 @@ def test_restarts_from_one_backup_without_a_new_one_stop_with_the_step_and_the_c
         _train(str(backup_dir), max_restarts_without_progress=2)
 
 
-def test_a_new_backup_resets_the_count(tmp_path):
-    backup_dir = tmp_path / "backup"
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        _train(str(backup_dir), crash_at=17)
+def test_a_new_backup_resets_the_count(crashed_copy):
+    backup_dir = crashed_copy
     _crash_from_the_same_backup(backup_dir, max_restarts_without_progress=2)
     # Restart 2 from 16 commits 20 before crashing at 23: progress, the count starts again.
     with pytest.raises(RuntimeError, match="simulated crash"):
@@ -179,10 +190,8 @@ def test_a_crash_before_the_first_backup_is_counted_too(tmp_path):
         _train(str(backup_dir), max_restarts_without_progress=2)
 
 
-def test_resumable_fit_stops_a_crash_loop(tmp_path):
-    backup_dir = tmp_path / "backup"
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        _train(str(backup_dir), crash_at=17)
+def test_resumable_fit_stops_a_crash_loop(crashed_copy):
+    backup_dir = crashed_copy
     for _ in range(3):
         _crash_from_the_same_backup(backup_dir)
     with pytest.raises(CrashLoopError, match="restarted 4 times .*max_restarts_without_progress=3"):
@@ -221,15 +230,6 @@ def live_process():
     yield process
     process.stdin.close()
     process.wait(timeout=60)
-
-
-@pytest.fixture
-def crashed_copy(tmp_path):
-    backup_dir = tmp_path / "backup"
-    with pytest.raises(RuntimeError, match="simulated crash"):
-        _train(str(backup_dir), crash_at=17)
-    (backup_dir / "LEASE.json").unlink()  # as when the crashed process exited
-    return backup_dir
 
 
 def test_a_second_job_on_a_live_jobs_directory_is_refused_before_it_touches_anything(
