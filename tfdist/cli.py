@@ -3,7 +3,9 @@
 0 success; 2 usage or configuration error (one line on stderr, no traceback;
 also a restart whose settings differ from its backup's); 3 training stopped by
 a non-finite loss or variable (one line on stderr; nothing non-finite was
-backed up); 143 after a preemption notice once the state is saved; 137 when
+backed up); 4 a crash loop stopped: the job restarted more than
+`max_restarts_without_progress` times from one backup without committing a new
+one (permanent: fix the cause, see `tfdist.backups.restarts`); 143 after a preemption notice once the state is saved; 137 when
 the grace period ran out before the backup committed; 200 another task of the
 job was lost (a transient cluster failure: restart the job, it resumes from its
 backup; also a task that stopped answering for `--peer_timeout_seconds`, and
@@ -17,7 +19,7 @@ the same storage fails the same way until someone frees space or fixes it);
 anything else a crash.
 
 Restart policies read these codes: Kubeflow's TFJob `restartPolicy: ExitCode`
-retries exactly the codes >= 128 (137, 143, 200, 201) and never 2 or 3. 200 lies
+retries exactly the codes >= 128 (137, 143, 200, 201) and never 2, 3 or 4. 200 lies
 above every signal's 128+N (Linux signals end at 64), so it never reads as a
 process killed by a signal. Two codes belong to single commands: 1 from
 `trainer.submit` when Vertex AI or Cloud Storage fails (5xx, unreachable), 124
@@ -39,6 +41,7 @@ from typing import Any, Callable, Iterable, NoReturn, Sequence
 from absl import app, flags
 
 from tfdist.errors import (
+    CrashLoopError,
     NonFiniteError,
     PeerLostError,
     StoppedWithoutStateError,
@@ -50,6 +53,7 @@ EXIT_OK = 0
 EXIT_SERVICE_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_NON_FINITE = 3
+EXIT_CRASH_LOOP = 4
 EXIT_TIMEOUT = 124
 EXIT_PREEMPTED = 143
 EXIT_GRACE_EXPIRED = 137
@@ -225,6 +229,7 @@ def describe_storage_fault(error: BaseException) -> str:
 STANDARD_EXITS = (
     ErrorExit((UsageError,), EXIT_USAGE),
     ErrorExit((NonFiniteError,), EXIT_NON_FINITE),
+    ErrorExit((CrashLoopError,), EXIT_CRASH_LOOP),
     ErrorExit((PeerLostError,), EXIT_PEER_LOST),
     ErrorExit((StoppedWithoutStateError,), EXIT_STOPPED_WITHOUT_STATE),
     ErrorExit((StorageError,), EXIT_STORAGE),
@@ -249,7 +254,7 @@ def run(
 
     Flag errors exit 2 in one line, `--help` exits 0, and an exception matched
     by `exits` or `STANDARD_EXITS` (`UsageError` 2, `NonFiniteError` 3,
-    `PeerLostError` 200, `StoppedWithoutStateError` 201) becomes
+    `CrashLoopError` 4, `PeerLostError` 200, `StoppedWithoutStateError` 201) becomes
     one `error:` line and its code; anything else is a crash with a traceback.
 
     Args:

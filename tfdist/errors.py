@@ -135,3 +135,16 @@ class StoppedWithoutStateError(RuntimeError):
     claim a save: entry points exit with `tfdist.cli.EXIT_STOPPED_WITHOUT_STATE`
     (201), which restart policies retry.
     """
+
+
+# Restarts from one backup without committing a new one before a job stops (exit 4).
+DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS = 3
+
+
+class CrashLoopError(RuntimeError):
+    """A job restarted too many times from one backup without committing a new one.
+
+    Command-line entry points print its message as one line on stderr and exit
+    with `tfdist.cli.EXIT_CRASH_LOOP` (4), which no restart policy retries. The
+    message names the step, the count and how to go on.
+    """

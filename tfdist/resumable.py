@@ -51,7 +51,7 @@ from tfdist.data import arrays as fit_arrays
 from tfdist.distribute import strategy as strategy_lib
 from tfdist.distribute import worker_files
 from tfdist.distribute.cluster import resolve_cluster, resolve_cluster_for_strategy
-from tfdist.errors import StorageError, UsageError
+from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS, StorageError, UsageError
 from tfdist.preemption import PreemptionOptions
 
 _log = logging.getLogger(__name__)
@@ -166,6 +166,9 @@ def fit(  # pylint: disable=too-many-arguments  (keras.Model.fit's, in its order
     seed: int | None = None,
     save_freq="epoch",
     preemption: PreemptionOptions | None = PreemptionOptions(),
+    max_restarts_without_progress: int | None = DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS,
+    run_settings=None,
+    changeable=None,
     **fit_kwargs,
 ) -> keras.callbacks.History:
     """`model.fit(x, y, ...)` that resumes from `backup_dir` at the exact step.
@@ -225,6 +228,15 @@ def fit(  # pylint: disable=too-many-arguments  (keras.Model.fit's, in its order
             `batch_size`): a restart with other values is refused.
         save_freq: `"epoch"` or a number of steps between backups.
         preemption: What SIGTERM does; None leaves signals alone.
+        run_settings: Settings your script decides the steps with (e.g.
+            `{"learning_rate": 0.01, "batch_size": 64}`), recorded in every
+            backup and in the completion record: a rerun with other values is
+            refused (`tfdist.errors.BackupMismatchError`, exit 2), also after
+            the job finished. See `BackupAndRestore(run_settings=...)`.
+        changeable: Of those, the ones a rerun may change, each with why.
+        max_restarts_without_progress: Reruns allowed from one backup without
+            committing a new one; one more raises `tfdist.errors.CrashLoopError`
+            (exit 4 under `tfdist.cli.run`) before training. None: no limit.
         **fit_kwargs: Passed to every `model.fit` call (`validation_steps`,
             `validation_freq`, ...).
 
@@ -244,6 +256,8 @@ def fit(  # pylint: disable=too-many-arguments  (keras.Model.fit's, in its order
             (a `SystemExit` with code 143).
         StorageFault: Storage refused a write: full, read-only, a missing bucket,
             permission denied (a `SystemExit` with code 74, one line on stderr).
+        CrashLoopError: The job restarted more than `max_restarts_without_progress`
+            times from its newest backup without committing a new one.
         PeerLost: Another task of a multi-worker job died or became unreachable
             (a `SystemExit` with code 200, which restart policies retry).
     """
@@ -289,6 +303,9 @@ def fit(  # pylint: disable=too-many-arguments  (keras.Model.fit's, in its order
             preemption=preemption,
             endless=endless,
             arrays=arrays,
+            max_restarts_without_progress=max_restarts_without_progress,
+            run_settings=run_settings,
+            changeable=changeable,
             **fit_kwargs,
         )
     except StorageError as error:
@@ -312,6 +329,9 @@ def _fit(
     preemption,
     endless,
     arrays,
+    max_restarts_without_progress,
+    run_settings,
+    changeable,
     **fit_kwargs,
 ):
     callbacks = list(callbacks or [])
@@ -324,7 +344,9 @@ def _fit(
         delete_checkpoint=False,
         restore_completed=True,
         cluster=cluster,
-        run_settings=arrays.run_settings() if arrays is not None else None,
+        max_restarts_without_progress=max_restarts_without_progress,
+        run_settings=_run_settings(run_settings, arrays),
+        changeable=changeable,
     )
     segments = backup.resume(
         model, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks
@@ -349,6 +371,7 @@ def _fit(
                 if backup.completed or model.stop_training:
                     break
     except PEER_FAILURES as error:
+        backup.release()
         if cluster.num_workers < 2:
             raise
         # Before TensorFlow's C++ lines about the aborted collective (held back).
@@ -356,10 +379,19 @@ def _fit(
             f"error: {cli.describe_lost_peer(error)} (exit {cli.EXIT_PEER_LOST})\n"
         )
         raise PeerLost() from None
+    except BaseException:
+        backup.release()  # this process writes no more backups: a restart need not wait
+        raise
     if not backup.completed:
         # A restart from the final backup of a run that ended before recording it.
         backup.complete()
     return _history(model, backup)
+
+
+def _run_settings(run_settings, arrays) -> dict | None:
+    """The script's own run settings and, with arrays, the arrays' (seed, length, batch)."""
+    settings = {**(run_settings or {}), **(arrays.run_settings() if arrays is not None else {})}
+    return settings or None
 
 
 def _check_final_backup(backup: BackupAndRestore) -> None:

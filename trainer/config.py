@@ -15,7 +15,7 @@ from tfdist import optimizer_choice
 from tfdist._internal.json_input import MAX_JSON_BYTES, load_json
 from tfdist._internal.preconditions import quoted, require
 from tfdist.distribute.choice import ALL_REDUCE, STRATEGIES
-from tfdist.errors import UsageError
+from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS, UsageError
 from tfdist.outputs.export import EXPORT_FORMATS, check_export_format
 from trainer import options as options_lib
 from trainer.options import (
@@ -346,6 +346,15 @@ class ExperimentConfig:
         "backup could not commit in time).",
         OUTPUTS,
         check=POSITIVE,
+    )
+    max_restarts_without_progress: int = option(
+        DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS,
+        "Restarts allowed from one backup without committing a new one; one more stops "
+        "the job with exit 4.",
+        OUTPUTS,
+        check=NOT_NEGATIVE,
+        details="Counted in the backup directory, so it holds whatever restarts the job "
+        "(TFJob's backoffLimit does not count ExitCode restarts). Progress resets it.",
     )
     tensorboard_dir: str = option(
         "",

@@ -15,7 +15,9 @@ import sys
 import numpy as np
 import pytest
 
-from tests.support.logged_process import finish, log_tail, start_logged
+from tests.support.backup_files import snapshot, without_bookkeeping
+from tests.support.forked_runs import run_forked_trainers
+from tests.support.logged_process import clean_environment, finish, log_tail, start_logged
 from tfdist.cli import EXIT_PREEMPTED
 from tfdist.launch.testing import poll_until
 
@@ -83,6 +85,7 @@ def _assert_resumed_equal(out, reference, resumed_from_step):
 
 
 def test_sigkill_after_a_backup_then_restart_equals_uninterrupted_run(tmp_path, reference_weights):
+    """Also issue 32's "two jobs on one backup directory": a second job is refused meanwhile."""
     backup_dir = tmp_path / "backup"
     victim = _start_job(
         tmp_path, "killed", backup_dir, "--pause_after_step=7", "--pause_until=kill"
@@ -94,11 +97,24 @@ def test_sigkill_after_a_backup_then_restart_equals_uninterrupted_run(tmp_path, 
             what="the job to reach step 7",
         )
         assert victim.poll() is None, log_tail(victim)
+        before = without_bookkeeping(snapshot(backup_dir))  # the owner renews its lease
+        (second,) = run_forked_trainers(
+            [["--model=mlp", "--epochs=1", "--steps_per_epoch=4", f"--backup_dir={backup_dir}"]],
+            cwd=REPO,
+            env=clean_environment(),
+            timeout=PROCESS_TIMEOUT,
+        )
+        assert without_bookkeeping(snapshot(backup_dir)) == before
+        assert json.loads((backup_dir / "LEASE.json").read_text())["pid"] == victim.pid
         victim.send_signal(signal.SIGKILL)
     finally:
         code = _finish(victim)
+    assert second.returncode == 2, second.stderr
+    errors = [line for line in second.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "is in use by another job" in errors[0], second.stderr
     assert code == -signal.SIGKILL
-    assert sorted(os.listdir(backup_dir)) == ["backup-000000000004"]
+    # kill -9 leaves the lease; the restart below takes over at once (its owner is gone).
+    assert sorted(os.listdir(backup_dir)) == ["LEASE.json", "backup-000000000004"]
 
     out = _run_job(tmp_path, "resumed", backup_dir)
 

@@ -94,6 +94,7 @@ def test_dry_run_mirrored_one_machine_eight_gpus():
         "command": ["python", "-m", "trainer.task"],
         "args": [
             "--strategy=mirrored",
+            "--max_restarts_without_progress=3",
             "--model=cnn",
             "--global_batch_size=1024",
             "--mixed_precision=mixed_float16",
@@ -142,6 +143,7 @@ def test_dry_run_cpu_parameter_servers_with_evaluator_on_spot():
         assert pool["containerSpec"]["command"] == ["python", "-m", "trainer.task"]
         assert pool["containerSpec"]["args"] == [
             "--strategy=parameter_server",
+            "--max_restarts_without_progress=3",
             "--model=mlp",
             "--global_batch_size=512",
             "--epochs=2",

@@ -26,3 +26,18 @@ def snapshot(directory: pathlib.Path) -> dict[str, bytes]:
         for path in sorted(directory.rglob("*"))
         if path.is_file()
     }
+
+
+def without_bookkeeping(files: dict[str, bytes]) -> dict[str, bytes]:
+    """A `snapshot` without what a started run keeps beside its backups.
+
+    Its restart counts (`STARTS.json`, tfdist.backups.restarts) and the lease of a
+    run that crashed in this same process (`LEASE.json`, tfdist.backups.lease).
+    """
+    names = ("STARTS.json", "LEASE.json")
+
+    def kept(path: str) -> bool:
+        name = os.path.basename(path)  # also their temporary files while being rewritten
+        return name not in names and not any(name.startswith(f".{n}.") for n in names)
+
+    return {path: data for path, data in files.items() if kept(path)}

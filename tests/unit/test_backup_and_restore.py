@@ -136,7 +136,12 @@ def crashed_backup(crashed_run, tmp_path) -> str:
 def test_crash_mid_epoch_then_resume_equals_uninterrupted_run(crashed_backup, tmp_path):
     reference, _ = _train(str(tmp_path / "reference"))
     backup_dir = str(crashed_backup)
-    assert sorted(os.listdir(backup_dir)) == ["backup-000000000012", "backup-000000000016"]
+    # (and the lease of the run that crashed in this process: tfdist.backups.lease)
+    assert sorted(os.listdir(backup_dir)) == [
+        "LEASE.json",
+        "backup-000000000012",
+        "backup-000000000016",
+    ]
 
     resumed, backup = _train(backup_dir)
 

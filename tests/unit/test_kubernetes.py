@@ -116,6 +116,19 @@ def test_a_job_shape_becomes_the_replicas_resources_and_volume_it_names(crd_vali
         assert "--model_dir=/mnt/tfdist/tfdist-test/model" in command
         assert "--backup_dir=/mnt/tfdist/tfdist-test/backup" in command
         assert "--preemption_grace_seconds=55" in command
+        assert (
+            "--max_restarts_without_progress=3" in command
+        )  # backoffLimit does not bound ExitCode
+
+
+def test_the_crash_loop_guard_in_trainer_args_is_not_doubled():
+    job = manifest.build_tfjob(shape(trainer_args=("--max_restarts_without_progress=5",)))
+    command = job["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0][
+        "command"
+    ]
+    assert [arg for arg in command if "max_restarts" in arg] == [
+        "--max_restarts_without_progress=5"
+    ]
 
 
 def test_a_bucket_instead_of_a_volume():

@@ -154,7 +154,10 @@ def test_parameter_server_pools_and_empty_pool_between():
     pools = job["jobSpec"]["workerPoolSpecs"]
     assert pools[1] == {} and pools[2] == {}, "unused pools before the evaluator are {}"
     assert pools[3]["replicaCount"] == 1
-    assert pools[3]["containerSpec"]["args"] == ["--strategy=auto"]
+    assert pools[3]["containerSpec"]["args"] == [
+        "--strategy=auto",
+        "--max_restarts_without_progress=3",
+    ]
 
 
 def test_single_replica_job_has_only_pool_zero():
@@ -206,7 +209,11 @@ def test_prebuilt_image_runs_the_staged_package_in_every_pool_of_ours():
             "executorImageUri": PREBUILT,
             "packageUris": [PACKAGE],
             "pythonModule": "trainer.task",
-            "args": ["--strategy=parameter_server", "--epochs=3"],
+            "args": [
+                "--strategy=parameter_server",
+                "--max_restarts_without_progress=3",
+                "--epochs=3",
+            ],
             "env": [{"name": "TFDIST_POOL2_ROLE", "value": "parameter_server"}],
         }
     with pytest.raises(UsageError, match="runs a Python package"):
@@ -219,7 +226,7 @@ def test_our_image_gets_a_container_spec_and_refuses_a_package():
     assert pool["containerSpec"] == {
         "imageUri": OUR_IMAGE,
         "command": ["python", "-m", "trainer.task"],
-        "args": ["--strategy=multiworker"],
+        "args": ["--strategy=multiworker", "--max_restarts_without_progress=3"],
     }
     with pytest.raises(UsageError, match="our own image"):
         rendering.build_custom_job(spec, package_uris=[PACKAGE])
@@ -309,7 +316,13 @@ def test_config_file_values_are_overridden_by_flags(tmp_path):
     spec = spec_lib.JobSpec.from_options(merged, timestamp="t")
     assert spec.workers == 2
     assert spec.container_uri == "europe-west4-docker.pkg.dev/my-proj/tfdist/trainer:0.1.0"
-    assert spec.task_args == ("--strategy=multiworker", "--epochs=1", "--model=cnn", "--epochs=5")
+    assert spec.task_args == (
+        "--strategy=multiworker",
+        "--max_restarts_without_progress=3",
+        "--epochs=1",
+        "--model=cnn",
+        "--epochs=5",
+    )
     assert spec.env == (("A", "1"), ("B", "2"))
 
 
@@ -341,9 +354,14 @@ def test_tpu_job_gets_local_tpu_flag_unless_given():
         accelerator_count=4,
         tpu_topology="2x2",
     )
-    assert make_spec(**values).task_args == ("--strategy=tpu", "--tpu=local")
+    assert make_spec(**values).task_args == (
+        "--strategy=tpu",
+        "--tpu=local",
+        "--max_restarts_without_progress=3",
+    )
     assert make_spec(**values, trainer_args=("--tpu=my-tpu",)).task_args == (
         "--strategy=tpu",
+        "--max_restarts_without_progress=3",
         "--tpu=my-tpu",
     )
 
@@ -352,3 +370,9 @@ def test_accelerator_names_match_the_installed_sdk():
     types = pytest.importorskip("google.cloud.aiplatform_v1.types.accelerator_type")
     names = {item.name for item in types.AcceleratorType} - {"ACCELERATOR_TYPE_UNSPECIFIED"}
     assert set(machines.ACCELERATORS) | set(machines.NOT_OFFERED_FOR_TRAINING) == names
+
+
+def test_the_crash_loop_guard_is_written_into_the_job_unless_the_trainer_args_set_it():
+    assert "--max_restarts_without_progress=3" in make_spec().task_args
+    own = make_spec(trainer_args=("--max_restarts_without_progress=7",)).task_args
+    assert [arg for arg in own if "max_restarts" in arg] == ["--max_restarts_without_progress=7"]

@@ -6,6 +6,9 @@ state, counters) and where training resumes; `WorkerSync` keeps the workers of
 a synchronous job in agreement; `RunFingerprint` is what a backup must agree
 with before it is resumed, using `model_variable_paths` (stable paths that do
 not depend on Keras's per-process layer names).
+A backup directory belongs to one job: `completion` checks a finished job's
+record (fingerprint, outputs) before it is trusted, `lease` keeps one writer at
+a time, `restarts` stops a crash loop.
 `tfdist.callbacks.BackupAndRestore` wires them into Keras `fit`. See
 docs/fault_tolerance.md.
 """

@@ -27,6 +27,7 @@ from typing import Mapping
 import tensorflow as tf
 
 from tfdist._internal.preconditions import check_whole_number
+from tfdist.backups.completion import Completion, check_completion, completion_metadata
 from tfdist.backups.fingerprint import (
     RunFingerprint,
     check_changeable,
@@ -236,6 +237,7 @@ class TrainingBackup:
         self._fingerprint = None
         self._finite_check = None
         self.last_saved_step: int | None = None
+        self.completion: Completion | None = None
 
     @property
     def optimizer(self):
@@ -409,6 +411,14 @@ class TrainingBackup:
         """
         completion = self.store.completion()
         if completion is not None:
+            self._ensure_checkpoint()
+            self.completion = check_completion(
+                completion,
+                fingerprint=self._fingerprint,
+                changeable=self._changeable,
+                backup_dir=self.store.backup_dir,
+                committed_steps=self.store.committed_steps(),
+            )
             _log.info(
                 "Training already completed at step %d (%s); nothing to resume.",
                 completion["step"],
@@ -553,8 +563,18 @@ class TrainingBackup:
                 f"backed up, {last}; lower the learning rate or check the input data"
             )
 
-    def finish(self, *, global_step: int, delete_backups: bool) -> None:
-        """Records completion (then deletes backups if asked); the chief writes."""
-        self.store.mark_completed(step=global_step)
+    def finish(
+        self, *, global_step: int, delete_backups: bool, outputs: Mapping | None = None
+    ) -> None:
+        """Records completion (then deletes backups if asked); the chief writes.
+
+        The record holds this run's fingerprint and `outputs` (where the job's
+        outputs went, e.g. `{"model_dir": ...}`), checked by a restart
+        (`tfdist.backups.completion`).
+        """
+        self._ensure_checkpoint()
+        self.store.mark_completed(
+            step=global_step, metadata=completion_metadata(self._fingerprint, outputs)
+        )
         if delete_backups:
             self.store.delete_backups()

@@ -585,5 +585,7 @@ class BackupStore:
         """Deletes every backup, keeping the completion record; the chief only."""
         if not self.is_chief:
             return
-        for path in self._step_dirs().values():
+        # Oldest first: an interrupted deletion leaves the final backup beside the
+        # completion record (consistent), never only older ones.
+        for _, path in sorted(self._step_dirs().items()):
             self._remove(path)

@@ -38,6 +38,14 @@ import numpy as np
 from tfdist._internal.preconditions import require
 from tfdist.backups import BackupStore, ResumePoint, TrainingBackup, WorkerSync
 from tfdist.backups.fingerprint import check_changeable, check_run_settings
+from tfdist.backups.lease import (
+    DEFAULT_LEASE_SECONDS,
+    BackupInUseError,
+    BackupLease,
+    digest,
+    job_identity,
+)
+from tfdist.backups.restarts import DEFAULT_MAX_RESTARTS, RestartCount
 from tfdist.backups.state import FitSegment
 from tfdist.callbacks.callback_state import (
     ARRAYS_FILE,
@@ -123,6 +131,19 @@ class BackupAndRestore(keras.callbacks.Callback):
         restore_completed: When the job had completed and its final backup
             was kept (`delete_checkpoint=False`), load it, so that a rerun
             holds the trained weights (see `restored_final_backup`).
+        outputs: Where the job writes its outputs, e.g. `{"model_dir": DIR}`:
+            recorded in the completion record with the run's fingerprint, so a
+            rerun can tell whether they are where it looks (`completion`).
+        max_restarts_without_progress: Restarts allowed from one backup
+            without committing a new one; one more raises
+            `tfdist.errors.CrashLoopError` (exit 4) before training. Counted in
+            `backup_dir` (`tfdist.backups.restarts`); `None` for no limit.
+        lease_seconds: The chief holds a lease on `backup_dir` while it trains
+            (`tfdist.backups.lease`): a second job is refused with
+            `tfdist.backups.lease.BackupInUseError` (exit 2) before it touches
+            anything; a killed owner's lease lets a restart take over at once
+            when it is recognized (same job, or the owner's process gone from
+            this host), else after at most this many seconds. `None`: no lease.
     """
 
     def __init__(
@@ -143,6 +164,9 @@ class BackupAndRestore(keras.callbacks.Callback):
         changeable=None,
         check_finite: bool = True,
         restore_completed: bool = False,
+        outputs=None,
+        max_restarts_without_progress: int | None = DEFAULT_MAX_RESTARTS,
+        lease_seconds: float | None = DEFAULT_LEASE_SECONDS,
     ):
         super().__init__()
         self.save_freq = check_save_freq(save_freq)
@@ -184,6 +208,29 @@ class BackupAndRestore(keras.callbacks.Callback):
         self._completed = False
         self._epoch_logs: dict = {}
         self._restore_completed = bool(restore_completed)
+        if outputs is not None and not isinstance(outputs, dict):
+            raise UsageError(
+                f"outputs is {outputs!r}, expected a dict of names to paths, e.g. "
+                f"{{'model_dir': '/runs/a'}}, or None"
+            )
+        self._outputs = dict(outputs or {})
+        if lease_seconds is not None:
+            require(
+                isinstance(lease_seconds, (int, float))
+                and not isinstance(lease_seconds, bool)
+                and math.isfinite(lease_seconds)
+                and lease_seconds > 0,
+                f"lease_seconds is {lease_seconds!r}, expected a finite number of seconds > 0 "
+                f"(how long a backup directory's lease lasts without renewal), or None",
+            )
+        self._lease_seconds = lease_seconds
+        self._lease = None
+        self._job = job_identity(cluster.addresses, os.environ)
+        self._restart_count = RestartCount(
+            self.store.backup_dir,
+            max_restarts=max_restarts_without_progress,
+            is_chief=cluster.is_chief,
+        )
         self._is_chief = cluster.is_chief
         self._epochs = None
         self._history: dict = {"epoch": [], "history": {}}
@@ -235,6 +282,20 @@ class BackupAndRestore(keras.callbacks.Callback):
         return bool(point and point.completed and point.backup_path)
 
     @property
+    def completion(self):
+        """The checked completion record of a finished job (`tfdist.backups.completion.Completion`).
+
+        `None` unless `restore` found that the job had completed.
+        """
+        return self._backup.completion if self._backup is not None else None
+
+    def any_worker(self, flag: bool) -> bool:
+        """Whether any worker passed `True`: a collective, every worker calls it (after `restore`)."""
+        if self._backup is None:
+            raise RuntimeError("any_worker() called before restore() or resume()")
+        return self._backup.sync.any(flag)
+
+    @property
     def history(self) -> dict:
         """Every epoch's logs so far, this run's and the restored backup's.
 
@@ -276,9 +337,19 @@ class BackupAndRestore(keras.callbacks.Callback):
             self._watcher = PreemptionWatcher(self._preemption_options, sync=sync)
             self._watcher.install()
         try:
+            if self._is_chief and self._lease_seconds is not None:
+                self._lease = BackupLease(
+                    self.store.backup_dir,
+                    job=self._job,
+                    fingerprint=digest(self._backup.fingerprint.to_json()),
+                    lease_seconds=self._lease_seconds,
+                )
+                self._lease.acquire()  # before anything in backup_dir is read or changed
             point = self._backup.restore(load_when_completed=self._restore_completed)
+            if not point.completed:
+                self._count_restart(point, sync)
         except BaseException:
-            self.close()  # a refused restart leaves SIGTERM to its default
+            self._let_go()  # a refused restart leaves SIGTERM to its default
             raise
         self._resume_point = point
         self._epoch_logs = dict(point.epoch_logs or {})
@@ -292,11 +363,17 @@ class BackupAndRestore(keras.callbacks.Callback):
         self._completed = point.completed
         self._job_strategy = strategy
         if point.completed:
-            self.close()  # nothing will train: leave SIGTERM to its default
+            self._let_go()  # nothing will train: leave SIGTERM to its default
             exit_together(strategy)
         self._global_step = self._last_saved_step = point.global_step
         self._epoch, self._step_in_epoch = point.epoch, point.step_in_epoch
         return point
+
+    def _count_restart(self, point: ResumePoint, sync: WorkerSync) -> None:
+        """Counts this start from `point`; stops a crash loop (every worker, agreed)."""
+        count = self._restart_count
+        mine = count.restarts(point.global_step, point.backup_path) if self._is_chief else 0
+        count.check(point.global_step, point.backup_path, max(sync.gather(mine)))
 
     def resume(
         self, model, *, epochs: int, steps_per_epoch: int | None, callbacks=None
@@ -351,10 +428,13 @@ class BackupAndRestore(keras.callbacks.Callback):
             raise RuntimeError("complete() called before restore() or resume()")
         if not self._completed:
             self._backup.finish(
-                global_step=self._global_step, delete_backups=self.delete_checkpoint
+                global_step=self._global_step,
+                delete_backups=self.delete_checkpoint,
+                outputs=self._outputs,
             )
+            self._restart_count.clear()
         self._completed = True
-        self.close()
+        self._let_go()
         # Without it, a task that outlives another by the heartbeat timeout (the
         # chief writing outputs) prints TensorFlow's "The tasks have crashed".
         exit_together(self._job_strategy)
@@ -363,6 +443,15 @@ class BackupAndRestore(keras.callbacks.Callback):
         """Restores the signal handlers; call if training stops before its end."""
         if self._watcher is not None:
             self._watcher.close()
+
+    def release(self) -> None:
+        """Gives up the lease on `backup_dir` (done for you at completion, preemption, exit)."""
+        if self._lease is not None:
+            self._lease.release()
+
+    def _let_go(self) -> None:
+        self.close()
+        self.release()
 
     # -------------------------------------------------------------- callback
 
@@ -417,7 +506,7 @@ class BackupAndRestore(keras.callbacks.Callback):
             try:
                 check_loss(logs, where=f"step {self._global_step}", after=self._last_backup_note())
             except NonFiniteError:
-                self.close()
+                self._let_go()
                 raise
         # An epoch's last step is saved by `on_epoch_end`, after the epoch-end
         # callbacks (a learning rate they change is kept) and as "end of epoch N".
@@ -432,6 +521,7 @@ class BackupAndRestore(keras.callbacks.Callback):
                 return
             if self._last_saved_step != self._global_step:
                 self._save()
+            self.release()
             raise self._watcher.finish()
 
     def _training_over(self) -> bool:
@@ -464,6 +554,7 @@ class BackupAndRestore(keras.callbacks.Callback):
         if epoch + 1 == self.params.get("epochs"):
             self._hide_best_weights()  # this fit call ends, training goes on
         if self._stop_at_epoch_end:
+            self.release()
             raise self._watcher.finish()
 
     def on_train_end(self, logs=None):
@@ -550,6 +641,8 @@ class BackupAndRestore(keras.callbacks.Callback):
             metadata["metric_arrays"] = [f"metric{index}" for index in range(len(values))]
             arrays.update(zip(metadata["metric_arrays"], values))
         try:
+            if self._lease is not None:
+                self._lease.check()  # another job took the directory: write nothing more
             self._backup.save(
                 global_step=self._global_step,
                 epoch=self._epoch,
@@ -558,7 +651,8 @@ class BackupAndRestore(keras.callbacks.Callback):
                 extra_metadata=metadata,
                 extra_files={ARRAYS_FILE: arrays_to_bytes(arrays)} if arrays else None,
             )
-        except (NonFiniteError, StorageError):
-            self.close()  # training stops here: leave SIGTERM to its default
+        except (NonFiniteError, StorageError, BackupInUseError):
+            self._let_go()  # training stops here: leave SIGTERM to its default
             raise
+        self._restart_count.progress()
         self._last_saved_step = self._global_step

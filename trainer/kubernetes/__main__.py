@@ -53,7 +53,8 @@ _HELP = {
     "backup_every_steps": "trainer.task --backup_every_steps.",
     "restart_policy": "ExitCode (retries tfdist's 137, 143, 200, 201; never 2 or 3), OnFailure, "
     "Never or Always.",
-    "backoff_limit": "Pod restarts before the job fails.",
+    "backoff_limit": "TFJob backoffLimit; does not bound ExitCode restarts (the trainer's "
+    "--max_restarts_without_progress does).",
     "clean_pod_policy": "None keeps the evaluator alive; Running or All delete it when the "
     "chief ends.",
     "termination_grace_seconds": "Pod grace period after SIGTERM; the trainer saves within "

@@ -7,6 +7,7 @@ lower-case roles (`chief`, `worker`, `ps`, `evaluator`), which tfdist reads.
 """
 
 from trainer.kubernetes.shape import TFJobShape
+from trainer.vertex.option_values import crash_loop_guard_args
 
 API_VERSION = "kubeflow.org/v1"
 CONTAINER_NAME = "tensorflow"
@@ -27,6 +28,7 @@ def trainer_command(shape: TFJobShape) -> list[str]:
         f"--backup_dir={root}/backup",
         f"--backup_every_steps={shape.backup_every_steps}",
         f"--preemption_grace_seconds={shape.termination_grace_seconds - 5}",
+        *crash_loop_guard_args(shape.trainer_args),
         *shape.trainer_args,
     ]
 

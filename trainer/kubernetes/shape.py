@@ -53,7 +53,10 @@ class TFJobShape:
         restart_policy: TFJob's per-replica restart policy. `ExitCode` retries
             exactly the codes >= 128: tfdist's 137, 143, 200 (a lost peer) and 201
             restart the pod, 2 (configuration) and 3 (non-finite) fail the job.
-        backoff_limit: Pod restarts before the job is marked failed.
+        backoff_limit: TFJob's `backoffLimit`. It does not bound `ExitCode`
+            restarts (the operator recreates those pods and does not count them,
+            kubeflow/trainer#2045): the trainer's `--max_restarts_without_progress`
+            (3 unless `trainer_args` set it) ends a crash loop with exit 4.
         clean_pod_policy: What happens to pods when the job ends. `None` (the
             default here) keeps the evaluator running until it has evaluated
             the last checkpoint; `Running` and `All` delete it when the chief ends.

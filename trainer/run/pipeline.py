@@ -154,7 +154,14 @@ def prepare(
         inputs,
         extra_state=extra_state,
     )
-    todo = plan(backup, model, epochs=config.epochs, steps_per_epoch=inputs.steps_per_epoch)
+    todo = plan(
+        backup,
+        model,
+        epochs=config.epochs,
+        steps_per_epoch=inputs.steps_per_epoch,
+        model_dir=dirs.model_dir,
+        is_chief=cluster.is_chief,
+    )
     steps_per_execution = tune_steps_per_execution(config, model, inputs, todo)
     exporter = evaluation_exporter(config, cluster, dirs, environ) if cluster.is_chief else None
     callbacks = training_callbacks(

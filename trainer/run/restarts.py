@@ -4,10 +4,13 @@
 `changeable_settings` the settings a restart may change, each with why;
 `make_backup` the `BackupAndRestore` that checks them; `plan` restores the
 newest good backup and returns the `fit` segments left; `already_completed`
-answers a restart after the job had finished.
+answers a restart after the job had finished, once `plan` has checked that its
+outputs are where this run looks for them (else they are written again from the
+kept final backup, or the restart is refused in one line saying where they are).
 """
 
 import dataclasses
+import os
 
 import keras
 import tensorflow as tf
@@ -17,11 +20,12 @@ from tfdist.backups import ResumePoint
 from tfdist.backups.state import FitSegment
 from tfdist.callbacks import BackupAndRestore
 from tfdist.distribute.cluster import Cluster
+from tfdist.errors import UsageError
 from tfdist.preemption import PreemptionOptions
 from trainer.config import ExperimentConfig
 from trainer.run.directories import OutputDirs
 from trainer.run.inputs import Inputs
-from trainer.run.outputs import read_summary
+from trainer.run.outputs import SUMMARY_FILE, read_summary
 from trainer.tasks import LoadedTask
 
 # What decides the steps a run computes, recorded in every backup. The model's
@@ -126,6 +130,9 @@ def make_backup(
         run_settings=settings,
         changeable=changeable_settings(config, inputs, settings.get("strategy", "")),
         extra_state=extra_state,
+        restore_completed=True,
+        outputs={"model_dir": dirs.model_dir},
+        max_restarts_without_progress=config.max_restarts_without_progress,
     )
 
 
@@ -145,13 +152,62 @@ class Plan:
 
 
 def plan(
-    backup: BackupAndRestore | None, model: keras.Model, *, epochs: int, steps_per_epoch: int
+    backup: BackupAndRestore | None,
+    model: keras.Model,
+    *,
+    epochs: int,
+    steps_per_epoch: int,
+    model_dir: str = "",
+    is_chief: bool = True,
 ) -> Plan:
-    """Restores the newest good backup into `model` and plans the rest of training."""
+    """Restores the newest good backup into `model` and plans the rest of training.
+
+    A job that had completed plans nothing, if its outputs are in `model_dir`;
+    if they are not, it plans to write them from its final backup (kept with
+    `--keep_backup`), else it is refused (`UsageError`) in one line saying
+    where the outputs went.
+    """
     if backup is None:
         return Plan(ResumePoint().segments(epochs=epochs, steps_per_epoch=steps_per_epoch))
     segments = backup.resume(model, epochs=epochs, steps_per_epoch=steps_per_epoch)
-    return Plan(tuple(segments), backup.resumed_from_step, backup.completed)
+    if not backup.completed:
+        return Plan(tuple(segments), backup.resumed_from_step)
+    missing = (
+        is_chief
+        and bool(model_dir)
+        and not tf.io.gfile.exists(os.path.join(model_dir, SUMMARY_FILE))
+    )
+    # Every worker takes the chief's path: writing the outputs evaluates (collectives).
+    if not backup.any_worker(missing):
+        return Plan((), backup.resumed_from_step, completed=True)
+    if backup.restored_final_backup:
+        logging.info(
+            "%s records that this job completed at step %d, but its outputs are not in "
+            "%s: writing them from its final backup (no step runs).",
+            backup.backup_dir,
+            backup.resumed_from_step,
+            model_dir,
+        )
+        return Plan((), backup.resumed_from_step)
+    raise UsageError(_outputs_missing(backup, model_dir))
+
+
+def _outputs_missing(backup: BackupAndRestore, model_dir: str) -> str:
+    step = backup.resumed_from_step
+    recorded = (backup.completion.outputs if backup.completion else {}).get("model_dir", "")
+    lost = "its final backup was not kept (--keep_backup), so they cannot be written again"
+    if recorded and recorded != model_dir:
+        return (
+            f"{backup.backup_dir} records that this job completed at step {step} and wrote "
+            f"model.keras and summary.json to {recorded}, not to --model_dir={model_dir}; "
+            f"{lost}: take them from {recorded} (or rerun with --model_dir={recorded}), or "
+            f"use a new --backup_dir to train again"
+        )
+    return (
+        f"{backup.backup_dir} records that this job completed at step {step}, but "
+        f"model.keras and summary.json are no longer in --model_dir={model_dir} and {lost}; "
+        f"use a new --backup_dir (or delete {backup.backup_dir}) to train again"
+    )
 
 
 def already_completed(

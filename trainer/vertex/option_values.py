@@ -3,7 +3,7 @@
 import re
 from typing import Any, Mapping, Sequence
 
-from tfdist.errors import UsageError
+from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS, UsageError
 from trainer.vertex.checks import quoted, require
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")
@@ -173,6 +173,18 @@ def parse_reservation_affinity(value: str) -> dict:
 def has_flag(args: Sequence[str], name: str) -> bool:
     """Whether `args` set the flag `--name` (or `-name`)."""
     return any(re.match(rf"^--?{name}(=|$)", arg) for arg in args)
+
+
+def crash_loop_guard_args(trainer_args: Sequence[str]) -> tuple[str, ...]:
+    """`--max_restarts_without_progress=3` unless `trainer_args` set it.
+
+    Every job spec the submitters write carries the trainer's crash-loop guard
+    explicitly: restart policies that do not count restarts (TFJob's `ExitCode`,
+    kubeflow/trainer#2045) then still end a crash loop (exit 4).
+    """
+    if has_flag(trainer_args, "max_restarts_without_progress"):
+        return ()
+    return (f"--max_restarts_without_progress={DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS}",)
 
 
 _NFS = re.compile(

@@ -190,6 +190,7 @@ class JobSpec:
             and option_values.flag_value(self.trainer_args, "all_reduce") is None
         ):
             extra += ("--all_reduce=nccl",)  # reducers serve NCCL only (validation refuses ring)
+        extra += option_values.crash_loop_guard_args(self.trainer_args)
         return (f"--strategy={self.strategy}",) + extra + tuple(self.trainer_args)
 
     @property

@@ -1,5 +1,8 @@
 """Tasks for the tests: a subclassed model with batch norm and dropout, and broken tasks."""
 
+import os
+import signal
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -122,3 +125,41 @@ class ConvBeforeNormTask(SubclassedTask):
 
     def metrics(self):
         return []
+
+
+class _DiesAtStep(keras.layers.Layer):
+    """Kills its process (SIGKILL, as the OOM killer does) in training call number `step`.
+
+    The call count is a model variable, so it is backed up and restored: a restart
+    from an earlier backup dies at the same step again, every time.
+    """
+
+    def __init__(self, step: int, **kwargs):
+        super().__init__(**kwargs)
+        self.step = step
+
+    def build(self, input_shape):
+        self.calls = self.add_weight(
+            name="calls", shape=(), initializer="zeros", trainable=False, dtype="int64"
+        )
+
+    def call(self, inputs, training=False):
+        if training:
+            self.calls.assign_add(1)
+            tf.py_function(self._die_at_step, [self.calls.value], [])
+        return inputs
+
+    def _die_at_step(self, calls):
+        if int(calls) == self.step:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+class DiesAtStep(SubclassedTask):
+    """`SubclassedTask` whose process is killed at training step `step` on every start."""
+
+    def __init__(self, step: int = 5, **kwargs):
+        super().__init__(**kwargs)
+        self.step = step
+
+    def build_model(self):
+        return keras.Sequential([_DiesAtStep(self.step), TwoHeads()])
