@@ -4,6 +4,7 @@ The multi-process tests run `tests/jobs/parameter_server_job.py` as every task o
 loopback cluster (chief + 2 workers + 1 ps, sometimes an evaluator).
 """
 
+import contextlib
 import json
 import os
 import pathlib
@@ -250,7 +251,13 @@ def test_a_server_task_exits_0_once_the_chief_has_come_and_gone(tmp_path):
                 connection, _ = listener.accept()
             except OSError:
                 continue
-            connection.close()
+            # Answer as a gRPC server does (an empty HTTP/2 SETTINGS frame after the client's
+            # preface), so that the task's liveness probe sees a chief that answers.
+            with connection:
+                connection.settimeout(2)
+                with contextlib.suppress(OSError):
+                    connection.recv(64)
+                    connection.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
             probes.append(time.monotonic())
 
     thread = threading.Thread(target=accept, daemon=True)

@@ -50,6 +50,7 @@ def test_reduction_server_jobs_get_nccl_all_reduce_set_for_them():
         assert pool["containerSpec"]["args"] == [
             "--strategy=multiworker",
             "--all_reduce=nccl",
+            "--max_restarts_without_progress=3",  # the crash-loop guard every spec carries
             "--epochs=2",
         ]
     assert any(
