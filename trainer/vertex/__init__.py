@@ -10,6 +10,8 @@ One job per module, in the order a submission uses them:
                    boot disks per family, ARM machines, the GPUs DWS provisions
     network        machines' egress bandwidth, for sizing Reduction Server (dated)
     images         prebuilt images Vertex lists (dated), image architecture
+    tables         the dated tables those three use, as data files (tables/*.json):
+                   loaded once at import and checked against their shapes
     regions        the regions Vertex AI runs in (the SDK's own list)
     validation     every rule a JobSpec is checked against, before anything is built
     rendering      JobSpec -> the CustomJob JSON the REST API takes
