@@ -48,7 +48,7 @@ def refuse(source: str, where: str, value: Any, expected: str, *, problem: str =
 
     Args:
         source: The file.
-        where: The key, e.g. `built_in['a2-highgpu-1g'].count` ("" for the whole file).
+        where: The key, e.g. `tpu_machines['ct5lp-hightpu-4t'].count` ("" for the whole file).
         value: The value found there (quoted, cut short).
         expected: The shape expected there, in words.
         problem: Said instead of "is VALUE" (e.g. "has no key count").
