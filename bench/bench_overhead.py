@@ -161,7 +161,7 @@ def _epoch_only_tensorboard():
     Keras 3.15's `TensorBoard.on_train_batch_end` calls `summary.scalar` for
     every log entry on every batch even with `update_freq="epoch"`: nothing is
     written (no writer is installed), but each batch pays for the eager ops.
-    The fix proposed for trainer/train.py.
+    The fix the trainer now uses: `tfdist.callbacks.EpochTensorBoard`.
     """
     import keras  # pylint: disable=g-import-not-at-top
 

@@ -2,7 +2,7 @@
 
 The per-option rows come from `trainer.config.OPTIONS` (and, for the strategy
 flags, their help from `tfdist.distribute.flags`); only the prose around them is here.
-tests/multiprocess/test_config.py fails when docs/flags.md differs from `render()`.
+tests/unit/test_config.py fails when docs/flags.md differs from `render()`.
 """
 
 import sys

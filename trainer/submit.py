@@ -42,10 +42,10 @@ from tfdist.distribute.cluster import is_loopback_host
 from tfdist.errors import UsageError
 
 # client imports the Vertex AI library only inside its calls: real submissions only.
+from trainer import submission
 from trainer.vertex import (
     bill,
     client,
-    config_files,
     follow,
     images,
     options,
@@ -154,7 +154,7 @@ def main(argv, trainer_args=()):
             "--wait follows a created job, but --dry_run creates none; drop one of them"
         )
     file_values = (
-        config_files.read_json_object(
+        submission.read_json_object(
             FLAGS.job_config,
             flag="--job_config",
             keys=options.CONFIG_KEYS,
@@ -337,7 +337,7 @@ def _tuning_spec() -> tuning.TuningSpec | None:
     if not FLAGS.hparam_tuning and not flag_values:
         return None
     file_values = (
-        config_files.read_json_object(
+        submission.read_json_object(
             FLAGS.hparam_tuning,
             flag="--hparam_tuning",
             keys=tuning.TUNING_KEYS + ("description",),

@@ -32,6 +32,7 @@ TENSORFLOW_FREE = (
     "tfdist.outputs.hypertune",
     "tfdist.optimizer_choice",
     "trainer.config",
+    "trainer.submission",
     "trainer.vertex.options",
     "trainer.vertex.spec",
     "trainer.vertex.validation",

@@ -13,7 +13,7 @@ import pytest
 from tests.unit.test_vertex_staging import (  # shared with the in-process half
     make_user_project,
 )
-from trainer.vertex import staging
+from trainer.vertex import machines, staging
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 PREBUILT = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
@@ -114,3 +114,86 @@ def test_a_task_package_must_be_a_project_directory(tmp_path, layout, expected):
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], result.stderr
+
+
+_IMPORT_TABLES = (
+    "import json, trainer.vertex.machines as m, trainer.vertex.images as i, "
+    "trainer.vertex.network as n, trainer.vertex.serving as s; "
+    "print(json.dumps([m.__file__, m.TABLE_DATE, i.TABLE_DATE, n.TABLE_DATE, "
+    "s.DEFAULT_SERVING_IMAGE, len(m.BUILT_IN)]))"
+)
+
+
+def test_an_installed_wheel_carries_the_vertex_tables_and_runs_from_them(tmp_path):
+    """The sdist (what Vertex installs) and the wheel pip builds from it hold the tables:
+    an installed copy imports from them, takes a table edit as data, and names a broken one."""
+    import zipfile
+
+    import build
+
+    sdist = staging.build_sdist(REPO, str(tmp_path / "sdist"))
+    with tarfile.open(sdist.path) as archive:
+        names = archive.getnames()
+        archive.extractall(tmp_path / "src", filter="data")
+    for table in ("machines.json", "images.json", "network.json"):
+        assert f"tfdist-0.1.0/trainer/vertex/tables/{table}" in names
+    wheel = build.ProjectBuilder(
+        str(tmp_path / "src" / "tfdist-0.1.0"), python_executable=sys.executable
+    ).build("wheel", str(tmp_path / "wheel"))
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        assert "trainer/vertex/tables/machines.json" in archive.namelist()
+        archive.extractall(site)
+
+    def run(*argv):
+        # The installed copy only: the checkout is neither the cwd nor on the path.
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        return subprocess.run(
+            [sys.executable, *argv],
+            cwd=tmp_path,
+            env={**env, "PYTHONPATH": str(site)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    result = run("-c", _IMPORT_TABLES)
+    assert result.returncode == 0, result.stderr[-2000:]
+    module_file, *dates, serving_image, machine_count = json.loads(result.stdout)
+    assert machine_count == len(machines.BUILT_IN)  # the same table as this checkout's
+    assert module_file.startswith(str(site)), module_file
+    assert dates == ["2026-12-01"] * 3 and serving_image.endswith("tf2-cpu.2-15:latest")
+
+    # A table update is a data change: a machine added to the file is one the submitter takes.
+    table_path = site / "trainer" / "vertex" / "tables" / "machines.json"
+    table = json.loads(table_path.read_text())
+    table["gpu_machines"]["NVIDIA_L4"]["g9-standard-8"] = 1
+    table_path.write_text(json.dumps(table))
+    flags = [
+        "-m",
+        "trainer.submit",
+        *COMMON,
+        "--container_uri=us-central1-docker.pkg.dev/p/tfdist/trainer:0.1.0",
+        "--strategy=mirrored",
+        "--machine_type=g9-standard-8",
+        "--accelerator_type=NVIDIA_L4",
+        "--accelerator_count=1",
+        "--dry_run",
+    ]
+    result = run(*flags)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout)["jobSpec"]["workerPoolSpecs"][0]["machineSpec"] == {
+        "machineType": "g9-standard-8",
+        "acceleratorType": "NVIDIA_L4",
+        "acceleratorCount": 1,
+    }
+
+    # A broken table: the error names the file, the key and the shape expected.
+    table["gpu_machines"]["NVIDIA_L4"]["g9-standard-8"] = "one"
+    table_path.write_text(json.dumps(table))
+    result = run(*flags)
+    assert result.returncode != 0
+    assert (
+        f"Vertex AI table {table_path}: gpu_machines['NVIDIA_L4']['g9-standard-8'] is 'one', "
+        f"expected a whole number > 0" in result.stderr.strip().splitlines()[-1]
+    ), result.stderr[-2000:]

@@ -131,6 +131,19 @@ def test_tfdist_never_imports_trainer():
     assert not found, "\n".join(found)
 
 
+def test_the_job_writers_do_not_import_each_other():
+    """`trainer.kubernetes` and `trainer.vertex` share `trainer.submission`; neither imports
+    the other (docs/architecture.md, "The trainer")."""
+    found = {
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for package, other in (("kubernetes", "vertex"), ("vertex", "kubernetes"))
+        for path in sorted((ROOT / "trainer" / package).rglob("*.py"))
+        for line, module in _imported_modules(path)
+        if module == f"trainer.{other}" or module.startswith(f"trainer.{other}.")
+    }
+    assert not found, "\n".join(sorted(found))
+
+
 def test_every_tfdist_unit_is_in_the_layer_table():
     units = {_unit(_module_name(path)) for path in _tfdist_files()} - {None}
     assert not units - set(ALLOWED), (

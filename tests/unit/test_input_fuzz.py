@@ -21,12 +21,12 @@ from tfdist import tasks as tasks_lib
 from tfdist.distribute import cluster as cluster_lib
 from tfdist.errors import UsageError
 from trainer import config as config_lib
-from trainer import task_flags
+from trainer import submission, task_flags
 from trainer.kubernetes import checks, manifest
 from trainer.kubernetes import shape as shape_lib
 from trainer.kubernetes.manifest_file import read_manifest
-from trainer.vertex import config_files, tuning
 from trainer.vertex import options as vertex_options
+from trainer.vertex import tuning
 from trainer.vertex.rendering import build_custom_job
 from trainer.vertex.spec import JobSpec
 
@@ -79,7 +79,7 @@ def _load_config(directory: pathlib.Path, text: str) -> config_lib.ExperimentCon
 
 
 def _submit_spec(directory: pathlib.Path, values: dict, trainer_args=(), *, study=None) -> JobSpec:
-    file_values = config_files.read_json_object(
+    file_values = submission.read_json_object(
         _file(directory, json.dumps(values)),
         flag="--job_config",
         keys=vertex_options.CONFIG_KEYS,
@@ -93,7 +93,7 @@ def _submit_spec(directory: pathlib.Path, values: dict, trainer_args=(), *, stud
 
 
 def _tfjob_shape(directory: pathlib.Path, values: dict) -> shape_lib.TFJobShape:
-    file_values = config_files.read_json_object(
+    file_values = submission.read_json_object(
         _file(directory, json.dumps(values)),
         flag="--job_config",
         keys=(*shape_lib.TFJobShape.field_names(), "description"),

@@ -6,7 +6,8 @@ import json
 import pytest
 
 from tfdist.errors import UsageError
-from trainer.vertex import config_files, machines, option_values, options, rendering
+from trainer import submission
+from trainer.vertex import machines, option_values, options, rendering
 from trainer.vertex import spec as spec_lib
 
 OUR_IMAGE = "us-central1-docker.pkg.dev/p/tfdist/trainer:0.1.0"
@@ -15,7 +16,7 @@ PACKAGE = "gs://my-bucket/tfdist/packages/tfdist-0.1.0-0123456789abcdef.tar.gz"
 
 
 def _load(path):
-    return config_files.read_json_object(
+    return submission.read_json_object(
         str(path), flag="--job_config", keys=options.CONFIG_KEYS, example="configs/jobs/x.json"
     )
 

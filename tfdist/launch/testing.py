@@ -1,8 +1,14 @@
 """Test helpers for multi-process tests: the `local_cluster` pytest fixture.
 
-Import the fixture into a test module to use it (this is not a pytest plugin):
+Load this module as a pytest plugin, as tests/conftest.py does for the whole suite:
+
+    pytest_plugins = ("tfdist.launch.testing",)  # in a conftest.py
+
+or import the fixture into one test module:
 
     from tfdist.launch.testing import local_cluster  # noqa: F401  (pytest fixture)
+
+Then:
 
     def test_two_workers(local_cluster):
         cluster = local_cluster(num_workers=2, command=[sys.executable, "task.py"])

@@ -21,10 +21,10 @@ from absl import flags
 
 from tfdist import cli
 from tfdist.errors import UsageError
+from trainer import submission
 from trainer.kubernetes import checks, jobset, manifest
 from trainer.kubernetes import shape as shape_lib
 from trainer.kubernetes.manifest_file import read_manifest
-from trainer.vertex import config_files
 
 FLAGS = flags.FLAGS
 _DEFAULTS = {
@@ -93,7 +93,7 @@ cli.define_flags(
 def shape_from_flags(trainer_args=()) -> shape_lib.TFJobShape:
     """The `--job_config` values, then the flags passed, then the args after `--`."""
     values = (
-        config_files.read_json_object(
+        submission.read_json_object(
             FLAGS.job_config,
             flag="--job_config",
             keys=(*_HELP, "trainer_args", "description"),

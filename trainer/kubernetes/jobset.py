@@ -25,10 +25,10 @@ read from the label, so the runtime serves any TrainJob name.
 import json
 
 from tfdist import cli
+from tfdist._internal.preconditions import quoted, require
 from tfdist.distribute import cluster as cluster_lib
 from trainer.kubernetes import manifest
 from trainer.kubernetes.shape import TFJobShape
-from trainer.vertex.checks import quoted, require
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 TRAINER_API_VERSION = "trainer.kubeflow.org/v1alpha1"

@@ -7,7 +7,7 @@ lower-case roles (`chief`, `worker`, `ps`, `evaluator`), which tfdist reads.
 """
 
 from trainer.kubernetes.shape import TFJobShape
-from trainer.vertex.option_values import crash_loop_guard_args
+from trainer.submission import crash_loop_guard_args
 
 API_VERSION = "kubeflow.org/v1"
 CONTAINER_NAME = "tensorflow"

@@ -8,22 +8,22 @@ tools can read manifests without `trainer.kubernetes`'s command line.
 from tfdist._internal.json_input import MAX_JSON_DEPTH, load_json, nesting_depth
 from tfdist._internal.preconditions import quoted
 from tfdist.errors import UsageError
-from trainer.vertex import config_files
+from trainer import submission
 
 
 def read_manifest(path: str) -> dict:
     """A TFJob from a JSON or YAML file (the first document)."""
     try:
         with open(path, "rb") as handle:
-            data = handle.read(config_files.MAX_CONFIG_BYTES + 1)
+            data = handle.read(submission.MAX_CONFIG_BYTES + 1)
     except OSError as error:
         raise UsageError(
             f"--check file {quoted(path)} cannot be read ({error.strerror}), expected a TFJob "
             f"manifest"
         ) from None
-    if len(data) > config_files.MAX_CONFIG_BYTES:
+    if len(data) > submission.MAX_CONFIG_BYTES:
         raise UsageError(
-            f"--check file {quoted(path)} is larger than {config_files.MAX_CONFIG_BYTES} bytes, "
+            f"--check file {quoted(path)} is larger than {submission.MAX_CONFIG_BYTES} bytes, "
             f"expected a TFJob manifest"
         )
     try:
@@ -38,7 +38,7 @@ def read_manifest(path: str) -> dict:
             text,
             source=f"--check file {quoted(path)}",
             hint="expected a TFJob manifest (JSON or YAML)",
-            max_bytes=config_files.MAX_CONFIG_BYTES,
+            max_bytes=submission.MAX_CONFIG_BYTES,
         )
     if nesting_depth(text) > MAX_JSON_DEPTH:
         raise UsageError(

@@ -9,11 +9,11 @@ already run: a shape that passes starts.
 import dataclasses
 import re
 
+from tfdist._internal.preconditions import quoted, require
 from tfdist.distribute import choice as strategy_choice
 from tfdist.errors import UsageError
 from trainer import task_flags
 from trainer.kubernetes.checks import CLEAN_POD_POLICIES, QUANTITY, REPLICA_RESTART_POLICIES
-from trainer.vertex.checks import quoted, require
 
 RESTART_POLICIES = REPLICA_RESTART_POLICIES
 # trainer.task's strategies but tpu: a TFJob has no TPU replicas.

@@ -3,13 +3,14 @@
 One job per module, in the order a submission uses them:
 
     options        the option table: flags, --job_config keys and defaults
-    config_files   reading --job_config and --hparam_tuning files (size-capped)
     option_values  turning raw option values into typed ones (durations, labels, env)
     spec           the job model: MachineSpec, Scheduling, JobSpec (frozen, checked)
     machines       which accelerators, counts and TPU topologies each machine takes;
                    boot disks per family, ARM machines, the GPUs DWS provisions
     network        machines' egress bandwidth, for sizing Reduction Server (dated)
     images         prebuilt images Vertex lists (dated), image architecture
+    tables         the dated tables those three use, as data files (tables/*.json):
+                   loaded once at import and checked against their shapes
     regions        the regions Vertex AI runs in (the SDK's own list)
     validation     every rule a JobSpec is checked against, before anything is built
     rendering      JobSpec -> the CustomJob JSON the REST API takes
@@ -19,6 +20,10 @@ One job per module, in the order a submission uses them:
     bill           what a job will run, printed before every submission
     serving        uploading the exported SavedModel (Model.upload), and the gcloud lines
     dependencies   optional packages, named by the extra that installs them
+
+Reading `--job_config`/`--hparam_tuning` files (size-capped) and the trainer flags a
+spec carries (the crash-loop guard) are `trainer.submission`'s, shared with
+`trainer.kubernetes`, which imports nothing from here.
 
 Nothing here imports TensorFlow; only `client`, `serving.upload_model` and `staging`'s
 upload import `google.cloud`, and only for a real submission.

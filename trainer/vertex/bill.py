@@ -14,7 +14,8 @@ every real submission, so what is billed is read before it is sent.
 
 import dataclasses
 
-from trainer.vertex import network, option_values, rendering
+from trainer import submission
+from trainer.vertex import network, rendering
 from trainer.vertex.spec import JobSpec, MachineSpec
 
 _SCHEDULING = {
@@ -104,7 +105,7 @@ def bill_lines(spec: JobSpec, *, tuning=None) -> list[str]:
         lines.append(f"  pool {pool.index} {pool.role:<10} {', '.join(parts)}")
     extra = []
     if spec.reduction_servers:
-        given = option_values.flag_value(spec.trainer_args, "all_reduce")
+        given = submission.flag_value(spec.trainer_args, "all_reduce")
         extra.append(
             "all-reduce NCCL" + ("" if given else " (--all_reduce=nccl set by the submitter)")
         )

@@ -2,9 +2,9 @@
 
 Vertex AI lists its prebuilt TensorFlow training images with an end of
 availability, after which "you can no longer use images for this framework
-version" (Vertex might block the creation of new resources). The table below is
-what Vertex listed on `TABLE_DATE`; a prebuilt image past its date is refused
-with that date, and a URI under Vertex's training repositories that is not in
+version" (Vertex might block the creation of new resources). The table
+(`trainer/vertex/tables/images.json`, with its sources) is what Vertex listed on
+`TABLE_DATE`; a prebuilt image past its date is refused with that date, and a URI under Vertex's training repositories that is not in
 the table (a PyTorch image, a mistyped version) is refused as unknown. Even a
 listed image runs TF 2.17 or older: pip must then replace it with TF 2.21 and its
 CUDA libraries, so our own image (docker/, built by Cloud Build) is the path
@@ -18,15 +18,9 @@ import dataclasses
 import datetime
 import re
 
-from trainer.vertex import machines
+from trainer.vertex import machines, tables
 from trainer.vertex.checks import quoted, require
 
-TABLE_DATE = "2026-12-01"
-SOURCES = (
-    "https://cloud.google.com/vertex-ai/docs/training/pre-built-containers",
-    "https://cloud.google.com/vertex-ai/docs/predictions/pre-built-containers",
-    "https://cloud.google.com/vertex-ai/docs/framework-support-policy",
-)
 ARCHITECTURES = ("amd64", "arm64", "multi")
 
 
@@ -40,18 +34,43 @@ class PrebuiltImage:
     architecture: str = "amd64"
 
 
-def _images(names: tuple[str, ...], version: str, end: str) -> dict[str, PrebuiltImage]:
-    date = datetime.date.fromisoformat(end)
-    return {name: PrebuiltImage(name, version, date) for name in names}
+_IMAGES = tables.MapOf(
+    tables.Record({"framework_version": tables.TEXT, "end_of_availability": tables.DATE})
+)
+SHAPE = tables.table(
+    {
+        "training_images": _IMAGES,
+        "prediction_images": _IMAGES,
+        "default_prediction_image": tables.TEXT,
+    }
+)
 
 
-TRAINING_IMAGES = {
-    **_images(("tf-cpu.2-17.py310", "tf-gpu.2-17.py310"), "2.17", "2026-07-11"),
-    **_images(("tf-cpu.2-16.py310", "tf-gpu.2-16.py310"), "2.16", "2026-06-28"),
-}
-PREDICTION_IMAGES = {
-    **_images(("tf2-cpu.2-15", "tf2-gpu.2-15"), "2.15", "2027-01-14"),
-}
+def check_table(table: dict, source: str) -> None:
+    """The rules of images.json its shape cannot say."""
+    default = table["default_prediction_image"]
+    match = _PREBUILT_PREDICTION.match(default)
+    tables.expect(
+        bool(match) and match.group(1) in table["prediction_images"],
+        source,
+        "default_prediction_image",
+        default,
+        "the URI of an image of prediction_images, e.g. "
+        "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest",
+    )
+
+
+def _images(rows: dict) -> dict[str, PrebuiltImage]:
+    return {
+        name: PrebuiltImage(
+            name,
+            row["framework_version"],
+            datetime.date.fromisoformat(row["end_of_availability"]),
+        )
+        for name, row in rows.items()
+    }
+
+
 _PREBUILT_TRAINING = re.compile(
     r"^(?:[a-z0-9]+-docker\.pkg\.dev/vertex-ai/training/|gcr\.io/cloud-aiplatform/training/)"
     r"([^:@/]+)(?::[^@]*)?(?:@sha256:[0-9a-f]{64})?$"
@@ -63,6 +82,14 @@ _PREBUILT_PREDICTION = re.compile(
     r"^(?:[a-z0-9]+-docker\.pkg\.dev/vertex-ai/prediction/|gcr\.io/cloud-aiplatform/"
     r"prediction/)([^:@/]+)(?::[^@]*)?(?:@sha256:[0-9a-f]{64})?$"
 )
+
+TABLE = tables.load("images.json", SHAPE, check_table)
+TABLE_DATE = TABLE["table_date"]
+SOURCES = tuple(TABLE["sources"])
+TRAINING_IMAGES = _images(TABLE["training_images"])
+PREDICTION_IMAGES = _images(TABLE["prediction_images"])
+# The newest TensorFlow prediction image Vertex AI lists: what serving defaults to.
+DEFAULT_PREDICTION_IMAGE = TABLE["default_prediction_image"]
 
 
 def is_prebuilt_training_uri(image_uri: str) -> bool:

@@ -1,23 +1,25 @@
 """Which accelerators, how many, and which TPU topologies each machine type takes.
 
-This table is the part of Vertex AI's compute documentation ("Configure compute
-resources for custom training": GPUs, TPUs) the submitter checks before sending
-a job, so that an A100 on an n2-standard-4 or a v5e job without a topology is a
-one-line error instead of a refusal after upload. Accelerator names are the
-`AcceleratorType` values of the Vertex AI v1 API; `tests/multiprocess/test_vertex_validation.py`
-fails when the installed SDK gains one that is neither here nor in
+The table (`trainer/vertex/tables/machines.json`, dated, with its sources) is
+the part of Vertex AI's compute documentation ("Configure compute resources for
+custom training": GPUs, TPUs) the submitter checks before sending a job, so that
+an A100 on an n2-standard-4 or a v5e job without a topology is a one-line error
+instead of a refusal after upload. Accelerator names are the `AcceleratorType`
+values of the Vertex AI v1 API; `tests/unit/test_vertex_spec.py` fails when the
+installed SDK gains one that is neither in the table nor in
 `NOT_OFFERED_FOR_TRAINING`.
 
 Machines come in two kinds:
     * with their accelerators built in (A2, A3, A4, G2, G4, TPU VMs): the machine
       type fixes the accelerator and the count;
     * N1, to which some older GPUs attach in counts of 1, 2, 4 (or 8).
-Machine types not listed here are CPU machines and take no accelerators.
+Machine types not listed are CPU machines and take no accelerators.
 """
 
 import dataclasses
 import re
 
+from trainer.vertex import tables
 from trainer.vertex.checks import quoted, require
 
 
@@ -37,100 +39,136 @@ class BuiltIn:
     topologies: tuple[str, ...] = ("",)
 
 
-def _series(accelerator: str, counts: dict[str, int]) -> dict[str, BuiltIn]:
-    return {machine: BuiltIn(accelerator, count) for machine, count in counts.items()}
+_NAMES = tables.ListOf(tables.TEXT)
+SHAPE = tables.table(
+    {
+        "gpu_machines": tables.MapOf(tables.MapOf(tables.POSITIVE_INTEGER)),
+        "tpu_machines": tables.MapOf(
+            tables.Record(
+                {
+                    "accelerator": tables.TEXT,
+                    "count": tables.POSITIVE_INTEGER,
+                    "topologies": _NAMES,
+                }
+            )
+        ),
+        "cloud_tpu": tables.Record(
+            {"machine_type": tables.TEXT, "cores": tables.MapOf(tables.POSITIVE_INTEGER)}
+        ),
+        "n1_attachable": tables.MapOf(tables.ListOf(tables.POSITIVE_INTEGER)),
+        "not_offered_for_training": tables.MapOf(tables.TEXT),
+        "flex_start_accelerators": _NAMES,
+        "hyperdisk_only_families": _NAMES,
+        "vertex_decides_disk_families": _NAMES,
+        "default_disk_type": tables.TEXT,
+        "arm_machine_families": _NAMES,
+    }
+)
+_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
 
+
+def check_table(table: dict, source: str) -> None:
+    """The rules of machines.json its shape cannot say."""
+    machine_names = "a machine type such as a2-highgpu-8g"
+    seen = set()
+    for accelerator, counts in table["gpu_machines"].items():
+        where = f"gpu_machines[{accelerator!r}]"
+        tables.expect(
+            accelerator.startswith("NVIDIA_"),
+            source,
+            "a key of gpu_machines",
+            accelerator,
+            "an NVIDIA_ AcceleratorType name",
+        )
+        for machine in counts:
+            tables.expect(
+                bool(_MACHINE_TYPE.match(machine)),
+                source,
+                f"a key of {where}",
+                machine,
+                machine_names,
+            )
+            tables.expect(machine not in seen, source, where, machine, "each machine once")
+            seen.add(machine)
+    for machine, row in table["tpu_machines"].items():
+        where = f"tpu_machines[{machine!r}]"
+        tables.expect(
+            bool(_MACHINE_TYPE.match(machine)) and machine not in seen,
+            source,
+            "a key of tpu_machines",
+            machine,
+            f"{machine_names}, each machine once",
+        )
+        seen.add(machine)
+        tables.expect(
+            row["accelerator"].startswith("TPU_"),
+            source,
+            f"{where}.accelerator",
+            row["accelerator"],
+            "a TPU_ AcceleratorType name",
+        )
+    for accelerator in (*table["cloud_tpu"]["cores"], *table["n1_attachable"]):
+        tables.expect(
+            accelerator.startswith(("TPU_", "NVIDIA_")),
+            source,
+            "a key of cloud_tpu.cores or n1_attachable",
+            accelerator,
+            "an AcceleratorType name (TPU_..., NVIDIA_...)",
+        )
+    gpus = {name for counts in (table["gpu_machines"], table["n1_attachable"]) for name in counts}
+    for index, accelerator in enumerate(table["flex_start_accelerators"]):
+        tables.expect(
+            accelerator in gpus,
+            source,
+            f"flex_start_accelerators[{index}]",
+            accelerator,
+            "a GPU of gpu_machines or n1_attachable",
+        )
+
+
+TABLE = tables.load("machines.json", SHAPE, check_table)
+TABLE_DATE = TABLE["table_date"]
+SOURCES = tuple(TABLE["sources"])
 
 BUILT_IN = {
-    **_series(
-        "NVIDIA_TESLA_A100",
-        {
-            "a2-highgpu-1g": 1,
-            "a2-highgpu-2g": 2,
-            "a2-highgpu-4g": 4,
-            "a2-highgpu-8g": 8,
-            "a2-megagpu-16g": 16,
-        },
-    ),
-    **_series(
-        "NVIDIA_A100_80GB",
-        {"a2-ultragpu-1g": 1, "a2-ultragpu-2g": 2, "a2-ultragpu-4g": 4, "a2-ultragpu-8g": 8},
-    ),
-    **_series(
-        "NVIDIA_H100_80GB",
-        {"a3-highgpu-1g": 1, "a3-highgpu-2g": 2, "a3-highgpu-4g": 4, "a3-highgpu-8g": 8},
-    ),
-    **_series("NVIDIA_H100_MEGA_80GB", {"a3-megagpu-8g": 8}),
-    **_series("NVIDIA_H200_141GB", {"a3-ultragpu-8g": 8}),
-    **_series("NVIDIA_B200", {"a4-highgpu-8g": 8}),
-    **_series("NVIDIA_GB200", {"a4x-highgpu-4g": 4}),
-    **_series(
-        "NVIDIA_L4",
-        {
-            "g2-standard-4": 1,
-            "g2-standard-8": 1,
-            "g2-standard-12": 1,
-            "g2-standard-16": 1,
-            "g2-standard-32": 1,
-            "g2-standard-24": 2,
-            "g2-standard-48": 4,
-            "g2-standard-96": 8,
-        },
-    ),
-    **_series(
-        "NVIDIA_RTX_PRO_6000",
-        {"g4-standard-48": 1, "g4-standard-96": 2, "g4-standard-192": 4, "g4-standard-384": 8},
-    ),
+    **{
+        machine: BuiltIn(accelerator, count)
+        for accelerator, counts in TABLE["gpu_machines"].items()
+        for machine, count in counts.items()
+    },
     # TPU VMs. Single-host slices only: our trainer runs a TPU job as one
     # replica with --tpu=local, which cannot drive a multi-host slice.
-    "ct5lp-hightpu-1t": BuiltIn("TPU_V5_LITEPOD", 1, ("1x1",)),
-    "ct5lp-hightpu-4t": BuiltIn("TPU_V5_LITEPOD", 4, ("2x2",)),
-    "ct5lp-hightpu-8t": BuiltIn("TPU_V5_LITEPOD", 8, ("2x4",)),
-    "ct4p-hightpu-4t": BuiltIn("TPU_V4_POD", 4, ("2x2x1",)),
+    **{
+        machine: BuiltIn(row["accelerator"], row["count"], tuple(row["topologies"]))
+        for machine, row in TABLE["tpu_machines"].items()
+    },
 }
 
 # TPU v2 and v3 on Vertex AI: machine type `cloud-tpu` with 8 cores, no topology.
-CLOUD_TPU_MACHINE = "cloud-tpu"
-CLOUD_TPU = {"TPU_V2": 8, "TPU_V3": 8}
+CLOUD_TPU_MACHINE = TABLE["cloud_tpu"]["machine_type"]
+CLOUD_TPU = dict(TABLE["cloud_tpu"]["cores"])
 
 # GPUs that attach to N1 machines (n1-standard-*, n1-highmem-*, n1-highcpu-*).
-N1_ATTACHABLE = {
-    "NVIDIA_TESLA_T4": (1, 2, 4),
-    "NVIDIA_TESLA_V100": (1, 2, 4, 8),
-    "NVIDIA_TESLA_P100": (1, 2, 4),
-    "NVIDIA_TESLA_P4": (1, 2, 4),
-}
+N1_ATTACHABLE = {name: tuple(counts) for name, counts in TABLE["n1_attachable"].items()}
 _N1 = re.compile(r"^n1-(standard|highmem|highcpu)-[0-9]+$")
 
 # In the API's enum but not offered for custom training on the machines above,
 # or not usable by our trainer: the reason is the error message.
-NOT_OFFERED_FOR_TRAINING = {
-    "NVIDIA_TESLA_K80": "is deprecated on Vertex AI and TensorFlow 2.21 has no kernels for it "
-    "(K80 is compute capability 3.7); use NVIDIA_TESLA_T4 or NVIDIA_L4",
-}
+NOT_OFFERED_FOR_TRAINING = dict(TABLE["not_offered_for_training"])
 
-# GPUs the Dynamic Workload Scheduler (--scheduling=flex_start) provisions, as
-# Vertex AI lists them on 2026-12-01 (docs/vertex.md, "What Vertex offers").
-FLEX_START_ACCELERATORS = (
-    "NVIDIA_L4",
-    "NVIDIA_TESLA_A100",
-    "NVIDIA_A100_80GB",
-    "NVIDIA_H100_80GB",
-    "NVIDIA_H100_MEGA_80GB",
-    "NVIDIA_H200_141GB",
-    "NVIDIA_B200",
-)
+# GPUs the Dynamic Workload Scheduler (--scheduling=flex_start) provisions.
+FLEX_START_ACCELERATORS = tuple(TABLE["flex_start_accelerators"])
 
 # Boot disks by machine family (prefix of the machine type). Vertex AI's
 # DiskSpec: "For non-A3U machines, the default value is pd-ssd, for A3U
 # machines hyperdisk-balanced". A3 Ultra takes Hyperdisk only. For A4, A4X and
 # G4 we found no documented default: no disk type is sent, Vertex AI decides.
-HYPERDISK_ONLY_FAMILIES = ("a3-ultragpu-",)
-VERTEX_DECIDES_DISK_FAMILIES = ("a4-highgpu-", "a4x-highgpu-", "g4-standard-")
-DEFAULT_DISK_TYPE = "pd-ssd"
+HYPERDISK_ONLY_FAMILIES = tuple(TABLE["hyperdisk_only_families"])
+VERTEX_DECIDES_DISK_FAMILIES = tuple(TABLE["vertex_decides_disk_families"])
+DEFAULT_DISK_TYPE = TABLE["default_disk_type"]
 
 # Machines with ARM (aarch64) host CPUs: they run arm64 images only.
-ARM_MACHINE_FAMILIES = ("a4x-",)
+ARM_MACHINE_FAMILIES = tuple(TABLE["arm_machine_families"])
 
 GPU_ACCELERATORS = tuple(
     sorted(
@@ -153,8 +191,6 @@ TPU_ACCELERATORS = tuple(
     )
 )
 ACCELERATORS = GPU_ACCELERATORS + TPU_ACCELERATORS
-
-_MACHINE_TYPE = re.compile(r"^[a-z][a-z0-9]*(?:-[a-z0-9]+)+$")
 
 
 def machines_for(accelerator: str) -> list[str]:

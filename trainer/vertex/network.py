@@ -6,48 +6,60 @@ workers'. The submitter refuses a Reduction Server whose reducers cannot carry
 what the chief and workers send, and names the count that would.
 
 Maximum per-VM egress in Gbps, as Compute Engine documents it ("Network
-bandwidth", and the accelerator-optimized machine family pages), checked
-2026-12-01. General-purpose machines get 2 Gbps per vCPU up to a cap; the
-GPU machines' figures are the total of their NICs. Machine types not listed
-here are not checked (the dry run says so).
+bandwidth", and the accelerator-optimized machine family pages), checked on
+`TABLE_DATE` (`trainer/vertex/tables/network.json`, with its sources).
+General-purpose machines get 2 Gbps per vCPU up to a cap; the GPU machines'
+figures are the total of their NICs. Machine types not listed there are not
+checked (the dry run says so).
 """
 
 import math
 import re
 
-TABLE_DATE = "2026-12-01"
-SOURCES = (
-    "https://cloud.google.com/compute/docs/network-bandwidth",
-    "https://cloud.google.com/compute/docs/accelerator-optimized-machines",
-    "https://cloud.google.com/vertex-ai/docs/training/distributed-training#reduce_training_time_with_reduction_server",
+from trainer.vertex import tables
+
+SHAPE = tables.table(
+    {
+        "per_vcpu": tables.MapOf(
+            tables.Record(
+                {"gbps_per_vcpu": tables.POSITIVE_NUMBER, "cap_gbps": tables.POSITIVE_NUMBER}
+            )
+        ),
+        "shared_core": tables.MapOf(tables.POSITIVE_NUMBER),
+        "gpu_machines": tables.MapOf(tables.POSITIVE_NUMBER),
+        "reduction_server": tables.Record({"image": tables.TEXT, "machine_type": tables.TEXT}),
+    }
 )
+
+
+def check_table(table: dict, source: str) -> None:
+    """The rules of network.json its shape cannot say."""
+    for series in table["per_vcpu"]:
+        tables.expect(
+            bool(re.fullmatch(r"[a-z][a-z0-9]*", series)),
+            source,
+            "a key of per_vcpu",
+            series,
+            "a machine series such as n2 (machine types SERIES-standard-N)",
+        )
+
+
+TABLE = tables.load("network.json", SHAPE, check_table)
+TABLE_DATE = TABLE["table_date"]
+SOURCES = tuple(TABLE["sources"])
 # Per-vCPU rule: (Gbps per vCPU, cap in Gbps) for the general-purpose series.
-_PER_VCPU = {"n1": (2, 32), "n2": (2, 32), "n2d": (2, 32), "e2": (2, 16), "c2": (2, 32)}
-_SHARED_CORE = {"e2-micro": 1, "e2-small": 1, "e2-medium": 2, "f1-micro": 1, "g1-small": 1}
-GPU_MACHINES = {
-    "a2-highgpu-1g": 24,
-    "a2-highgpu-2g": 32,
-    "a2-highgpu-4g": 50,
-    "a2-highgpu-8g": 100,
-    "a2-megagpu-16g": 100,
-    "a2-ultragpu-1g": 24,
-    "a2-ultragpu-2g": 32,
-    "a2-ultragpu-4g": 50,
-    "a2-ultragpu-8g": 100,
-    "a3-highgpu-8g": 1000,
-    "a3-megagpu-8g": 1800,
-    "a3-ultragpu-8g": 3600,
-    "a4-highgpu-8g": 3600,
-    "g2-standard-4": 10,
-    "g2-standard-8": 16,
-    "g2-standard-12": 16,
-    "g2-standard-16": 32,
-    "g2-standard-24": 32,
-    "g2-standard-32": 32,
-    "g2-standard-48": 50,
-    "g2-standard-96": 100,
+_PER_VCPU = {
+    series: (row["gbps_per_vcpu"], row["cap_gbps"]) for series, row in TABLE["per_vcpu"].items()
 }
-_GENERAL = re.compile(r"^(n1|n2|n2d|e2|c2)-(?:standard|highmem|highcpu)-([0-9]+)$")
+_SHARED_CORE = dict(TABLE["shared_core"])
+GPU_MACHINES = dict(TABLE["gpu_machines"])
+_GENERAL = re.compile(
+    rf"^({'|'.join(map(re.escape, _PER_VCPU))})-(?:standard|highmem|highcpu)-([0-9]+)$"
+)
+# The documented Reduction Server image (also published under europe-docker and
+# asia-docker) and the machine type Vertex AI recommends for reducers.
+REDUCTION_SERVER_IMAGE = TABLE["reduction_server"]["image"]
+REDUCTION_SERVER_MACHINE_TYPE = TABLE["reduction_server"]["machine_type"]
 
 
 def egress_gbps(machine_type: str) -> float | None:

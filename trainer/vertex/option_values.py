@@ -3,7 +3,7 @@
 import re
 from typing import Any, Mapping, Sequence
 
-from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS, UsageError
+from tfdist.errors import UsageError
 from trainer.vertex.checks import quoted, require
 
 _DURATION = re.compile(r"^(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s?)?$")
@@ -170,23 +170,6 @@ def parse_reservation_affinity(value: str) -> dict:
     }
 
 
-def has_flag(args: Sequence[str], name: str) -> bool:
-    """Whether `args` set the flag `--name` (or `-name`)."""
-    return any(re.match(rf"^--?{name}(=|$)", arg) for arg in args)
-
-
-def crash_loop_guard_args(trainer_args: Sequence[str]) -> tuple[str, ...]:
-    """`--max_restarts_without_progress=3` unless `trainer_args` set it.
-
-    Every job spec the submitters write carries the trainer's crash-loop guard
-    explicitly: restart policies that do not count restarts (TFJob's `ExitCode`,
-    kubeflow/trainer#2045) then still end a crash loop (exit 4).
-    """
-    if has_flag(trainer_args, "max_restarts_without_progress"):
-        return ()
-    return (f"--max_restarts_without_progress={DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS}",)
-
-
 _NFS = re.compile(
     r"^([A-Za-z0-9.-]{1,253}|\[[0-9a-fA-F:]+\]):(/[^:\s]{0,1000}):([A-Za-z0-9_.-]{1,100})$"
 )
@@ -267,19 +250,6 @@ def parse_reserved_ip_ranges(value) -> tuple[str, ...]:
         )
         names.append(name)
     return tuple(names)
-
-
-def flag_value(args: Sequence[str], name: str) -> str | None:
-    """The value the last `--name=VALUE` (or `--name VALUE`) in `args` gives, else None."""
-    found = None
-    for index, arg in enumerate(args):
-        match = re.match(rf"^--?{name}(=(.*))?$", arg)
-        if match:
-            if match.group(1) is not None:
-                found = match.group(2)
-            elif index + 1 < len(args):
-                found = args[index + 1]
-    return found
 
 
 def trainer_args(value: Any) -> tuple[str, ...]:

@@ -15,16 +15,16 @@ from typing import Any, Mapping
 
 from tfdist.distribute.choice import STRATEGIES
 from tfdist.errors import UsageError
+from trainer.vertex import network
 from trainer.vertex.checks import quoted
 from trainer.vertex.option_values import parse_env
 
 DEFAULT_MACHINE_TYPE = "n2-standard-4"
 # The documented Reduction Server image (also published under europe-docker and
-# asia-docker) and the machine type Vertex AI recommends for reducers.
-DEFAULT_REDUCTION_SERVER_IMAGE = (
-    "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
-)
-DEFAULT_REDUCTION_SERVER_MACHINE_TYPE = "n1-highcpu-16"
+# asia-docker) and the machine type Vertex AI recommends for reducers: dated data
+# in trainer/vertex/tables/network.json.
+DEFAULT_REDUCTION_SERVER_IMAGE = network.REDUCTION_SERVER_IMAGE
+DEFAULT_REDUCTION_SERVER_MACHINE_TYPE = network.REDUCTION_SERVER_MACHINE_TYPE
 DEFAULT_BOOT_DISK_TYPE = ""  # per machine family: trainer.vertex.machines.default_disk_type
 DEFAULT_BOOT_DISK_SIZE_GB = 100
 SCHEDULING_STRATEGIES = ("standard", "spot", "flex_start")

@@ -3,7 +3,7 @@
 `google.cloud.aiplatform.constants.base.SUPPORTED_REGIONS` is the list the SDK
 itself checks `location` against. Importing the SDK takes seconds, so the list
 is read from that module's source (a literal `frozenset({...})`) without
-importing it; `tests/multiprocess/test_vertex_validation.py` keeps the reading in step with
+importing it; `tests/unit/test_vertex_validation.py` keeps the reading in step with
 the imported value. Without the client library only the shape of the name is
 checked (a real submission needs the library anyway).
 """

@@ -8,9 +8,11 @@ Prediction's prebuilt TensorFlow containers serve.
 
 import shlex
 
-# The newest TensorFlow prediction image Vertex AI lists (2026-12-01; end of
-# availability 2027-01-14; trainer.vertex.images.PREDICTION_IMAGES).
-DEFAULT_SERVING_IMAGE = "us-docker.pkg.dev/vertex-ai/prediction/tf2-cpu.2-15:latest"
+from trainer.vertex import images
+
+# The newest TensorFlow prediction image Vertex AI lists (dated data:
+# trainer/vertex/tables/images.json, `default_prediction_image`).
+DEFAULT_SERVING_IMAGE = images.DEFAULT_PREDICTION_IMAGE
 DEFAULT_SERVING_MACHINE = "n1-standard-4"
 
 

@@ -19,6 +19,7 @@ import re
 from typing import Any, Mapping
 
 from tfdist.distribute import cluster
+from trainer import submission
 from trainer.vertex import images, machines, option_values, validation
 from trainer.vertex.checks import require
 from trainer.vertex.options import (
@@ -183,14 +184,14 @@ class JobSpec:
     def task_args(self) -> tuple[str, ...]:
         """The arguments every replica of our trainer gets."""
         extra = ()
-        if self.strategy == "tpu" and not option_values.has_flag(self.trainer_args, "tpu"):
+        if self.strategy == "tpu" and not submission.has_flag(self.trainer_args, "tpu"):
             extra = ("--tpu=local",)  # a Vertex TPU job runs on a TPU VM
         if (
             self.reduction_servers
-            and option_values.flag_value(self.trainer_args, "all_reduce") is None
+            and submission.flag_value(self.trainer_args, "all_reduce") is None
         ):
             extra += ("--all_reduce=nccl",)  # reducers serve NCCL only (validation refuses ring)
-        extra += option_values.crash_loop_guard_args(self.trainer_args)
+        extra += submission.crash_loop_guard_args(self.trainer_args)
         return (f"--strategy={self.strategy}",) + extra + tuple(self.trainer_args)
 
     @property

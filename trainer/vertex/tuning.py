@@ -1,6 +1,6 @@
 """Hyperparameter tuning: its options, its model, and the HyperparameterTuningJob JSON.
 
-    python -m trainer.submit --job_config=... --hparam_tuning=configs/tuning/lr_batch.json
+    python -m trainer.submit --job_config=... --hparam_tuning=configs/tuning/learning_rate_optimizer.json
     python -m trainer.submit ... --hparam_metric=val_accuracy --hparam_goal=maximize \\
         --hparam=learning_rate=double:1e-4:1e-1:log --hparam=optimizer=categorical:sgd,adam \\
         --max_trial_count=20 --parallel_trial_count=4
@@ -39,7 +39,7 @@ import re
 from typing import Any, Mapping, Sequence
 
 from tfdist.errors import UsageError
-from trainer import task_flags
+from trainer import submission, task_flags
 from trainer.vertex import option_values, rendering
 from trainer.vertex.checks import quoted, require
 from trainer.vertex.options import Option
@@ -473,7 +473,7 @@ def _spec_error(name: str, spec: Any):
 
 def trial_args(spec: JobSpec, tuning: TuningSpec) -> tuple[str, ...]:
     """The job's trainer arguments plus `--hparam_metric` (unless already given)."""
-    if option_values.has_flag(spec.trainer_args, "hparam_metric"):
+    if submission.has_flag(spec.trainer_args, "hparam_metric"):
         return spec.trainer_args
     return spec.trainer_args + (f"--hparam_metric={tuning.metric}",)
 

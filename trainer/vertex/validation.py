@@ -9,6 +9,7 @@ ranges) and our trainer's (which pools each strategy needs).
 import re
 
 from tfdist.distribute.choice import STRATEGIES
+from trainer import submission
 from trainer.vertex import images, machines, network, option_values
 from trainer.vertex.checks import quoted, require
 from trainer.vertex.options import SCHEDULING_STRATEGIES
@@ -245,7 +246,7 @@ def _check_strategy(spec) -> None:
         f"every checkpoint the chief writes",
     )
     require(
-        not option_values.has_flag(spec.trainer_args, "strategy"),
+        not submission.has_flag(spec.trainer_args, "strategy"),
         "--strategy appears after --, expected it before -- as a trainer.submit flag, "
         "which passes it to every replica",
     )
@@ -253,7 +254,7 @@ def _check_strategy(spec) -> None:
 
 def _check_reduction_server_all_reduce(spec) -> None:
     """Reducers serve NCCL all-reduce only."""
-    all_reduce = option_values.flag_value(spec.trainer_args, "all_reduce")
+    all_reduce = submission.flag_value(spec.trainer_args, "all_reduce")
     require(
         all_reduce in (None, "nccl"),
         f"--all_reduce={all_reduce} after -- with --reduction_servers="

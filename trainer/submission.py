@@ -1,15 +1,23 @@
-"""Reading the JSON files the submitter takes (`--job_config`, `--hparam_tuning`).
+"""What every job writer shares: `python -m trainer.submit` (Vertex AI) and
+`python -m trainer.kubernetes` (TFJob, JobSet, TrainJob) own this module together;
+neither imports the other.
 
-Every read is capped (`MAX_CONFIG_BYTES`): a config file is a few hundred
-bytes, and a mistaken path to a large file must not be read into memory.
+- `read_json_object`: their JSON files (`--job_config`, `--hparam_tuning`,
+  `--check`). Every read is capped (`MAX_CONFIG_BYTES`): a config file is a few
+  hundred bytes, and a mistaken path to a large file must not be read into memory.
+- `has_flag`, `flag_value`, `crash_loop_guard_args`: the trainer flags (after
+  `--`) a job spec carries, and the crash-loop guard every spec writes.
+
+Configuration only: nothing here imports TensorFlow.
 """
 
 import os
-from typing import Iterable
+import re
+from typing import Iterable, Sequence
 
 from tfdist._internal.json_input import load_json
-from tfdist.errors import UsageError
-from trainer.vertex.checks import quoted, require
+from tfdist._internal.preconditions import quoted, require
+from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS, UsageError
 
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -74,3 +82,33 @@ def read_json_object(path: str, *, flag: str, keys: Iterable[str], example: str)
         f"{', '.join(allowed)}",
     )
     return raw
+
+
+def has_flag(args: Sequence[str], name: str) -> bool:
+    """Whether `args` set the flag `--name` (or `-name`)."""
+    return any(re.match(rf"^--?{name}(=|$)", arg) for arg in args)
+
+
+def flag_value(args: Sequence[str], name: str) -> str | None:
+    """The value the last `--name=VALUE` (or `--name VALUE`) in `args` gives, else None."""
+    found = None
+    for index, arg in enumerate(args):
+        match = re.match(rf"^--?{name}(=(.*))?$", arg)
+        if match:
+            if match.group(1) is not None:
+                found = match.group(2)
+            elif index + 1 < len(args):
+                found = args[index + 1]
+    return found
+
+
+def crash_loop_guard_args(trainer_args: Sequence[str]) -> tuple[str, ...]:
+    """`--max_restarts_without_progress=3` unless `trainer_args` set it.
+
+    Every job spec the submitters write carries the trainer's crash-loop guard
+    explicitly: restart policies that do not count restarts (TFJob's `ExitCode`,
+    kubeflow/trainer#2045) then still end a crash loop (exit 4).
+    """
+    if has_flag(trainer_args, "max_restarts_without_progress"):
+        return ()
+    return (f"--max_restarts_without_progress={DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS}",)
