@@ -46,14 +46,6 @@ def _position_checkpoint(model: keras.Model) -> tf.train.Checkpoint:
     return tf.train.Checkpoint(model_variables=list(model.variables))
 
 
-def __getattr__(name: str):
-    if name == "CheckpointExporter":  # moved to tfdist.callbacks with the other callbacks
-        from tfdist.callbacks.checkpoint_exporter import CheckpointExporter  # pylint: disable=g-import-not-at-top
-
-        return CheckpointExporter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def checkpoint_step(path: str) -> int:
     """The training step a `.../ckpt-<step>` checkpoint was taken at."""
     match = _STEP.search(path)

@@ -126,11 +126,3 @@ class MetricReporter:
             "".join(json.dumps(item, sort_keys=True) + "\n" for item in self._entries),
         )
         return entry
-
-
-def __getattr__(name: str):
-    if name == "HypertuneCallback":  # moved to tfdist.callbacks with the other callbacks
-        from tfdist.callbacks.hypertune import HypertuneCallback  # pylint: disable=g-import-not-at-top
-
-        return HypertuneCallback
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

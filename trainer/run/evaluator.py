@@ -1,7 +1,7 @@
 """The evaluator task (Vertex worker pool 3) under any strategy.
 
 The chief exports a checkpoint per epoch to `<model_dir>/checkpoints`
-(`tfdist.outputs.evaluation.CheckpointExporter`); the evaluator builds the task's
+(`tfdist.callbacks.CheckpointExporter`); the evaluator builds the task's
 model and metrics, evaluates each checkpoint on the task's evaluation split,
 appends its metrics to `<model_dir>/eval/metrics.jsonl` (and TensorBoard
 events there), and exits once the chief marks training done. It exits 201 on
