@@ -59,17 +59,13 @@ from typing import Mapping
 import tensorflow as tf
 
 from tfdist._internal.files import write_json_atomically
-from tfdist.errors import UsageError
+from tfdist.errors import BackupInUseError
 
 LEASE_NAME = "LEASE.json"
 DEFAULT_LEASE_SECONDS = 30.0
 _RENEWALS_PER_LEASE = 6
 
 _log = logging.getLogger(__name__)
-
-
-class BackupInUseError(UsageError):
-    """Another live job holds the backup directory's lease (exit 2; nothing was touched)."""
 
 
 def digest(value) -> str:

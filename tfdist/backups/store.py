@@ -50,7 +50,7 @@ import tensorflow as tf
 from tfdist._internal.files import write_atomically
 from tfdist._internal.preconditions import check_whole_number
 from tfdist._internal.storage import check_writable, storage_error, storage_faults
-from tfdist.errors import UsageError
+from tfdist.errors import CorruptBackupError, UsageError
 
 FORMAT = "tfdist-backup/1"
 CHECKPOINT_NAME = "ckpt"
@@ -70,10 +70,6 @@ FUSE_MOUNT_PREFIXES: tuple[str, ...] = ("/gcs/",)
 _CORRUPT_DATA_ERRORS = (tf.errors.DataLossError,)
 
 _log = logging.getLogger(__name__)
-
-
-class CorruptBackupError(Exception):
-    """A backup directory is torn, truncated, uncommitted or altered."""
 
 
 @dataclasses.dataclass(frozen=True)
