@@ -107,7 +107,7 @@ def worker_batches(
     if batching is not None:
         from tfdist.data import batching as batching_lib  # pylint: disable=g-import-not-at-top
 
-        rounds = batching_lib.training_batches(
+        rounds = batching_lib.padded_training_batches(
             split.value,
             batching,
             global_batch_size=round_size,
