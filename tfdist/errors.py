@@ -6,6 +6,21 @@ and the `SystemExit`s that carry an exit code (`tfdist.preemption.Preempted`,
 `tfdist.resumable.StorageFault`, `tfdist.resumable.PeerLost`) are exits, not errors.
 """
 
+__all__ = [
+    "UsageError",
+    "ClusterConfigError",
+    "TaskError",
+    "BackupInUseError",
+    "CorruptBackupError",
+    "BackupMismatchError",
+    "NonFiniteError",
+    "StorageError",
+    "PeerLostError",
+    "StoppedWithoutStateError",
+    "DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS",
+    "CrashLoopError",
+]
+
 
 class UsageError(ValueError):
     """Bad input from the user: flags, config files or cluster variables.

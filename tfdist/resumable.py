@@ -55,6 +55,15 @@ from tfdist.distribute.cluster import resolve_cluster
 from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS, StorageError, UsageError
 from tfdist.preemption import PreemptionOptions
 
+__all__ = [
+    "StorageFault",
+    "PeerLost",
+    "fit",
+    "set_strategy_from_environment",
+    "strategy_from_environment",
+    "write_path",
+]
+
 _log = logging.getLogger(__name__)
 
 

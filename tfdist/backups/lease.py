@@ -61,6 +61,16 @@ import tensorflow as tf
 from tfdist._internal.files import write_json_atomically
 from tfdist.errors import BackupInUseError
 
+__all__ = [
+    "LEASE_NAME",
+    "DEFAULT_LEASE_SECONDS",
+    "digest",
+    "job_identity",
+    "process_start",
+    "Holder",
+    "BackupLease",
+]
+
 LEASE_NAME = "LEASE.json"
 DEFAULT_LEASE_SECONDS = 30.0
 _RENEWALS_PER_LEASE = 6

@@ -52,6 +52,19 @@ from tfdist._internal.preconditions import check_whole_number
 from tfdist._internal.storage import check_writable, storage_error, storage_faults
 from tfdist.errors import CorruptBackupError, UsageError
 
+__all__ = [
+    "FORMAT",
+    "CHECKPOINT_NAME",
+    "METADATA_NAME",
+    "MARKER_NAME",
+    "COMPLETED_NAME",
+    "QUARANTINE_PREFIX",
+    "FUSE_MOUNT_PREFIXES",
+    "BackupInfo",
+    "has_atomic_rename",
+    "BackupStore",
+]
+
 FORMAT = "tfdist-backup/1"
 CHECKPOINT_NAME = "ckpt"
 METADATA_NAME = "metadata.json"

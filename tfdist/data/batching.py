@@ -26,6 +26,23 @@ import tensorflow as tf
 from tfdist import data as data_lib
 from tfdist.errors import UsageError
 
+__all__ = [
+    "PadToLongest",
+    "PadToShape",
+    "BucketByLength",
+    "Batching",
+    "BATCHINGS",
+    "declared_batching",
+    "check_declared",
+    "undeclared_message",
+    "variable_components",
+    "densify",
+    "batch_function",
+    "padded_training_batches",
+    "padded_evaluation_batches",
+    "bucketed_training_batches",
+]
+
 
 @dataclasses.dataclass(frozen=True)
 class PadToLongest:

@@ -24,6 +24,17 @@ from tfdist.distribute.cluster import (
 )
 from tfdist.errors import UsageError
 
+__all__ = [
+    "StrategyOptions",
+    "make_strategy",
+    "strategy_from_environment",
+    "set_strategy_from_environment",
+    "resolve_strategy_name",
+    "expected_num_replicas",
+    "split_cpu",
+    "cluster_resolver",
+]
+
 
 @dataclasses.dataclass(frozen=True)
 class StrategyOptions:

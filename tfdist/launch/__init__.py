@@ -8,3 +8,5 @@
 
 None of them imports TensorFlow (the preload server does, in its own process). See docs/local_cluster.md.
 """
+
+__all__ = []

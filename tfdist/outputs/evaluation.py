@@ -34,6 +34,16 @@ import tensorflow as tf
 
 from tfdist.errors import UsageError
 
+__all__ = [
+    "DONE_MARKER",
+    "METRICS_FILE",
+    "CHECKPOINT_NAME",
+    "checkpoint_step",
+    "read_done_marker",
+    "list_checkpoints",
+    "SidecarEvaluator",
+]
+
 DONE_MARKER = "training_done.json"
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_NAME = "ckpt"
