@@ -52,6 +52,7 @@ from tfdist.distribute import worker_files
 from tfdist.distribute.cluster import resolve_cluster
 
 # Re-exported: line 2 of the upgrade (`tfdist.resumable.strategy_from_environment()`).
+from tfdist.distribute.strategy import set_strategy_from_environment, strategy_from_environment
 from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS, StorageError, UsageError
 from tfdist.preemption import PreemptionOptions
 

@@ -105,8 +105,8 @@ def test_every_declared_name_exists_in_its_module():
         f"{name}.{item}"
         for name, path in public_modules().items()
         for item in declared_names(path) or []
-        if not item.startswith("*") and item not in bound_names(path)
-    ]
+        if name != "tfdist" and item not in bound_names(path)
+    ]  # tfdist's own names are loaded on first use: the next tests import them
     assert not unbound, f"declared in __all__ but not defined or imported: {unbound}"
 
 
