@@ -49,6 +49,39 @@ from tfdist.errors import (
     UsageError,
 )
 
+__all__ = [
+    "EXIT_OK",
+    "EXIT_SERVICE_FAILURE",
+    "EXIT_USAGE",
+    "EXIT_NON_FINITE",
+    "EXIT_CRASH_LOOP",
+    "EXIT_TIMEOUT",
+    "EXIT_PREEMPTED",
+    "EXIT_GRACE_EXPIRED",
+    "EXIT_PEER_LOST",
+    "EXIT_STORAGE",
+    "EXIT_STOPPED_WITHOUT_STATE",
+    "RETRYABLE_EXIT_CODES",
+    "HELP_FLAGS",
+    "shortened",
+    "exit_with_error",
+    "exit_from_thread",
+    "exit_usage_error",
+    "JOB_VARIABLES",
+    "is_interactive",
+    "usage_errors_exit",
+    "usage_errors_exit_in_jobs",
+    "parse_flags_or_exit",
+    "split_command",
+    "ErrorExit",
+    "describe_lost_peer",
+    "describe_storage_fault",
+    "STANDARD_EXITS",
+    "run",
+    "FlagSpec",
+    "define_flags",
+]
+
 EXIT_OK = 0
 EXIT_SERVICE_FAILURE = 1
 EXIT_USAGE = 2

@@ -1,4 +1,25 @@
-"""Exceptions that separate a user's mistake from a crash."""
+"""Exceptions that separate a user's mistake from a crash: every exception type tfdist raises.
+
+Two live elsewhere because they subclass what they must: `tfdist.parameter_server.training.
+ParameterServerLostError` is a `tf.errors.UnavailableError` (this module loads no TensorFlow),
+and the `SystemExit`s that carry an exit code (`tfdist.preemption.Preempted`,
+`tfdist.resumable.StorageFault`, `tfdist.resumable.PeerLost`) are exits, not errors.
+"""
+
+__all__ = [
+    "UsageError",
+    "ClusterConfigError",
+    "TaskError",
+    "BackupInUseError",
+    "CorruptBackupError",
+    "BackupMismatchError",
+    "NonFiniteError",
+    "StorageError",
+    "PeerLostError",
+    "StoppedWithoutStateError",
+    "DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS",
+    "CrashLoopError",
+]
 
 
 class UsageError(ValueError):
@@ -14,6 +35,18 @@ class UsageError(ValueError):
 
 class ClusterConfigError(UsageError):
     """`TF_CONFIG` or `CLUSTER_SPEC` describes a cluster that cannot run."""
+
+
+class TaskError(UsageError):
+    """The task cannot be loaded or breaks the contract; exit code 2."""
+
+
+class BackupInUseError(UsageError):
+    """Another live job holds the backup directory's lease (exit 2; nothing was touched)."""
+
+
+class CorruptBackupError(Exception):
+    """A backup directory is torn, truncated, uncommitted or altered."""
 
 
 class BackupMismatchError(UsageError):

@@ -14,6 +14,15 @@ from typing import Mapping
 
 from tfdist.errors import UsageError
 
+__all__ = [
+    "OPTIMIZERS",
+    "SCALING_RULES",
+    "DECAYS",
+    "Interval",
+    "ARGUMENT_RANGES",
+    "check_arguments",
+]
+
 OPTIMIZERS = ("sgd", "adam", "lars", "lamb")
 SCALING_RULES = ("none", "linear", "sqrt")
 DECAYS = ("constant", "cosine", "polynomial", "step")

@@ -48,11 +48,22 @@ from tfdist._internal import peer_noise
 from tfdist._internal.peers import PEER_FAILURES
 from tfdist.callbacks import BackupAndRestore
 from tfdist.data import arrays as fit_arrays
-from tfdist.distribute import strategy as strategy_lib
 from tfdist.distribute import worker_files
-from tfdist.distribute.cluster import resolve_cluster, resolve_cluster_for_strategy
+from tfdist.distribute.cluster import resolve_cluster
+
+# Re-exported: line 2 of the upgrade (`tfdist.resumable.strategy_from_environment()`).
+from tfdist.distribute.strategy import set_strategy_from_environment, strategy_from_environment
 from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS, StorageError, UsageError
 from tfdist.preemption import PreemptionOptions
+
+__all__ = [
+    "StorageFault",
+    "PeerLost",
+    "fit",
+    "set_strategy_from_environment",
+    "strategy_from_environment",
+    "write_path",
+]
 
 _log = logging.getLogger(__name__)
 
@@ -81,50 +92,6 @@ class PeerLost(SystemExit):
 
     def __init__(self):
         super().__init__(cli.EXIT_PEER_LOST)
-
-
-@cli.usage_errors_exit_in_jobs
-def strategy_from_environment(
-    name: str = "auto", *, options: strategy_lib.StrategyOptions | None = None
-):
-    """The strategy for the cluster `TF_CONFIG` or `CLUSTER_SPEC` describes.
-
-    Call it before any other TensorFlow operation (a multi-worker strategy
-    must be configured at program start).
-
-    Args:
-        name: A strategy name (`tfdist.distribute.choice.STRATEGIES`); `auto`
-            chooses from the cluster and the machine, and logs why.
-        options: Implementation choices.
-    """
-    options = options or strategy_lib.StrategyOptions()
-    cluster = resolve_cluster_for_strategy(os.environ, name)
-    return strategy_lib.make_strategy(name, cluster, options)
-
-
-@cli.usage_errors_exit_in_jobs
-def set_strategy_from_environment(
-    name: str = "auto", *, options: strategy_lib.StrategyOptions | None = None
-):
-    """`strategy_from_environment()`, made the strategy of the rest of the program.
-
-    The upgrade of a script that has no strategy, without re-indenting it:
-    every model, optimizer and variable built after this call is built in the
-    strategy's scope, as if the rest of the script were inside `with
-    strategy.scope():` (`tf.distribute.experimental_set_strategy`). Call it
-    at the top of the script, before any other TensorFlow operation.
-
-        import tfdist.resumable
-        tfdist.resumable.set_strategy_from_environment()
-        model = keras.Sequential([...]); model.compile(...)  # unchanged
-        tfdist.resumable.fit(model, x, y, batch_size=64, epochs=5, backup_dir=DIR)
-
-    Returns:
-        The strategy.
-    """
-    strategy = strategy_from_environment(name, options=options)
-    tf.distribute.experimental_set_strategy(strategy)
-    return strategy
 
 
 def write_path(path: str) -> str:

@@ -21,7 +21,7 @@ def test_upstream_still_logs_before_initializing_absl_whatever_the_level():
 def test_the_quiet_import_keeps_other_stderr_output():
     code = (
         "import builtins, sys\n"
-        "from tfdist import startup_logs\n"
+        "from tfdist._internal import startup_logs\n"
         "real_import = builtins.__import__\n"
         "def noisy_import(name, *args, **kwargs):\n"
         "    if name == 'tensorflow':\n"

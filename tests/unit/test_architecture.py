@@ -1,25 +1,19 @@
-"""The import rules of docs/architecture.md, and the old module paths kept importable.
+"""The import rules of docs/architecture.md.
 
 - `tfdist` never imports `trainer` (every import statement of every module, lazy ones too);
 - a tfdist package imports only the packages its row of the layer table allows;
-- the configuration modules never import TensorFlow (imported in a fresh interpreter);
-- every path in `tfdist._moved.MOVED` is the very module object of its new path, with a
-  DeprecationWarning naming the new path; Keras-registered names did not move.
-
-(regroup: keep old paths - the rewrite of issue 22 skips this file.)
+- no two tfdist modules import each other, directly or through others (imports inside
+  functions count);
+- the configuration modules never import TensorFlow (tests/multiprocess/test_architecture.py,
+  in a fresh interpreter);
+- Keras-registered names (`tfdist>LARS`, ...) do not depend on module paths.
 """
 
 import ast
-import importlib
 import pathlib
-import sys
-import warnings
 import zipfile
 
 import numpy as np
-import pytest
-
-from tfdist import _moved
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TFDIST = ROOT / "tfdist"
@@ -72,7 +66,6 @@ ALLOWED = {
         "parameter_server",
         "preemption",
     },
-    "_moved": set(),
 }
 
 
@@ -87,18 +80,8 @@ def _is_module(name: str) -> bool:
 
 
 def _imported_modules(path: pathlib.Path):
-    """(line, module) of every import, lazy ones included, but not module `__getattr__`
-    bodies (they keep moved names importable and load the new module only on request)."""
-    tree = ast.parse(path.read_text())
-    skipped = {
-        id(node)
-        for top in tree.body
-        if isinstance(top, ast.FunctionDef) and top.name == "__getattr__"
-        for node in ast.walk(top)
-    }
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
+    """(line, module) of every import statement of the file, those inside functions included."""
+    for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
@@ -168,53 +151,57 @@ def test_tfdist_packages_import_only_what_the_layer_table_allows():
     assert not found, "\n".join(found)
 
 
-def _forget(old: str) -> None:
-    """Drops the alias (not the module) so the next import goes through the finder again."""
-    for name in [name for name in sys.modules if name == old or name.startswith(old + ".")]:
-        del sys.modules[name]
-    parent, _, leaf = old.rpartition(".")
-    if parent in sys.modules and getattr(sys.modules[parent], leaf, None) is not None:
-        delattr(sys.modules[parent], leaf)
+def _import_graph() -> dict[str, set[str]]:
+    modules = {_module_name(path): path for path in _tfdist_files()}
+    return {
+        name: {module for _, module in _imported_modules(path) if module in modules} - {name}
+        for name, path in modules.items()
+    }
 
 
-@pytest.mark.parametrize("old", sorted(_moved.MOVED))
-def test_an_old_path_is_the_new_module_with_a_warning(old):
-    new = _moved.MOVED[old]
-    module = importlib.import_module(new)
-    _forget(old)
-    with pytest.warns(DeprecationWarning, match=f"{old} moved to {new}"):
-        alias = importlib.import_module(old)
-    assert alias is module
-    assert module.__name__ == new and module.__spec__.name == new
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for successor in sorted(graph[node]):
+            if successor not in index:
+                visit(successor)
+                low[node] = min(low[node], low[successor])
+            elif successor in on_stack:
+                low[node] = min(low[node], index[successor])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
 
 
-def test_old_imports_of_every_form_reach_the_same_objects(monkeypatch):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        import tfdist.checkpointing.store as old_store  # pylint: disable=g-import-not-at-top
-        from tfdist import strategy_choice  # pylint: disable=g-import-not-at-top
-        from tfdist.cluster import Cluster  # pylint: disable=g-import-not-at-top
-    from tfdist.backups import store  # pylint: disable=g-import-not-at-top
-    from tfdist.distribute import choice, cluster  # pylint: disable=g-import-not-at-top
-
-    assert strategy_choice is choice and old_store is store and Cluster is cluster.Cluster
-    monkeypatch.setattr("tfdist.cluster.CHIEF", "patched")
-    assert cluster.CHIEF == "patched"
+def test_no_tfdist_modules_import_each_other():
+    cycles = _cycles(_import_graph())
+    assert not cycles, "import cycles (imports inside functions count):\n" + "\n".join(
+        " <-> ".join(cycle) for cycle in cycles
+    )
 
 
-def test_callbacks_that_moved_are_the_same_classes():
-    from tfdist import callbacks, parameter_server  # pylint: disable=g-import-not-at-top
-    from tfdist.outputs import evaluation, hypertune  # pylint: disable=g-import-not-at-top
-
-    assert evaluation.CheckpointExporter is callbacks.CheckpointExporter
-    assert hypertune.HypertuneCallback is callbacks.HypertuneCallback
-    with pytest.warns(DeprecationWarning, match="tfdist.outputs.evaluation.SidecarEvaluator"):
-        assert parameter_server.SidecarEvaluator is evaluation.SidecarEvaluator
-    with pytest.warns(DeprecationWarning, match="tfdist.callbacks.CheckpointExporter"):
-        assert parameter_server.CheckpointExporter is callbacks.CheckpointExporter
+def test_the_cycle_check_finds_a_cycle():
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
-def test_keras_registered_names_did_not_move(tmp_path):
+def test_keras_registered_names_do_not_depend_on_module_paths(tmp_path):
     import keras  # pylint: disable=g-import-not-at-top
 
     from tfdist.optimizers import LAMB, LARS  # pylint: disable=g-import-not-at-top

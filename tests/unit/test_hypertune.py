@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+from tfdist.callbacks import HypertuneCallback
 from tfdist.errors import UsageError
 from tfdist.outputs import hypertune
 
@@ -41,7 +42,7 @@ def test_callback_reports_each_evaluation_in_the_hypertune_format(tmp_path):
     reporter = hypertune.MetricReporter(
         environ={hypertune.METRIC_FILE_ENV: str(metric_file), hypertune.TRIAL_ID_ENV: "7"}
     )
-    callback = hypertune.HypertuneCallback("val_accuracy", is_chief=True, reporter=reporter)
+    callback = HypertuneCallback("val_accuracy", is_chief=True, reporter=reporter)
     history = _fit(callback)
     entries = _lines(metric_file)
     assert [entry["global_step"] for entry in entries] == ["4", "8", "12"]  # 4 steps an epoch
@@ -63,21 +64,21 @@ def test_callback_reports_each_evaluation_in_the_hypertune_format(tmp_path):
 def test_non_chief_writes_nothing(tmp_path):
     metric_file = tmp_path / "output.metrics"
     reporter = hypertune.MetricReporter(metric_file=str(metric_file), environ={})
-    _fit(hypertune.HypertuneCallback("val_accuracy", is_chief=False, reporter=reporter))
+    _fit(HypertuneCallback("val_accuracy", is_chief=False, reporter=reporter))
     assert not metric_file.exists()
 
 
 def test_unknown_metric_is_a_usage_error_naming_the_logged_ones(tmp_path):
     reporter = hypertune.MetricReporter(metric_file=str(tmp_path / "m"), environ={})
     with pytest.raises(UsageError, match="val_acuracy.*expected one of: .*val_accuracy"):
-        _fit(hypertune.HypertuneCallback("val_acuracy", is_chief=True, reporter=reporter), epochs=1)
+        _fit(HypertuneCallback("val_acuracy", is_chief=True, reporter=reporter), epochs=1)
 
 
 def test_a_validation_metric_without_validation_is_a_usage_error(tmp_path):
     reporter = hypertune.MetricReporter(metric_file=str(tmp_path / "m"), environ={})
     with pytest.raises(UsageError, match="never reported"):
         _fit(
-            hypertune.HypertuneCallback("val_accuracy", is_chief=True, reporter=reporter),
+            HypertuneCallback("val_accuracy", is_chief=True, reporter=reporter),
             epochs=1,
             validation=False,
         )

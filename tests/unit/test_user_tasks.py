@@ -36,7 +36,7 @@ def test_padded_and_bucketed_streams_are_deterministic_and_resume_exactly(mode):
     }[mode]
 
     def stream(first_step=0):
-        return batching.training_batches(
+        return batching.padded_training_batches(
             _sequences(),
             declared,
             global_batch_size=8,

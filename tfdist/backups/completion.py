@@ -23,6 +23,14 @@ from typing import Mapping, Sequence
 from tfdist.backups.fingerprint import RunFingerprint, compare
 from tfdist.errors import BackupMismatchError
 
+__all__ = [
+    "FINGERPRINT_KEY",
+    "OUTPUTS_KEY",
+    "Completion",
+    "completion_metadata",
+    "check_completion",
+]
+
 FINGERPRINT_KEY = "fingerprint"
 OUTPUTS_KEY = "outputs"
 

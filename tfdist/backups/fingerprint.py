@@ -19,6 +19,18 @@ import keras
 from tfdist.backups.paths import model_variable_paths, optimizer_class_name, optimizer_variable_keys
 from tfdist.errors import BackupMismatchError, UsageError
 
+__all__ = [
+    "VERSION",
+    "VariableEntry",
+    "check_run_settings",
+    "check_changeable",
+    "RunFingerprint",
+    "fingerprint_of",
+    "variable_order",
+    "compare_tracked",
+    "compare",
+]
+
 _log = logging.getLogger(__name__)
 VERSION = 1
 _NOT_SET = "(not set)"

@@ -5,6 +5,8 @@ from typing import Sequence
 import keras
 import tensorflow as tf
 
+__all__ = ["FiniteCheck"]
+
 
 class FiniteCheck:
     """Checks many floating-point variables for NaN/Inf in one graph call.

@@ -59,17 +59,23 @@ from typing import Mapping
 import tensorflow as tf
 
 from tfdist._internal.files import write_json_atomically
-from tfdist.errors import UsageError
+from tfdist.errors import BackupInUseError
+
+__all__ = [
+    "LEASE_NAME",
+    "DEFAULT_LEASE_SECONDS",
+    "digest",
+    "job_identity",
+    "process_start",
+    "Holder",
+    "BackupLease",
+]
 
 LEASE_NAME = "LEASE.json"
 DEFAULT_LEASE_SECONDS = 30.0
 _RENEWALS_PER_LEASE = 6
 
 _log = logging.getLogger(__name__)
-
-
-class BackupInUseError(UsageError):
-    """Another live job holds the backup directory's lease (exit 2; nothing was touched)."""
 
 
 def digest(value) -> str:

@@ -31,6 +31,14 @@ import re
 
 import keras
 
+__all__ = [
+    "attribute_items",
+    "walk_layers",
+    "model_variable_paths",
+    "optimizer_variable_keys",
+    "optimizer_class_name",
+]
+
 # Names Keras gives unnamed variables from a per-process counter.
 _AUTO_VARIABLE_NAME = re.compile(r"^variable(_\d+)?$")
 

@@ -29,6 +29,8 @@ from tfdist._internal.files import write_json_atomically
 from tfdist._internal.preconditions import check_whole_number
 from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS, CrashLoopError
 
+__all__ = ["STARTS_NAME", "DEFAULT_MAX_RESTARTS", "check_max_restarts", "RestartCount"]
+
 STARTS_NAME = "STARTS.json"
 DEFAULT_MAX_RESTARTS = DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS
 

@@ -48,6 +48,8 @@ from tfdist.backups.tracked import (
 )
 from tfdist.errors import BackupMismatchError, NonFiniteError, UsageError
 
+__all__ = ["FitSegment", "ResumePoint", "TrainingBackup"]
+
 _log = logging.getLogger(__name__)
 
 

@@ -50,7 +50,20 @@ import tensorflow as tf
 from tfdist._internal.files import write_atomically
 from tfdist._internal.preconditions import check_whole_number
 from tfdist._internal.storage import check_writable, storage_error, storage_faults
-from tfdist.errors import UsageError
+from tfdist.errors import CorruptBackupError, UsageError
+
+__all__ = [
+    "FORMAT",
+    "CHECKPOINT_NAME",
+    "METADATA_NAME",
+    "MARKER_NAME",
+    "COMPLETED_NAME",
+    "QUARANTINE_PREFIX",
+    "FUSE_MOUNT_PREFIXES",
+    "BackupInfo",
+    "has_atomic_rename",
+    "BackupStore",
+]
 
 FORMAT = "tfdist-backup/1"
 CHECKPOINT_NAME = "ckpt"
@@ -70,10 +83,6 @@ FUSE_MOUNT_PREFIXES: tuple[str, ...] = ("/gcs/",)
 _CORRUPT_DATA_ERRORS = (tf.errors.DataLossError,)
 
 _log = logging.getLogger(__name__)
-
-
-class CorruptBackupError(Exception):
-    """A backup directory is torn, truncated, uncommitted or altered."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -10,6 +10,8 @@ cost nothing.
 
 import tensorflow as tf
 
+__all__ = ["WorkerSync"]
+
 
 class WorkerSync:
     """Gathers one integer from each worker of a synchronous job.

@@ -36,6 +36,15 @@ from tfdist.backups.paths import (
 )
 from tfdist.errors import UsageError
 
+__all__ = [
+    "Entry",
+    "TrackedState",
+    "tracked_state",
+    "entries_of",
+    "build_saved_optimizers",
+    "ensure_built",
+]
+
 # (key, shape, dtype), as `fingerprint.VariableEntry`.
 Entry = tuple[str, list[int], str]
 

@@ -59,6 +59,8 @@ from tfdist.errors import NonFiniteError, StorageError, UsageError
 from tfdist.preemption import PreemptionOptions, PreemptionWatcher
 from tfdist.preemption.agreement import exit_together
 
+__all__ = ["check_save_freq", "BackupAndRestore"]
+
 _log = logging.getLogger(__name__)
 
 

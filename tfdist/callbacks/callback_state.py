@@ -26,6 +26,8 @@ import tensorflow as tf
 
 from tfdist.errors import UsageError
 
+__all__ = ["ARRAYS_FILE", "CallbackStates", "arrays_to_bytes", "arrays_from_file"]
+
 _log = logging.getLogger(__name__)
 ARRAYS_FILE = "callbacks.npz"
 _ARRAY_KEY = "__tfdist_array__"

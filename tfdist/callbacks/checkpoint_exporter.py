@@ -16,6 +16,8 @@ from tfdist.outputs.evaluation import (
     checkpoint_step,
 )
 
+__all__ = ["CheckpointExporter"]
+
 _log = logging.getLogger(__name__)
 
 

@@ -7,6 +7,8 @@ import keras
 from tfdist.errors import UsageError
 from tfdist.outputs.hypertune import MetricReporter
 
+__all__ = ["HypertuneCallback"]
+
 
 class HypertuneCallback(keras.callbacks.Callback):
     """Reports `metric` from the epoch logs to Vertex AI tuning, on the chief.

@@ -15,6 +15,8 @@ from tfdist.backups.finite import FiniteCheck
 from tfdist.backups.paths import model_variable_paths
 from tfdist.errors import NonFiniteError
 
+__all__ = ["check_loss", "NonFiniteGuard"]
+
 
 def check_loss(logs, *, where: str, after: str = "") -> None:
     """Raises `NonFiniteError` if `logs["loss"]` is NaN or infinite.

@@ -2,6 +2,8 @@
 
 import keras
 
+__all__ = ["EpochTensorBoard"]
+
 
 class EpochTensorBoard(keras.callbacks.TensorBoard):
     """Keras's `TensorBoard` without per-batch scalar calls at `update_freq="epoch"`.

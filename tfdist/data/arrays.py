@@ -23,6 +23,19 @@ import tensorflow as tf
 from tfdist.data.streaming import with_shard_policy
 from tfdist.errors import UsageError
 
+__all__ = [
+    "DEFAULT_BATCH_SIZE",
+    "is_arrays",
+    "refuse_unsupported",
+    "as_numpy",
+    "FitArrays",
+    "examples_of",
+    "split_for_validation",
+    "FitInputs",
+    "fit_inputs",
+    "default_seed",
+]
+
 DEFAULT_BATCH_SIZE = 32  # keras.Model.fit's default with arrays
 # What a generator or Python sequence becomes to be resumable at a step.
 _RESUMABLE_FORMS = (

@@ -26,6 +26,23 @@ import tensorflow as tf
 from tfdist import data as data_lib
 from tfdist.errors import UsageError
 
+__all__ = [
+    "PadToLongest",
+    "PadToShape",
+    "BucketByLength",
+    "Batching",
+    "BATCHINGS",
+    "declared_batching",
+    "check_declared",
+    "undeclared_message",
+    "variable_components",
+    "densify",
+    "batch_function",
+    "padded_training_batches",
+    "padded_evaluation_batches",
+    "bucketed_training_batches",
+]
+
 
 @dataclasses.dataclass(frozen=True)
 class PadToLongest:
@@ -267,7 +284,7 @@ def _length_function(element_spec, batching: BucketByLength):
     return lambda *parts: tf.shape(parts[0])[0]
 
 
-def training_batches(
+def padded_training_batches(
     examples: tf.data.Dataset,
     batching: Batching,
     *,
@@ -312,7 +329,7 @@ def training_batches(
     return data_lib.with_shard_policy(stream.prefetch(tf.data.AUTOTUNE))
 
 
-def evaluation_batches(
+def padded_evaluation_batches(
     examples: tf.data.Dataset, batching: Batching, *, global_batch_size: int
 ) -> tf.data.Dataset:
     """One pass over evaluation examples in padded global batches (the last may be partial)."""

@@ -16,6 +16,8 @@ import tensorflow as tf
 from tfdist._internal.files import write_json_atomically
 from tfdist.data.inputs import FILES, TaskInput
 
+__all__ = ["COUNT_FILE", "data_key", "count_once"]
+
 COUNT_FILE = "input_count.json"
 _log = logging.getLogger(__name__)
 

@@ -27,6 +27,16 @@ from tfdist.data.shards import Shard, check_global_batch
 from tfdist.data.sources import FileSource
 from tfdist.data.streaming import _seeded_shuffle
 
+__all__ = [
+    "FilePlan",
+    "plan",
+    "describe",
+    "records",
+    "replica_batches",
+    "examples",
+    "count_records",
+]
+
 _log = logging.getLogger(__name__)
 
 # Records read to estimate a record's size, which sizes the shuffle window.

@@ -17,6 +17,8 @@ from tfdist.data import random_access, streaming
 from tfdist.data.shards import Shard
 from tfdist.data.sources import RANDOM_ACCESS, ArraySource, FileSource, is_source
 
+__all__ = ["TaskInput"]
+
 _log = logging.getLogger(__name__)
 
 DATASET, RANDOM, FILES = "dataset", "random_access", "files"

@@ -16,6 +16,8 @@ from tfdist.data.shards import Shard, batches_per_pass, check_global_batch
 from tfdist.data.sources import ArraySource, RandomAccessSource
 from tfdist.errors import UsageError
 
+__all__ = ["replica_batches", "examples", "first_examples", "in_memory_examples"]
+
 # Indices per Python read when a whole pass is read in order (evaluation, samples).
 _SEQUENTIAL_READ = 256
 

@@ -4,6 +4,8 @@ import dataclasses
 
 from tfdist.errors import UsageError
 
+__all__ = ["check_global_batch", "batches_per_pass", "Shard"]
+
 
 def check_global_batch(global_batch_size: int, num_replicas: int) -> int:
     """The batch each replica computes on.

@@ -34,6 +34,18 @@ from typing import Any, Callable, Sequence
 
 from tfdist.errors import UsageError
 
+__all__ = [
+    "DEFAULT_SHUFFLE_BYTES",
+    "DECODED_SHUFFLE_BYTES",
+    "READERS",
+    "RandomAccessSource",
+    "ArraySource",
+    "FileSource",
+    "Source",
+    "RANDOM_ACCESS",
+    "is_source",
+]
+
 # The default byte budget of a file source's shuffle window of encoded records (measured:
 # 64 MiB let peak memory grow 11% from 10k to 1M examples, 32 MiB 5%).
 DEFAULT_SHUFFLE_BYTES = 32 * 2**20

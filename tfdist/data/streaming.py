@@ -15,6 +15,18 @@ from tfdist.data.shards import batches_per_pass, check_global_batch
 from tfdist.data.sources import DECODED_SHUFFLE_BYTES
 from tfdist.errors import UsageError
 
+__all__ = [
+    "per_replica_batch_size",
+    "with_shard_policy",
+    "MAX_SHUFFLE_BUFFER",
+    "MAX_CACHED_BYTES",
+    "count_examples",
+    "training_batches",
+    "shuffle_window",
+    "evaluation_batches",
+    "file_sharded_batches",
+]
+
 per_replica_batch_size = check_global_batch
 
 

@@ -31,6 +31,8 @@ from tfdist.data.shards import Shard
 from tfdist.data.sources import ArraySource
 from tfdist.errors import UsageError
 
+__all__ = ["rounds_per_pass", "worker_batches"]
+
 
 def rounds_per_pass(num_examples: int, global_batch_size: int, num_workers: int) -> int:
     """Rounds (one batch per worker) in one pass over `num_examples` examples.
@@ -107,7 +109,7 @@ def worker_batches(
     if batching is not None:
         from tfdist.data import batching as batching_lib  # pylint: disable=g-import-not-at-top
 
-        rounds = batching_lib.training_batches(
+        rounds = batching_lib.padded_training_batches(
             split.value,
             batching,
             global_batch_size=round_size,

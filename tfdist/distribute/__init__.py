@@ -3,3 +3,5 @@
 `cluster`, `choice` and `flags` parse configuration and do not import TensorFlow;
 `strategy`, `worker_files` and `execution_tuner` do. See docs/architecture.md.
 """
+
+__all__ = []

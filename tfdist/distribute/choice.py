@@ -3,6 +3,8 @@
 from tfdist.distribute.cluster import Cluster
 from tfdist.errors import UsageError
 
+__all__ = ["STRATEGIES", "ALL_REDUCE", "check_strategy_name", "choose_strategy"]
+
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multiworker", "parameter_server", "tpu")
 # Collective implementations (`--all_reduce`, `tfdist.distribute.strategy.StrategyOptions`).
 ALL_REDUCE = ("auto", "ring", "nccl")

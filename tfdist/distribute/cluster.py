@@ -28,6 +28,35 @@ from tfdist._internal.json_input import load_json
 from tfdist._internal.preconditions import check_whole_number, quoted
 from tfdist.errors import ClusterConfigError, UsageError
 
+__all__ = [
+    "CHIEF",
+    "WORKER",
+    "PS",
+    "EVALUATOR",
+    "HAS_EVALUATOR",
+    "ROLES",
+    "TF_CONFIG",
+    "CLUSTER_SPEC",
+    "JOBSET",
+    "JOBSET_NAME",
+    "JOBSET_REPLICATED_JOB",
+    "JOBSET_JOB_INDEX",
+    "JOB_COMPLETION_INDEX",
+    "POOL2_ROLE",
+    "POOL2_PARAMETER_SERVERS",
+    "POOL2_REDUCTION_SERVER",
+    "POOL2_ROLES",
+    "VERTEX_POOLS",
+    "Cluster",
+    "resolve_cluster",
+    "pool2_is_reduction_server",
+    "resolve_cluster_for_strategy",
+    "jobset_hosts",
+    "check_cluster_for_strategy",
+    "has_evaluator",
+    "is_loopback_host",
+]
+
 CHIEF = "chief"
 WORKER = "worker"
 PS = "ps"

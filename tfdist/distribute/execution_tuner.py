@@ -47,6 +47,20 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+__all__ = [
+    "DEFAULT_TARGETS",
+    "MAX_EXECUTION_SECONDS",
+    "TOLERANCE",
+    "MIN_TIMED_STEPS",
+    "MIN_TIMED_EXECUTIONS",
+    "MAX_PROBE_FRACTION",
+    "MIN_PROBE_BUDGET_SECONDS",
+    "TuningResult",
+    "step_granularity",
+    "candidate_values",
+    "tune_steps_per_execution",
+]
+
 # Targets of the search; each is replaced by the largest valid divisor not above it.
 DEFAULT_TARGETS = (1, 4, 16, 64)
 # A preemption notice waits at most about this long for the running execution.

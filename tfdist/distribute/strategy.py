@@ -6,16 +6,34 @@ configured before TensorFlow initializes its devices.
 """
 
 import dataclasses
+import os
 import socket
 
 import tensorflow as tf
 from absl import logging
 
-from tfdist import keras_compat
+from tfdist import cli, keras_compat
 from tfdist._internal import liveness
 from tfdist.distribute.choice import ALL_REDUCE, check_strategy_name, choose_strategy
-from tfdist.distribute.cluster import CHIEF, WORKER, Cluster, check_cluster_for_strategy
+from tfdist.distribute.cluster import (
+    CHIEF,
+    WORKER,
+    Cluster,
+    check_cluster_for_strategy,
+    resolve_cluster_for_strategy,
+)
 from tfdist.errors import UsageError
+
+__all__ = [
+    "StrategyOptions",
+    "make_strategy",
+    "strategy_from_environment",
+    "set_strategy_from_environment",
+    "resolve_strategy_name",
+    "expected_num_replicas",
+    "split_cpu",
+    "cluster_resolver",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -85,6 +103,46 @@ def make_strategy(
         strategy.num_replicas_in_sync,
         cluster.describe(),
     )
+    return strategy
+
+
+@cli.usage_errors_exit_in_jobs
+def strategy_from_environment(name: str = "auto", *, options: StrategyOptions | None = None):
+    """The strategy for the cluster `TF_CONFIG` or `CLUSTER_SPEC` describes.
+
+    Call it before any other TensorFlow operation (a multi-worker strategy
+    must be configured at program start).
+
+    Args:
+        name: A strategy name (`tfdist.distribute.choice.STRATEGIES`); `auto`
+            chooses from the cluster and the machine, and logs why.
+        options: Implementation choices.
+    """
+    options = options or StrategyOptions()
+    cluster = resolve_cluster_for_strategy(os.environ, name)
+    return make_strategy(name, cluster, options)
+
+
+@cli.usage_errors_exit_in_jobs
+def set_strategy_from_environment(name: str = "auto", *, options: StrategyOptions | None = None):
+    """`strategy_from_environment()`, made the strategy of the rest of the program.
+
+    The upgrade of a script that has no strategy, without re-indenting it:
+    every model, optimizer and variable built after this call is built in the
+    strategy's scope, as if the rest of the script were inside `with
+    strategy.scope():` (`tf.distribute.experimental_set_strategy`). Call it
+    at the top of the script, before any other TensorFlow operation.
+
+        import tfdist.resumable
+        tfdist.resumable.set_strategy_from_environment()
+        model = keras.Sequential([...]); model.compile(...)  # unchanged
+        tfdist.resumable.fit(model, x, y, batch_size=64, epochs=5, backup_dir=DIR)
+
+    Returns:
+        The strategy.
+    """
+    strategy = strategy_from_environment(name, options=options)
+    tf.distribute.experimental_set_strategy(strategy)
     return strategy
 
 

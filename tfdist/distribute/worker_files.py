@@ -17,6 +17,8 @@ import keras
 
 from tfdist.distribute.cluster import Cluster
 
+__all__ = ["scratch_dir", "write_path", "redirect_callbacks"]
+
 _log = logging.getLogger(__name__)
 _SCRATCH: set[str] = set()
 

@@ -111,6 +111,27 @@ from tfdist.keras_compat._reduced_precision import (
     set_gradient_all_reduce_dtype,  # noqa: F401
 )
 
+__all__ = [
+    "configure_peer_heartbeats",
+    "heartbeat_timeout_ms",
+    "runtime_initialized",
+    "runtime_left_unstarted",
+    "can_shard_by_file",
+    "shard_by_file",
+    "REDUCED_DTYPES",
+    "gradient_all_reduce_dtype",
+    "set_gradient_all_reduce_dtype",
+    "FIRST_FIXED_KERAS",
+    "CORRECTIONS",
+    "keras_version",
+    "needs_patch",
+    "is_applied",
+    "apply",
+    "make_parameter_server_updates_exact",
+    "parameter_server_state_variables",
+    "remove",
+]
+
 # First Keras release assumed fixed; raise it while the upstream test still fails.
 FIRST_FIXED_KERAS = (3, 16)
 CORRECTIONS = (

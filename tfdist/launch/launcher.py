@@ -24,6 +24,8 @@ from tfdist import cli
 from tfdist.errors import UsageError
 from tfdist.launch.local_cluster import LocalCluster, shell_exit_code
 
+__all__ = ["EXIT_TIMEOUT", "launch_from_argv"]
+
 EXIT_TIMEOUT = cli.EXIT_TIMEOUT
 
 _USAGE_EXAMPLE = "python -m tfdist.launch --workers 2 -- python -m trainer.task"

@@ -41,6 +41,18 @@ from tfdist.distribute.cluster import is_loopback_host
 from tfdist.errors import UsageError
 from tfdist.launch import preload as preload_lib
 
+__all__ = [
+    "PortPicker",
+    "BIND_FAILURE_MARKERS",
+    "PRELOAD_LOG_NAME",
+    "pick_free_ports",
+    "shell_exit_code",
+    "task_name",
+    "ClusterLayout",
+    "tf_configs",
+    "LocalCluster",
+]
+
 PortPicker = Callable[[str, int], Sequence[int]]
 
 # Phrases in a task's log that mean it could not listen on its port: Python's

@@ -30,6 +30,8 @@ import pytest
 
 from tfdist.launch.local_cluster import LocalCluster
 
+__all__ = ["PROCESS_TAG_ENV", "poll_until", "tagged_processes", "local_cluster"]
+
 # Put in every task's environment by the fixture, so that any process a test
 # left behind (grandchildren included) can be found by its environment.
 PROCESS_TAG_ENV = "TFDIST_TEST_PROCESS_TAG"

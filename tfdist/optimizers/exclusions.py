@@ -10,6 +10,15 @@ from typing import Iterable, Sequence
 
 from tfdist.errors import UsageError
 
+__all__ = [
+    "USUAL_EXCLUSIONS",
+    "usual_exclusions",
+    "normalize_patterns",
+    "variable_path",
+    "is_excluded",
+    "layer_masks",
+]
+
 # Biases, and the scales and offsets of normalization layers (BatchNormalization,
 # LayerNormalization, GroupNormalization name them gamma and beta, RMSNormalization
 # names its scale "scale"), also when the layer has a custom name.

@@ -6,6 +6,8 @@ from keras import ops
 from tfdist import optimizer_choice
 from tfdist.optimizers import _layerwise, exclusions
 
+__all__ = ["LAMB"]
+
 
 @keras.saving.register_keras_serializable(package="tfdist")
 class LAMB(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):

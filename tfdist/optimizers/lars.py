@@ -6,6 +6,8 @@ from keras import ops
 from tfdist import optimizer_choice
 from tfdist.optimizers import _layerwise, exclusions
 
+__all__ = ["LARS"]
+
 
 @keras.saving.register_keras_serializable(package="tfdist")
 class LARS(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):

@@ -9,6 +9,8 @@ from keras import ops
 from tfdist.errors import UsageError
 from tfdist.optimizer_choice import DECAYS, SCALING_RULES
 
+__all__ = ["scale_learning_rate", "WarmupDecay"]
+
 
 def scale_learning_rate(
     base_learning_rate: float, *, rule: str, global_batch_size: int, reference_batch_size: int

@@ -34,6 +34,16 @@ import tensorflow as tf
 
 from tfdist.errors import UsageError
 
+__all__ = [
+    "DONE_MARKER",
+    "METRICS_FILE",
+    "CHECKPOINT_NAME",
+    "checkpoint_step",
+    "read_done_marker",
+    "list_checkpoints",
+    "SidecarEvaluator",
+]
+
 DONE_MARKER = "training_done.json"
 METRICS_FILE = "metrics.jsonl"
 CHECKPOINT_NAME = "ckpt"
@@ -44,14 +54,6 @@ _log = logging.getLogger(__name__)
 
 def _position_checkpoint(model: keras.Model) -> tf.train.Checkpoint:
     return tf.train.Checkpoint(model_variables=list(model.variables))
-
-
-def __getattr__(name: str):
-    if name == "CheckpointExporter":  # moved to tfdist.callbacks with the other callbacks
-        from tfdist.callbacks.checkpoint_exporter import CheckpointExporter  # pylint: disable=g-import-not-at-top
-
-        return CheckpointExporter
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def checkpoint_step(path: str) -> int:

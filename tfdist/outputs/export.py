@@ -25,6 +25,16 @@ from typing import Any, Mapping, Sequence
 
 from tfdist.errors import UsageError
 
+__all__ = [
+    "EXPORT_FORMATS",
+    "SAVED_MODEL_FILE",
+    "check_export_format",
+    "default_export_format",
+    "wants_saved_model",
+    "wants_keras",
+    "export_saved_model",
+]
+
 EXPORT_FORMATS = ("savedmodel", "keras", "both")
 SAVED_MODEL_FILE = "saved_model.pb"
 _TEMPORARY_PREFIX = ".savedmodel-tmp-"

@@ -38,6 +38,16 @@ from tfdist._internal.files import write_atomically
 from tfdist._internal.json_input import load_json
 from tfdist.errors import UsageError
 
+__all__ = [
+    "METRIC_FILE_ENV",
+    "DEFAULT_METRIC_FILE",
+    "TRIAL_ID_ENV",
+    "MAX_ENTRIES",
+    "trial_id",
+    "trial_output_dir",
+    "MetricReporter",
+]
+
 METRIC_FILE_ENV = "CLOUD_ML_HP_METRIC_FILE"
 DEFAULT_METRIC_FILE = "/tmp/hypertune/output.metrics"
 TRIAL_ID_ENV = "CLOUD_ML_TRIAL_ID"
@@ -126,11 +136,3 @@ class MetricReporter:
             "".join(json.dumps(item, sort_keys=True) + "\n" for item in self._entries),
         )
         return entry
-
-
-def __getattr__(name: str):
-    if name == "HypertuneCallback":  # moved to tfdist.callbacks with the other callbacks
-        from tfdist.callbacks.hypertune import HypertuneCallback  # pylint: disable=g-import-not-at-top
-
-        return HypertuneCallback
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -32,6 +32,8 @@ from tfdist._internal.preconditions import check_seconds
 from tfdist.distribute.cluster import CHIEF, PS, WORKER, Cluster
 from tfdist.errors import PeerLostError, StoppedWithoutStateError, UsageError
 
+__all__ = ["is_reachable", "ServeOptions", "ChiefWatch", "chief_address", "start_server", "serve"]
+
 _log = logging.getLogger(__name__)
 
 # Kept for callers that probe a plain TCP port.

@@ -15,6 +15,8 @@ import tensorflow as tf
 from tfdist._internal.preconditions import check_whole_number
 from tfdist.errors import UsageError
 
+__all__ = ["shard_rows", "ShardedEmbedding"]
+
 
 def shard_rows(input_dim: int, num_shards: int) -> list[int]:
     """Rows per block, TensorFlow's "div" layout: the first blocks take one extra row."""

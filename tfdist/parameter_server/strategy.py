@@ -12,6 +12,14 @@ from tfdist._internal.preconditions import check_whole_number
 from tfdist.distribute.cluster import CHIEF, PS, WORKER, Cluster, check_cluster_for_strategy
 from tfdist.errors import UsageError
 
+__all__ = [
+    "TRAINING_ROLES",
+    "training_cluster_spec",
+    "variable_partitioner",
+    "watch_training_tasks",
+    "make_parameter_server_strategy",
+]
+
 # The evaluator evaluates checkpoints on its own: it is not part of the cluster
 # the coordinator drives, and the servers must not wait for it.
 TRAINING_ROLES = (CHIEF, WORKER, PS)

@@ -40,6 +40,17 @@ from tfdist._internal.peers import (
 from tfdist._internal.preconditions import check_whole_number, require
 from tfdist.errors import UsageError
 
+__all__ = [
+    "PS_FAILURES",
+    "ParameterServerLostError",
+    "describe_ps_failure",
+    "FitPlan",
+    "ps_failures_explained",
+    "ParameterServerTrainer",
+    "fit",
+    "evaluate",
+]
+
 _log = logging.getLogger(__name__)
 
 # What scheduled steps also raise when a ps came back empty (its variables

@@ -19,6 +19,8 @@ from typing import Callable, Sequence
 
 import tensorflow as tf
 
+__all__ = ["WorkerPositions", "per_worker_dataset_fn"]
+
 
 class WorkerPositions:
     """Batches each worker has consumed, kept on the parameter servers.

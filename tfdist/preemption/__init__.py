@@ -38,6 +38,15 @@ from tfdist.errors import UsageError
 from tfdist.preemption import signal_relay
 from tfdist.preemption.agreement import CoordinatedStop
 
+__all__ = [
+    "signal_relay",
+    "CoordinatedStop",
+    "PreemptionOptions",
+    "Preempted",
+    "PreemptionWatcher",
+    "exit_without_state_on_sigterm",
+]
+
 _log = logging.getLogger(__name__)
 
 

@@ -46,6 +46,8 @@ import threading
 
 import tensorflow as tf
 
+__all__ = ["EXIT_BARRIER_SECONDS", "CoordinatedStop", "exit_together"]
+
 _log = logging.getLogger(__name__)
 
 _POLL_MILLISECONDS = 500

@@ -28,6 +28,8 @@ import socket
 import threading
 from typing import Callable
 
+__all__ = ["install", "uninstall", "covers", "register", "unregister", "is_registered"]
+
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _previous: dict[int, object] = {}  # signal -> the handler the relay replaced

@@ -20,6 +20,8 @@ import ray
 from tfdist.distribute import cluster as cluster_lib
 from tfdist.parameter_server import server as server_lib
 
+__all__ = ["ACTOR_VARIABLE", "POLL_SECONDS", "create", "mark_ended", "serve_until_job_end"]
+
 _log = logging.getLogger(__name__)
 
 ACTOR_VARIABLE = "TFDIST_RAY_JOB_END_ACTOR"

@@ -40,6 +40,14 @@ from tfdist._internal.preconditions import check_whole_number
 from tfdist.errors import UsageError
 from tfdist.preemption import signal_relay
 
+__all__ = [
+    "WAIT_MARGIN_SECONDS",
+    "NO_DEADLINE_SECONDS",
+    "handled_notice",
+    "wait_for_ray",
+    "PreemptionNotice",
+]
+
 _log = logging.getLogger(__name__)
 
 WAIT_MARGIN_SECONDS = 30.0

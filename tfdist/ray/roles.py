@@ -13,6 +13,8 @@ from tfdist._internal.preconditions import check_whole_number
 from tfdist.errors import UsageError
 from tfdist.launch import local_cluster
 
+__all__ = ["check_options", "layout", "tf_configs", "task_names"]
+
 
 def check_options(*, chief: bool, parameter_servers: int, evaluator: bool) -> None:
     """Raises `UsageError` (one line) for options no world size can satisfy."""

@@ -34,16 +34,24 @@ from typing import Mapping
 
 from tfdist._internal.json_input import load_json
 from tfdist._internal.preconditions import quoted
-from tfdist.errors import UsageError
+from tfdist.errors import TaskError, UsageError
+
+__all__ = [
+    "REQUIRED_METHODS",
+    "MAX_TASK_CONFIG_BYTES",
+    "Task",
+    "parse_task_config",
+    "load_task",
+    "check_interface",
+    "check_model",
+    "check_examples",
+    "preflight",
+]
 
 REQUIRED_METHODS = ("build_model", "build_inputs", "loss", "metrics")
 # A task config file larger than this is refused rather than read whole.
 MAX_TASK_CONFIG_BYTES = 1 << 20
 _SPEC = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
-
-
-class TaskError(UsageError):
-    """The task cannot be loaded or breaks the contract; exit code 2."""
 
 
 class Task:

@@ -9,6 +9,8 @@ that can: those with a compiled loss, their own `test_step` or their own
 
 import keras
 
+__all__ = ["computes_own_loss", "evaluation_skip_reason"]
+
 
 def _overrides(model: keras.Model, name: str) -> bool:
     return getattr(type(model), name, None) is not getattr(keras.Model, name)

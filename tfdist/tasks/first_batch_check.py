@@ -27,6 +27,15 @@ from tfdist.data import batching as batching_lib
 from tfdist.errors import UsageError
 from tfdist.tasks import custom_steps
 
+__all__ = [
+    "CHECK_BATCH",
+    "looks_batched",
+    "batched_message",
+    "refuse_batched_if_too_few",
+    "first_batch",
+    "check",
+]
+
 # Examples in the checked batch at most (enough to see every shape).
 CHECK_BATCH = 8
 # Errors of the user's data or model, as Keras and TensorFlow raise them.

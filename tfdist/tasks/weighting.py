@@ -14,6 +14,14 @@ import tensorflow as tf
 
 from tfdist.errors import UsageError
 
+__all__ = [
+    "weighted_metrics_of",
+    "class_weight_of",
+    "apply_class_weight",
+    "with_class_weight",
+    "class_weigher",
+]
+
 
 def weighted_metrics_of(task) -> list | None:
     """The task's `weighted_metrics()`, or None when it has none."""

@@ -13,10 +13,14 @@ from typing import Mapping
 
 import keras
 
-from tfdist.callbacks import BackupAndRestore, EpochTensorBoard, NonFiniteGuard
+from tfdist.callbacks import (
+    BackupAndRestore,
+    CheckpointExporter,
+    EpochTensorBoard,
+    HypertuneCallback,
+    NonFiniteGuard,
+)
 from tfdist.distribute.cluster import Cluster, has_evaluator
-from tfdist.outputs import hypertune
-from tfdist.outputs.evaluation import CheckpointExporter
 from trainer.config import ExperimentConfig
 from trainer.run.directories import OutputDirs
 from trainer.run.throughput import ThroughputMeter
@@ -53,9 +57,7 @@ def training_callbacks(
     if backup is None:
         callbacks.append(NonFiniteGuard())  # the backup checks the same itself
     if config.hparam_metric:
-        callbacks.append(
-            hypertune.HypertuneCallback(config.hparam_metric, is_chief=cluster.is_chief)
-        )
+        callbacks.append(HypertuneCallback(config.hparam_metric, is_chief=cluster.is_chief))
     if cluster.is_chief:
         if dirs.tensorboard_dir:
             callbacks.append(EpochTensorBoard(dirs.tensorboard_dir))

@@ -59,7 +59,7 @@ class Inputs:
         each worker builds only its replicas' part of every global batch.
         """
         if self.batching is not None:  # variable lengths: tfdist.data.batching
-            return batching_lib.training_batches(
+            return batching_lib.padded_training_batches(
                 self.train.value,
                 self.batching,
                 global_batch_size=self.global_batch_size,
@@ -79,7 +79,7 @@ class Inputs:
         if self.evaluation is None:
             return None
         if self.batching is not None:  # variable lengths: tfdist.data.batching
-            return batching_lib.evaluation_batches(
+            return batching_lib.padded_evaluation_batches(
                 self.evaluation.examples(), self.batching, global_batch_size=self.global_batch_size
             )
         return self.evaluation.evaluation_stream(self.global_batch_size)

@@ -13,10 +13,9 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from tfdist.callbacks import BackupAndRestore
+from tfdist.callbacks import BackupAndRestore, CheckpointExporter
 from tfdist.distribute.cluster import WORKER, Cluster
 from tfdist.outputs import export as export_lib
-from tfdist.outputs.evaluation import CheckpointExporter
 from trainer.config import ExperimentConfig
 from trainer.run.callbacks import (
     EVALUATION_CHECKPOINTS_KEPT,
