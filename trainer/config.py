@@ -14,7 +14,7 @@ from typing import Any, Mapping
 from tfdist import optimizer_choice
 from tfdist._internal.json_input import MAX_JSON_BYTES, load_json
 from tfdist._internal.preconditions import quoted, require
-from tfdist.distribute.choice import ALL_REDUCE, STRATEGIES
+from tfdist.distribute.choice import ALL_REDUCE, STRATEGIES, STRATEGY_DEFAULTS
 from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS, UsageError
 from tfdist.outputs.export import EXPORT_FORMATS, check_export_format
 from trainer import options as options_lib
@@ -58,7 +58,7 @@ class ExperimentConfig:
     """
 
     strategy: str = option(
-        "auto",
+        STRATEGY_DEFAULTS["strategy"],
         "",
         DISTRIBUTION,
         choices=STRATEGIES,
@@ -69,7 +69,7 @@ class ExperimentConfig:
         "several GPUs, `one_device` with one GPU, else `default`.",
     )
     all_reduce: str = option(
-        "auto",
+        STRATEGY_DEFAULTS["all_reduce"],
         "",
         DISTRIBUTION,
         choices=ALL_REDUCE,
@@ -79,14 +79,14 @@ class ExperimentConfig:
         "copy. On CPUs `mirrored` always reduces on one device.",
     )
     tpu: str = option(
-        "",
+        STRATEGY_DEFAULTS["tpu"],
         "",
         DISTRIBUTION,
         flag_module="tfdist.distribute.flags",
         details="Setting it makes `--strategy=auto` choose `tpu`.",
     )
     num_cpu_devices: int = option(
-        0,
+        STRATEGY_DEFAULTS["num_cpu_devices"],
         "",
         DISTRIBUTION,
         check=NOT_NEGATIVE,
@@ -95,7 +95,7 @@ class ExperimentConfig:
         "one device.",
     )
     peer_timeout_seconds: float = option(
-        30.0,
+        STRATEGY_DEFAULTS["peer_timeout_seconds"],
         "",
         DISTRIBUTION,
         check=POSITIVE,

@@ -26,7 +26,7 @@ ALLOWED = {
     "_internal": {"errors"},
     "cli": {"errors"},
     "distribute.cluster": {"errors", "_internal"},
-    "distribute.choice": {"errors", "distribute.cluster"},
+    "distribute.choice": {"errors", "_internal", "distribute.cluster"},
     "optimizer_choice": {"errors"},  # optimizer and schedule names (configuration, no TensorFlow)
     "keras_compat": {"errors"},
     "optimizers": {"errors", "optimizer_choice"},

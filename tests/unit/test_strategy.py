@@ -214,3 +214,22 @@ def test_tpu_grpc_address_nobody_listens_on_is_a_quick_usage_error():
         port = probe.getsockname()[1]
     with pytest.raises(UsageError, match="cannot reach --tpu='grpc://127.0.0.1:"):
         make_strategy("tpu", Cluster(), StrategyOptions(tpu=f"grpc://127.0.0.1:{port}"))
+
+
+def test_the_strategy_defaults_are_written_once():
+    from tfdist.distribute.choice import STRATEGY_DEFAULTS  # pylint: disable=g-import-not-at-top
+    from trainer.config import ExperimentConfig  # pylint: disable=g-import-not-at-top
+
+    built = StrategyOptions()
+    trainer_defaults = ExperimentConfig()
+    assert set(STRATEGY_DEFAULTS) == {
+        "strategy",
+        "all_reduce",
+        "num_cpu_devices",
+        "tpu",
+        "peer_timeout_seconds",
+    }
+    for name, default in STRATEGY_DEFAULTS.items():
+        assert getattr(trainer_defaults, name) == default, name
+        if name != "strategy":
+            assert getattr(built, name) == default, name

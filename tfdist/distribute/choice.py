@@ -1,13 +1,29 @@
-"""Strategy names and the `auto` choice, kept free of TensorFlow imports."""
+"""Strategy names, the strategy options' defaults and the `auto` choice, free of TensorFlow."""
 
+from tfdist._internal import liveness
 from tfdist.distribute.cluster import Cluster
 from tfdist.errors import UsageError
 
-__all__ = ["STRATEGIES", "ALL_REDUCE", "check_strategy_name", "choose_strategy"]
+__all__ = [
+    "STRATEGIES",
+    "ALL_REDUCE",
+    "STRATEGY_DEFAULTS",
+    "check_strategy_name",
+    "choose_strategy",
+]
 
 STRATEGIES = ("auto", "default", "one_device", "mirrored", "multiworker", "parameter_server", "tpu")
 # Collective implementations (`--all_reduce`, `tfdist.distribute.strategy.StrategyOptions`).
 ALL_REDUCE = ("auto", "ring", "nccl")
+# The one place the strategy options' defaults are written: `tfdist.distribute.flags`,
+# `StrategyOptions` and the trainer's option table (trainer/config.py) all read them here.
+STRATEGY_DEFAULTS = {
+    "strategy": "auto",
+    "all_reduce": "auto",
+    "num_cpu_devices": 0,
+    "tpu": "",
+    "peer_timeout_seconds": liveness.DEFAULT_TIMEOUT_SECONDS,
+}
 
 
 def check_strategy_name(name: str) -> str:

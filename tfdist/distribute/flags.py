@@ -18,30 +18,37 @@ import os
 
 from absl import flags
 
-from tfdist._internal import liveness
 from tfdist.cli import (
     FlagSpec,
     define_flags,
     run,  # re-exported: exit code 2 on usage errors  # noqa: F401
 )
-from tfdist.distribute.choice import ALL_REDUCE, STRATEGIES
+from tfdist.distribute.choice import ALL_REDUCE, STRATEGIES, STRATEGY_DEFAULTS
 from tfdist.distribute.cluster import resolve_cluster_for_strategy
 
 __all__ = ["define_strategy_flags", "strategy_from_flags", "run"]
 
 
 STRATEGY_FLAGS = (
-    FlagSpec("strategy", "auto", f"Distribution strategy: {', '.join(STRATEGIES)}."),
-    FlagSpec("all_reduce", "auto", f"Collective implementation: {', '.join(ALL_REDUCE)}."),
+    FlagSpec(
+        "strategy",
+        STRATEGY_DEFAULTS["strategy"],
+        f"Distribution strategy: {', '.join(STRATEGIES)}.",
+    ),
+    FlagSpec(
+        "all_reduce",
+        STRATEGY_DEFAULTS["all_reduce"],
+        f"Collective implementation: {', '.join(ALL_REDUCE)}.",
+    ),
     FlagSpec(
         "num_cpu_devices",
-        0,
+        STRATEGY_DEFAULTS["num_cpu_devices"],
         "For --strategy=mirrored without GPUs: split the CPU into this many logical devices.",
     ),
-    FlagSpec("tpu", "", "TPU name or grpc:// address; 'local' on a TPU VM."),
+    FlagSpec("tpu", STRATEGY_DEFAULTS["tpu"], "TPU name or grpc:// address; 'local' on a TPU VM."),
     FlagSpec(
         "peer_timeout_seconds",
-        liveness.DEFAULT_TIMEOUT_SECONDS,
+        STRATEGY_DEFAULTS["peer_timeout_seconds"],
         "A task of a multiworker or parameter-server job that stops answering (frozen, "
         "hung) for this many seconds is lost: the others exit 200.",
     ),

@@ -14,7 +14,12 @@ from absl import logging
 
 from tfdist import cli, keras_compat
 from tfdist._internal import liveness
-from tfdist.distribute.choice import ALL_REDUCE, check_strategy_name, choose_strategy
+from tfdist.distribute.choice import (
+    ALL_REDUCE,
+    STRATEGY_DEFAULTS,
+    check_strategy_name,
+    choose_strategy,
+)
 from tfdist.distribute.cluster import (
     CHIEF,
     WORKER,
@@ -56,12 +61,12 @@ class StrategyOptions:
             worker and ps (`tfdist.parameter_server.watch_training_tasks`).
     """
 
-    all_reduce: str = "auto"
-    num_cpu_devices: int = 0
-    tpu: str = ""
+    all_reduce: str = STRATEGY_DEFAULTS["all_reduce"]
+    num_cpu_devices: int = STRATEGY_DEFAULTS["num_cpu_devices"]
+    tpu: str = STRATEGY_DEFAULTS["tpu"]
     ps_min_shard_bytes: int = 0
     ps_max_shards: int = 1
-    peer_timeout_seconds: float = liveness.DEFAULT_TIMEOUT_SECONDS
+    peer_timeout_seconds: float = STRATEGY_DEFAULTS["peer_timeout_seconds"]
 
     def __post_init__(self):
         if self.all_reduce not in ALL_REDUCE:
