@@ -374,6 +374,13 @@ def main(argv: list[str]) -> int:
             )
         if result.error:
             cli.exit_with_error(f"the Ray Train run failed: {result.error!r}"[:400], 1)
+        # tfdist's committed backups are Ray's checkpoints (tfdist.ray.ReportBackups).
+        print(
+            f"Ray Train's checkpoint: {result.checkpoint.path}"
+            if result.checkpoint is not None
+            else "Ray Train kept no checkpoint (trainer.task had no --backup_dir)",
+            flush=True,
+        )
     finally:
         ray.shutdown()
     return 0
