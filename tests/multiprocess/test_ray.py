@@ -12,7 +12,7 @@ cluster is up, so that it must start a cluster of its own) and each test waits f
   worker, ps and evaluator ranks making each of the chief's Ray calls) and leave no
   process behind; it is also the uninterrupted reference of:
 - the same parameter-server job (no evaluator) under `trainer.ray --address` on a cluster
-  of a head without CPUs and four one-CPU nodes (`tests/jobs/ray_cluster.py`): the node of
+  of a head without CPUs and two three-CPU nodes (`tests/jobs/ray_cluster.py`): the node of
   the chief is drained for preemption as its ranks start; the chief reads Ray's notice at
   a sync point, makes the save SIGTERM makes, waits for Ray to end the group, and the
   group Ray restarts (charged to the preemption, `--max_failures=0`) resumes at that step
@@ -47,7 +47,7 @@ TIMEOUT = 400
 PS_STEPS = 2 * 10
 # Drain deadline: the chief must reach its first sync point and back up inside it (under
 # the load of the module's three jobs), and trainer.task's grace period is set above it.
-DRAIN_DEADLINE_SECONDS = 30
+DRAIN_DEADLINE_SECONDS = 40
 PS_TRAINING = (
     "--strategy=parameter_server",
     "--epochs=2",
@@ -149,8 +149,9 @@ def _jobs(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("ray")
     trainer = None
-    # 3 ranks (chief, worker, ps) and one node for the group Ray restarts off the drained one.
-    cluster = _start(root / "cluster", "--nodes=4", command=(str(CLUSTER),))
+    # Ray Train packs the 3 ranks (chief, worker, ps) on one node; the other takes the group
+    # Ray restarts off the drained one. (Fewer nodes than ranks: each raylet costs CPU.)
+    cluster = _start(root / "cluster", "--nodes=2", "--cpus_per_node=3", command=(str(CLUSTER),))
     resumable = _start(
         root / "ray",
         f"--out={root / 'ray'}",
