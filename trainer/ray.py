@@ -11,7 +11,10 @@ then `--num_ps` parameter servers, the evaluator last with `--evaluator`) and
 a training function that runs `trainer.task`'s main with the flags after `--`
 on every rank (under parameter servers, the worker and ps ranks serve until
 the chief returns). `--max_failures` goes to Ray's `FailureConfig`, which
-restarts the whole group; `trainer.task` resumes from `--backup_dir`. With no
+restarts the whole group; `trainer.task` resumes from `--backup_dir`. With a
+`--backup_dir`, every strategy reports the committed backups to Ray as
+checkpoints and acts on Ray's preemption notice (`tfdist.ray`); the last
+checkpoint's path is printed at the end (`Ray Train's checkpoint: PATH`). With no
 `--address` (or `RAY_ADDRESS`, as `ray job submit` sets it), a local Ray cluster of
 its own is started on 127.0.0.1, even when another Ray cluster runs on the machine.
 
@@ -374,6 +377,13 @@ def main(argv: list[str]) -> int:
             )
         if result.error:
             cli.exit_with_error(f"the Ray Train run failed: {result.error!r}"[:400], 1)
+        # tfdist's committed backups are Ray's checkpoints (tfdist.ray.ReportBackups).
+        print(
+            f"Ray Train's checkpoint: {result.checkpoint.path}"
+            if result.checkpoint is not None
+            else "Ray Train kept no checkpoint (trainer.task had no --backup_dir)",
+            flush=True,
+        )
     finally:
         ray.shutdown()
     return 0

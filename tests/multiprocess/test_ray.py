@@ -8,7 +8,15 @@ cluster is up, so that it must start a cluster of its own) and each test waits f
   step 10 and gets a SIGTERM at step 18; each time Ray's FailureConfig restarts the group
   and tfdist resumes from its backups; compared with one uninterrupted process;
 - `python -m trainer.ray` running `trainer.task` as a parameter-server job (chief,
-  worker, ps, evaluator), which must finish and leave no process behind.
+  worker, ps, evaluator), which must finish, report its backups as Ray checkpoints (the
+  worker, ps and evaluator ranks making each of the chief's Ray calls) and leave no
+  process behind; it is also the uninterrupted reference of:
+- the same parameter-server job (no evaluator) under `trainer.ray --address` on a cluster
+  of a head without CPUs and two three-CPU nodes (`tests/jobs/ray_cluster.py`): the node of
+  the chief is drained for preemption as its ranks start; the chief reads Ray's notice at
+  a sync point, makes the save SIGTERM makes, waits for Ray to end the group, and the
+  group Ray restarts (charged to the preemption, `--max_failures=0`) resumes at that step
+  and ends with the reference's weights.
 
 The uninterrupted reference runs in the first job's driver once Ray has shut down (the
 driver has TensorFlow loaded already): one TensorFlow process fewer than a job of its
@@ -25,6 +33,7 @@ import sys
 import numpy as np
 import pytest
 
+from tests.jobs import ray_cluster
 from tests.jobs.ray_train_job import CLUSTER_UP
 from tests.support.logged_process import clean_environment
 from tfdist.launch.testing import poll_until
@@ -33,8 +42,20 @@ pytest.importorskip("ray.train")
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 JOB = REPO / "tests" / "jobs" / "ray_train_job.py"
+CLUSTER = REPO / "tests" / "jobs" / "ray_cluster.py"
 TIMEOUT = 400
 PS_STEPS = 2 * 10
+# Drain deadline: the chief must reach its first sync point and back up inside it (under
+# the load of the module's three jobs), and trainer.task's grace period is set above it.
+DRAIN_DEADLINE_SECONDS = 40
+PS_TRAINING = (
+    "--strategy=parameter_server",
+    "--epochs=2",
+    "--steps_per_epoch=10",
+    "--num_examples=512",
+    "--backup_every_steps=5",
+    "--preemption_grace_seconds=60",
+)
 
 
 def _start(out: pathlib.Path, *args, command=(str(JOB),), **environ) -> subprocess.Popen:
@@ -93,9 +114,44 @@ def _kill_session(process: subprocess.Popen) -> None:
             pass
 
 
+def _drain_the_chiefs_node(log: pathlib.Path, address: str, drained: dict) -> None:
+    """Drains the node of rank 0 (the chief) for preemption once its line is logged, through
+    the GCS call Ray's autoscaler makes for a spot reclaim; records what happened."""
+    import time  # pylint: disable=g-import-not-at-top
+
+    import ray  # pylint: disable=g-import-not-at-top
+    from ray.core.generated import autoscaler_pb2  # pylint: disable=g-import-not-at-top
+
+    try:
+        found = []
+
+        def chief_line():
+            match = re.search(r"tfdist\.ray: rank 0 is chief:0 on node (\w+)", log.read_text())
+            found[:] = [match.group(1)] if match else []
+            return bool(found)
+
+        poll_until(chief_line, timeout=TIMEOUT, what="the chief's node", interval=0.2)
+        client = ray._raylet.GcsClient(address=address)  # pylint: disable=protected-access
+        accepted, rejection = client.drain_node(
+            found[0],
+            autoscaler_pb2.DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+            "tfdist test: a spot reclaim",
+            int((time.time() + DRAIN_DEADLINE_SECONDS) * 1000),
+        )
+        drained.update(node=found[0], accepted=accepted, rejection=rejection)
+    except Exception as error:  # pylint: disable=broad-except  (the test reports it)
+        drained.update(error=repr(error))
+
+
 @pytest.fixture(scope="module")
 def _jobs(tmp_path_factory):
+    import threading  # pylint: disable=g-import-not-at-top
+
     root = tmp_path_factory.mktemp("ray")
+    trainer = None
+    # Ray Train packs the 3 ranks (chief, worker, ps) on one node; the other takes the group
+    # Ray restarts off the drained one. (Fewer nodes than ranks: each raylet costs CPU.)
+    cluster = _start(root / "cluster", "--nodes=2", "--cpus_per_node=3", command=(str(CLUSTER),))
     resumable = _start(
         root / "ray",
         f"--out={root / 'ray'}",
@@ -120,12 +176,7 @@ def _jobs(tmp_path_factory):
             what="the first Ray job's cluster",
             interval=0.5,
         )
-    except BaseException:
-        _kill_session(resumable)
-        raise
-    jobs = {
-        "resumable": resumable,
-        "trainer": _start(
+        trainer = _start(
             root / "trainer",
             "--chief",
             "--num_workers=1",
@@ -134,18 +185,65 @@ def _jobs(tmp_path_factory):
             "--max_failures=0",
             f"--storage_path={root / 'trainer' / 'ray'}",
             "--",
-            "--strategy=parameter_server",
+            *PS_TRAINING,
             f"--model_dir={root / 'trainer' / 'model'}",
-            "--epochs=2",
-            "--steps_per_epoch=10",
-            "--num_examples=512",
+            f"--backup_dir={root / 'trainer' / 'backup'}",
             "--evaluation_checkpoints",
             command=("-m", "trainer.ray"),
-        ),
+        )
+        address = []
+
+        def cluster_up():
+            text = (root / "cluster" / "log.txt").read_text(errors="replace")
+            address[:] = re.findall(re.escape(ray_cluster.UP) + r"(\S+)", text)
+            return bool(address) or cluster.poll() is not None
+
+        poll_until(cluster_up, timeout=TIMEOUT, what="the multi-node Ray cluster", interval=0.5)
+        assert address, (root / "cluster" / "log.txt").read_text(errors="replace")[-3000:]
+        preempted = _start(
+            root / "preempted",
+            "--chief",
+            "--num_workers=1",
+            "--num_ps=1",
+            f"--address={address[0]}",
+            "--max_failures=0",  # only a restart Ray charges to the preemption is allowed
+            f"--storage_path={root / 'preempted' / 'ray'}",
+            "--",
+            *PS_TRAINING,
+            f"--model_dir={root / 'preempted' / 'model'}",
+            f"--backup_dir={root / 'preempted' / 'backup'}",
+            command=("-m", "trainer.ray"),
+        )
+    except BaseException:
+        for process in (resumable, cluster, trainer):
+            if process is not None:
+                _kill_session(process)
+        raise
+    drained = {}
+    drainer = threading.Thread(
+        target=_drain_the_chiefs_node,
+        args=(root / "preempted" / "log.txt", address[0], drained),
+        daemon=True,
+    )
+    drainer.start()
+    jobs = {
+        "resumable": resumable,
+        "trainer": trainer,
+        "preempted": preempted,
+        "cluster": cluster,
+        "drained": drained,
     }
     yield jobs
-    for process in jobs.values():
+    for process in (resumable, trainer, preempted):
         _kill_session(process)
+    if cluster.poll() is None:
+        cluster.terminate()  # it shuts its Ray cluster down
+        try:
+            cluster.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+    _kill_session(cluster)
+    drainer.join(timeout=10)
 
 
 def _finish(*processes: subprocess.Popen) -> list[str]:
@@ -237,10 +335,96 @@ def test_trainer_task_with_every_role_under_ray_finishes_and_leaves_nothing(_job
         for line in (out / "model" / "eval" / "metrics.jsonl").read_text().splitlines()
     ]
     assert evaluated == [10, PS_STEPS], evaluated
-    # The worker and ps ranks served until the chief's training function returned.
+    # The worker and ps ranks served until the chief's training function returned, and
+    # made each of the chief's Ray Train calls with it, as did the evaluator: 2 reports
+    # (epoch 1's start, the end) and 4 preemption polls (the sync points, every 5 steps).
     for role in ("worker:0", "ps:0"):
-        assert f"The chief's training function returned; {role} stops serving." in log, log[-6000:]
+        assert (
+            f"The chief's training function returned; {role} stops serving (2 Ray Train "
+            f"reports and 4 preemption polls made with rank 0)." in log
+        ), log[-6000:]
+    assert "tfdist.ray: evaluator:0 made 2 Ray Train reports and 4 preemption polls" in log
+    # tfdist's last committed backup is Ray's checkpoint, where trainer.ray says.
+    checkpoint = _ray_checkpoint(log)
+    assert checkpoint.name == f"tfdist-backup-{PS_STEPS:012d}", checkpoint
+    assert json.loads((checkpoint / "metadata.json").read_text())["step"] == PS_STEPS
+    reported = sorted(path.name for path in checkpoint.parent.glob("tfdist-backup-*"))
+    assert reported == [f"tfdist-backup-{step:012d}" for step in (10, PS_STEPS)], reported
     assert _session_processes(process.pid) == [], log[-3000:]
+
+
+def _ray_checkpoint(log: str) -> pathlib.Path:
+    lines = re.findall(r"^Ray Train's checkpoint: (.+)$", log, flags=re.MULTILINE)
+    assert len(lines) == 1, log[-3000:]
+    return pathlib.Path(lines[0])
+
+
+def _saved_weights(model_dir: pathlib.Path) -> dict:
+    """Every variable in model.keras by its path in the weights file (no class needed)."""
+    import io  # pylint: disable=g-import-not-at-top
+    import zipfile  # pylint: disable=g-import-not-at-top
+
+    import h5py  # pylint: disable=g-import-not-at-top
+
+    with zipfile.ZipFile(model_dir / "model.keras") as archive:
+        data = archive.read("model.weights.h5")
+    found = {}
+    with h5py.File(io.BytesIO(data), "r") as weights:
+        weights.visititems(
+            lambda name, item: (
+                found.__setitem__(name, np.array(item)) if isinstance(item, h5py.Dataset) else None
+            )
+        )
+    return found
+
+
+def test_a_parameter_server_job_acts_on_rays_preemption_notice_and_resumes_exactly(_jobs):
+    (preempted_log,) = _finish(_jobs["preempted"])
+    (reference_log,) = _finish(_jobs["trainer"])  # the same training, uninterrupted
+    drained = _jobs["drained"]
+    assert drained.get("accepted"), drained
+    out = _jobs["preempted"].out
+    log = preempted_log
+
+    # Ray's notice (the chief's node drained as the ranks started) read by the chief at a
+    # sync point, handled as a SIGTERM: the save at the agreed sync point, then the wait.
+    notices = [int(step) for step in re.findall(r"Ray's preemption notice at step (\d+)", log)]
+    agreed = [
+        int(step)
+        for step in re.findall(r"Preemption notice agreed: stopping after step (\d+)", log)
+    ]
+    assert len(notices) == 1 and len(agreed) == 1, (notices, agreed, log[-6000:])
+    assert agreed[0] in (5, 10, 15) and notices[0] <= agreed[0], (notices, agreed)
+    assert log.count("waiting for Ray to end the worker group") == 1, log[-6000:]
+    # Ray restarted the group off the drained node and charged it to the preemption
+    # (--max_failures=0: a worker failure would have ended the run).
+    assert re.findall(r"Source: (preemption|worker group)", log) == ["preemption"], log[-6000:]
+    # (Ray prints a line from a worker's set-up twice: once from its own capture.)
+    chief_nodes = list(
+        dict.fromkeys(re.findall(r"tfdist\.ray: rank 0 is chief:0 on node (\w+)", log))
+    )
+    assert len(chief_nodes) == 2 and chief_nodes[0] == drained["node"], (chief_nodes, drained)
+    assert f"Resuming from the backup at step {agreed[0]} " in log, log[-6000:]
+
+    # Every step ran once, and the weights are those of the uninterrupted job.
+    summary = json.loads((out / "model" / "summary.json").read_text())
+    assert summary["steps_completed"] == PS_STEPS, summary
+    assert summary["resumed_from_step"] == agreed[0], summary
+    reference = _saved_weights(out.parent / "trainer" / "model")
+    weights = _saved_weights(out / "model")
+    assert sorted(weights) == sorted(reference) and reference
+    difference = max(float(np.abs(weights[name] - reference[name]).max()) for name in reference)
+    print(f"max |preempted by Ray and resumed - uninterrupted| = {difference:.2e}")
+    assert difference == 0.0
+
+    # The backup made for the notice was reported before the wait; the last is step 20.
+    checkpoint = _ray_checkpoint(log)
+    assert checkpoint.name == f"tfdist-backup-{PS_STEPS:012d}", checkpoint
+    assert json.loads((checkpoint / "metadata.json").read_text())["step"] == PS_STEPS
+    reported = sorted(path.name for path in checkpoint.parent.glob("tfdist-backup-*"))
+    assert f"tfdist-backup-{agreed[0]:012d}" in reported, reported
+    assert reported[-1] == checkpoint.name, reported
+    del reference_log
 
 
 def test_a_ray_cluster_that_cannot_start_is_one_line_and_exit_1(tmp_path):

@@ -125,13 +125,57 @@ def test_trainer_ray_refuses_bad_flags_in_one_line_with_exit_2(argv, message, ca
         lambda path: tfdist.ray.PreemptionNotice(every_steps=2),
     ],
 )
-def test_callbacks_that_need_every_rank_refuse_a_parameter_server_job(make, tmp_path, monkeypatch):
+def test_callbacks_of_rays_collectives_refuse_a_ps_job_the_backend_did_not_set_up(
+    make, tmp_path, monkeypatch
+):
+    """Its worker and ps ranks would never make the calls; under the backend they follow."""
+    from tfdist.ray import job_end
+
     layout = tfdist.ray.TensorflowConfig(chief=True, parameter_servers=1).layout(3)
     monkeypatch.setenv(
         "TF_CONFIG", roles.tf_configs(layout, ["127.0.0.1:1", "127.0.0.1:2", "127.0.0.1:3"])[0]
     )
-    with pytest.raises(UsageError, match="is in a parameter-server job, expected a synchronous"):
+    monkeypatch.delenv(job_end.FOLLOWED_VARIABLE, raising=False)
+    with pytest.raises(UsageError, match="tfdist.ray.TensorflowConfig did not set up"):
         make(tmp_path).on_train_begin()
+    monkeypatch.setenv(job_end.FOLLOWED_VARIABLE, "1")
+    callback = make(tmp_path)
+    if isinstance(callback, tfdist.ray.PreemptionNotice):
+        callback.set_model(_model(_Steps(0)))
+    callback.on_train_begin()
+
+
+def _model(steps):
+    """What the notice reads of a model: its optimizer's step count."""
+    return type("Model", (), {"optimizer": type("Optimizer", (), {"iterations": steps})})()
+
+
+class _Steps:
+    def __init__(self, value):
+        self.value = value
+
+    def numpy(self):
+        return self.value
+
+
+def test_the_notice_is_polled_each_time_the_step_passes_a_multiple(monkeypatch):
+    """Parameter-server callbacks run at sync points (every 5 steps here): still every rank
+    polls at the same points, and with every_steps=1 at each of them."""
+    from tfdist.ray import job_end
+
+    polled = []
+    monkeypatch.setattr(job_end, "preemption_info", lambda: polled.append(steps.value))
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    for every, expected in ((1, [5, 10, 15, 20]), (8, [10, 20])):
+        polled.clear()
+        steps = _Steps(0)
+        notice = tfdist.ray.PreemptionNotice(every_steps=every)
+        notice.set_model(_model(steps))
+        notice.on_train_begin()
+        for step in (5, 10, 15, 20):
+            steps.value = step
+            notice.on_train_batch_end(step - 1)
+        assert polled == expected, (every, polled)
 
 
 def test_the_notice_poll_interval_is_a_whole_number_of_steps():
@@ -165,16 +209,24 @@ _WITH_PS = {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0
     [
         (_TWO_WORKERS, "worker", True, False, True),
         (_TWO_WORKERS, "worker", False, False, False),
-        (_WITH_PS, "chief", True, False, False),
-        (_TWO_WORKERS, "worker", True, True, False),
+        (_WITH_PS, "chief", True, False, True),
+        (_TWO_WORKERS, "worker", True, True, True),
+        (_WITH_PS, "chief", False, False, False),
     ],
-    ids=["synchronous under the backend", "outside Ray", "parameter servers", "an evaluator rank"],
+    ids=[
+        "synchronous under the backend",
+        "outside Ray",
+        "parameter servers",
+        "an evaluator rank",
+        "parameter servers outside Ray",
+    ],
 )
-def test_trainer_task_makes_rays_collective_calls_only_when_every_rank_trains(
+def test_trainer_task_makes_rays_collective_calls_under_the_backend_with_every_role(
     tmp_path, monkeypatch, cluster_spec, task_type, under_backend, has_evaluator, ray_calls
 ):
     """Ray's notice is polled just before the backup, the backups reported just after it;
-    both are collectives, which a parameter server or an evaluator rank would never join."""
+    both are collectives, which the ranks that never run fit (parameter-server workers and
+    ps tasks, an evaluator) make after rank 0 (tfdist.ray.job_end)."""
     from tfdist.callbacks import BackupAndRestore
     from tfdist.distribute.cluster import HAS_EVALUATOR, resolve_cluster
     from tfdist.ray import job_end
@@ -202,6 +254,7 @@ def test_trainer_task_makes_rays_collective_calls_only_when_every_rank_trains(
     kinds = [type(callback).__name__ for callback in callbacks]
     if ray_calls:
         assert kinds[-3:] == ["PreemptionNotice", "BackupAndRestore", "ReportBackups"], kinds
+        assert callbacks[-3].every_steps == (1 if "ps" in cluster_spec else 8)
     else:
         assert kinds[-1] == "BackupAndRestore", kinds
         assert not {"PreemptionNotice", "ReportBackups"} & set(kinds), kinds

@@ -96,6 +96,8 @@ def _setup_worker(
     legacy_keras: str,
     has_evaluator: bool,
     job_end_actor: str,
+    followed: bool = False,
+    describe: str = "",
 ) -> bool:
     """Runs on each Ray worker's main thread; returns whether the relay is on."""
     os.environ[cluster_lib.TF_CONFIG] = tf_config
@@ -105,6 +107,9 @@ def _setup_worker(
     else:
         os.environ.pop(cluster_lib.HAS_EVALUATOR, None)
     os.environ[job_end.ACTOR_VARIABLE] = job_end_actor
+    os.environ[job_end.FOLLOWED_VARIABLE] = "1" if followed else "0"
+    if describe:  # where each role runs: which node a drain or a failure hits
+        print(f"{describe} on node {ray.get_runtime_context().get_node_id()}", flush=True)
     return signal_relay.install(signals) if signals else False
 
 
@@ -185,6 +190,9 @@ class _TfdistBackend(_TensorflowBackend):
         cluster_layout = backend_config.layout(len(worker_group))
         urls = worker_group.execute(get_url)
         configs = roles.tf_configs(cluster_layout, urls)
+        names = roles.task_names(cluster_layout)
+        # The ranks that never run fit follow rank 0's Ray Train calls (job_end).
+        followed = bool(cluster_layout.num_ps or cluster_layout.has_evaluator)
         self._job_end, actor_name = job_end.create()
         futures = [
             worker_group.execute_single_async(
@@ -195,6 +203,8 @@ class _TfdistBackend(_TensorflowBackend):
                 legacy_keras=backend_config.legacy_keras,
                 has_evaluator=cluster_layout.has_evaluator,
                 job_end_actor=actor_name,
+                followed=followed,
+                describe=f"tfdist.ray: rank {index} is {names[index]}",
             )
             for index in range(len(worker_group))
         ]
@@ -218,6 +228,10 @@ def train_function(fn: Callable) -> Callable:
     Under parameter servers, the `ps` and `worker` ranks serve (the chief
     sends them the steps) and return once the chief's `fn` has returned;
     every other rank runs `fn`. Ray passes `config` as it would to `fn`.
+    The ranks that never run `fit` (those servers, and an evaluator, which
+    follows from a thread beside `fn` and, once `fn` returns, until the
+    chief's returns) make every Ray Train collective call that rank 0 makes
+    through `ReportBackups` and `PreemptionNotice` (`tfdist.ray.job_end`).
     After a backup for Ray's own preemption notice (`PreemptionNotice`), it
     waits for Ray to end the group, so that Ray charges the restart to
     `max_preemption_failures` (`tfdist.ray.preemption_notice`).
@@ -236,34 +250,62 @@ def train_function(fn: Callable) -> Callable:
         ):
             job_end.serve_until_job_end(cluster)
             return None
+        if cluster.task_type == cluster_lib.EVALUATOR:
+            return _evaluate_and_follow(fn, args)
         try:
             return fn(*args)
         except preemption.Preempted:
             notice = preemption_notice.handled_notice()
             if notice is not None:  # Ray's own notice: let Ray end the group (see the module)
+                ReportBackups.report_after_preemption()  # the backup just made, as Ray's
                 preemption_notice.wait_for_ray(notice)
             raise
         finally:
-            if cluster.task_type == cluster_lib.CHIEF:
+            if cluster.is_chief:
                 job_end.mark_ended()
 
     return run
+
+
+def _evaluate_and_follow(fn: Callable, args: tuple):
+    """The evaluator rank: `fn` with rank 0's Ray Train calls followed beside it, then until
+    the chief's function returns (an evaluator may stop first, at the chief's marker)."""
+    thread, stop = job_end.follow_in_thread()
+    try:
+        result = fn(*args)
+    except BaseException:
+        stop.set()  # the evaluator failed: Ray ends the group anyway
+        raise
+    thread.join()
+    if thread.errors:
+        raise thread.errors[0]
+    cluster = cluster_lib.resolve_cluster(os.environ)
+    print(
+        f"tfdist.ray: {cluster.task_type}:{cluster.task_index} made {thread.follower.reports} "
+        f"Ray Train reports and {thread.follower.polls} preemption polls with rank 0",
+        flush=True,
+    )
+    return result
 
 
 class ReportBackups(keras.callbacks.Callback):
     """Reports tfdist's committed backups to Ray Train as checkpoints.
 
     Pass it in `callbacks=` of `tfdist.resumable.fit` (which runs it after its
-    backup callback, `reads_backups`): at each epoch start and at the end of training, every
-    worker calls `ray.train.report` (Ray needs all of them), and rank 0 attaches
-    the newest committed backup directory when it is newer than the last one
-    reported. Metrics: `step` and the last epoch's logs.
+    backup callback, `reads_backups`), or of the chief's
+    `tfdist.parameter_server.fit`: at each epoch start and at the end of
+    training, every worker calls `ray.train.report` (Ray needs all of them;
+    the ranks that do not run fit make the same calls through
+    `train_function`), and rank 0 attaches the newest committed backup
+    directory when it is newer than the last one reported. Metrics: `step` and
+    the last epoch's logs.
 
     Args:
         backup_dir: The `backup_dir` given to `tfdist.resumable.fit`.
     """
 
     reads_backups = True
+    _in_training = None  # the instance whose fit is running in this process
 
     def __init__(self, backup_dir: str):
         super().__init__()
@@ -273,12 +315,15 @@ class ReportBackups(keras.callbacks.Callback):
         self.reported_steps: list[int] = []
 
     def on_train_begin(self, logs=None):
-        if cluster_lib.resolve_cluster(os.environ).addresses.get(cluster_lib.PS):
-            raise UsageError(
-                "ReportBackups is in a parameter-server job, expected a synchronous job: "
-                "ray.train.report needs every Ray worker, and only the chief runs fit; leave "
-                "it out (the backups in backup_dir are what a restart resumes from)"
-            )
+        preemption_notice.check_followed("ReportBackups")
+        ReportBackups._in_training = self
+
+    @classmethod
+    def report_after_preemption(cls) -> None:
+        """Reports the backup made for Ray's notice (`train_function` calls it on every rank
+        that was training, before waiting for Ray): a restart is charged, and resumes, there."""
+        if cls._in_training is not None:
+            cls._in_training._report()
 
     def on_epoch_end(self, epoch, logs=None):
         self._logs = {
@@ -293,6 +338,7 @@ class ReportBackups(keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self._report()
+        ReportBackups._in_training = None
 
     def _report(self):
         checkpoint, step = None, None
@@ -305,7 +351,7 @@ class ReportBackups(keras.callbacks.Callback):
                 self._reported_step = step
                 self.reported_steps.append(step)
         metrics = dict(self._logs, **({"step": step} if step is not None else {}))
-        ray.train.report(
+        job_end.report(
             metrics,
             checkpoint=checkpoint,
             checkpoint_dir_name=f"tfdist-backup-{step:012d}" if checkpoint else None,

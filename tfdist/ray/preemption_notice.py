@@ -5,12 +5,16 @@ worker is drained for preemption (a spot reclaim; the autoscaler's
 `DrainNode` with reason `DRAIN_NODE_REASON_PREEMPTION` and a deadline), it
 marks every worker, and `ray.train.get_preemption_info()` returns the notice.
 That call is a collective: every worker must make it, the same number of
-times. `PreemptionNotice` makes it from Keras every `every_steps` optimizer
-steps, so all workers call it at the same steps, and on the first notice sends
-this process the signal the backend relays (SIGTERM). From there it is
-tfdist's own path: the preemption watcher of `tfdist.resumable.fit` takes the
-notice, the workers agree on a stop step, back it up and end the training
-function with `Preempted`.
+times. `PreemptionNotice` makes it from Keras each time the optimizer step
+passes a multiple of `every_steps`, so all workers call it at the same steps,
+and on the first notice sends this process the signal the backend relays
+(SIGTERM). From there it is tfdist's own path: the preemption watcher of
+`tfdist.resumable.fit` takes the notice, the workers agree on a stop step, back
+it up and end the training function with `Preempted`. Under parameter servers
+only the chief runs `fit` (`tfdist.parameter_server.fit`, whose callbacks run at
+its sync points): it polls there, and the worker, ps and evaluator ranks make
+the same call after it (`tfdist.ray.job_end`); on a notice the chief makes the
+save a SIGTERM makes, at the next sync point, and exits with `Preempted` (143).
 
 Which Ray budget the restart uses: Ray's controller (`_handle_preempting_state`
 in Ray 2.60) counts an error raised by a training function during a preemption
@@ -33,12 +37,12 @@ import signal
 import time
 
 import keras
-import ray.train
 
-from tfdist._internal.json_input import load_json
 from tfdist._internal.preconditions import check_whole_number
+from tfdist.distribute import cluster as cluster_lib
 from tfdist.errors import UsageError
 from tfdist.preemption import signal_relay
+from tfdist.ray import job_end
 
 __all__ = [
     "WAIT_MARGIN_SECONDS",
@@ -58,6 +62,26 @@ _handled = {"info": None, "at": None}  # the notice this process handed on, and 
 def handled_notice():
     """Ray's `PreemptionInfo` this process handed to tfdist, or None."""
     return _handled["info"]
+
+
+def check_followed(name: str, environ=os.environ) -> None:
+    """Raises `UsageError` when ranks that never run fit would miss Ray's collective calls.
+
+    Parameter-server workers and ps tasks and an evaluator make rank 0's calls
+    only when `tfdist.ray.TensorflowConfig` set the job up (and its training
+    function is `tfdist.ray.train_function`).
+    """
+    cluster = cluster_lib.resolve_cluster(environ)
+    if not (cluster.addresses.get(cluster_lib.PS) or cluster_lib.has_evaluator(cluster, environ)):
+        return
+    if environ.get(job_end.FOLLOWED_VARIABLE) != "1":
+        raise UsageError(
+            f"{name} is in a job with parameter servers or an evaluator that "
+            f"tfdist.ray.TensorflowConfig did not set up, expected its backend: Ray Train's "
+            f"calls need every Ray rank, and those ranks never run fit; pass "
+            f"tensorflow_config=tfdist.ray.TensorflowConfig(...) and wrap the training "
+            f"function in tfdist.ray.train_function"
+        )
 
 
 def wait_for_ray(info, *, clock=time.time, sleep=time.sleep) -> None:
@@ -81,12 +105,16 @@ class PreemptionNotice(keras.callbacks.Callback):
     """Polls `ray.train.get_preemption_info()` and turns a notice into a relayed SIGTERM.
 
     Pass it in `callbacks=` of `tfdist.resumable.fit` on every worker of a
-    synchronous (MultiWorkerMirrored) job under `tfdist.ray.TensorflowConfig`.
+    synchronous (MultiWorkerMirrored) job under `tfdist.ray.TensorflowConfig`,
+    or of the chief's `tfdist.parameter_server.fit` (the other ranks follow
+    through `tfdist.ray.train_function`).
 
     Args:
-        every_steps: Optimizer steps between polls (each is one round trip
-            through Ray's controller). Keep `every_steps` times the step time
-            well inside the notice's deadline.
+        every_steps: Polls when the optimizer step passes a multiple of this
+            (each poll is one round trip through Ray's controller); under
+            parameter servers callbacks run at sync points only, so 1 polls at
+            every sync point. Keep `every_steps` times the step time well
+            inside the notice's deadline.
         signum: The signal to hand the notice to; it must be one of the
             backend's `preemption_signals`.
     """
@@ -97,6 +125,7 @@ class PreemptionNotice(keras.callbacks.Callback):
         self.every_steps = every_steps
         self.signum = int(signum)
         self.notice = None  # Ray's PreemptionInfo, once seen
+        self._last_step = None
 
     def get_state(self) -> dict:
         """Nothing to keep across a resume: the restarted group polls afresh."""
@@ -106,20 +135,17 @@ class PreemptionNotice(keras.callbacks.Callback):
         del state
 
     def on_train_begin(self, logs=None):
-        config = load_json(os.environ.get("TF_CONFIG") or "{}", source="TF_CONFIG")
-        cluster = config.get("cluster") if isinstance(config, dict) else None
-        if isinstance(cluster, dict) and cluster.get("ps"):
-            raise UsageError(
-                "PreemptionNotice is in a parameter-server job, expected a synchronous job: "
-                "ray.train.get_preemption_info() needs every Ray worker, and only the chief "
-                "runs fit; leave it out (SIGTERM still reaches the chief)"
-            )
+        check_followed("PreemptionNotice")
+        self._last_step = int(self.model.optimizer.iterations.numpy())
 
     def on_train_batch_end(self, batch, logs=None):
         step = int(self.model.optimizer.iterations.numpy())
-        if step % self.every_steps:
+        last, self._last_step = self._last_step, step
+        if last is not None and step // self.every_steps <= last // self.every_steps:
             return
-        info = ray.train.get_preemption_info()
+        if last is None and step % self.every_steps:
+            return
+        info = job_end.preemption_info()
         if info is None or self.notice is not None:
             return
         self.notice = info

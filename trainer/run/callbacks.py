@@ -3,7 +3,7 @@
 `training_callbacks` puts them in order (the backup last: it may end the
 process after a preemption notice; under `python -m trainer.ray`, Ray's own
 preemption notice is polled just before it and the committed backups are
-reported to Ray just after it); `evaluation_exporter` is the chief's checkpoint
+reported to Ray just after it, under every strategy); `evaluation_exporter` is the chief's checkpoint
 exporter for an evaluator task, and `finish_exports` its last export once
 training is over.
 """
@@ -64,27 +64,28 @@ def training_callbacks(
         if exporter is not None:
             callbacks.append(exporter)
     if backup is not None:
-        ray_backend = ray_backend_if_every_rank_trains(cluster, environ)
+        ray_backend = ray_backend_if_set_up()
         if ray_backend is not None:
-            callbacks.append(ray_backend.PreemptionNotice())
+            # Under parameter servers callbacks run at sync points only: poll at each.
+            callbacks.append(ray_backend.PreemptionNotice(every_steps=1 if cluster.num_ps else 8))
         callbacks.append(backup)  # it may end the process after a preemption notice
         if ray_backend is not None:
             callbacks.append(ray_backend.ReportBackups(dirs.backup_dir))
     return callbacks
 
 
-def ray_backend_if_every_rank_trains(cluster: Cluster, environ: Mapping[str, str]):
-    """`tfdist.ray` when this run is a synchronous job it set up without an evaluator; else None.
+def ray_backend_if_set_up():
+    """`tfdist.ray` when its backend set this run up (`python -m trainer.ray`); else None.
 
-    Only then does every Ray rank run `fit`, so that all of them can make the
-    same collective calls at the same steps: `ray.train.get_preemption_info()`
-    (Ray's own preemption notice) and `ray.train.report` (the backups as Ray
-    checkpoints). Parameter-server workers and an evaluator rank never run `fit`.
+    Every rank that runs `fit` (the chief of a parameter-server job; every
+    training task of a synchronous one) then polls Ray's own preemption notice
+    (`ray.train.get_preemption_info()`) and reports the committed backups as Ray
+    checkpoints (`ray.train.report`). Both are collectives of every Ray rank:
+    the parameter-server workers and ps tasks and an evaluator, which never run
+    `fit`, make the same calls after rank 0 (`tfdist.ray.job_end`).
     """
     ray_backend = sys.modules.get("tfdist.ray")  # never imports Ray for a run outside it
     if ray_backend is None or not ray_backend.set_up_by_backend():
-        return None
-    if cluster.num_ps or has_evaluator(cluster, environ):
         return None
     return ray_backend
 
