@@ -110,6 +110,30 @@ def test_every_declared_name_exists_in_its_module():
     assert not unbound, f"declared in __all__ but not defined or imported: {unbound}"
 
 
+def test_every_public_definition_is_declared():
+    """A module-level class, function or constant without a leading `_` is in `__all__`."""
+    undeclared = []
+    for name, path in public_modules().items():
+        if name == "tfdist":
+            continue
+        declared = set(declared_names(path) or ())
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defined = [node.name]
+            elif isinstance(node, ast.Assign):
+                defined = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            else:
+                continue
+            undeclared += [
+                f"{name}.{item}"
+                for item in defined
+                if not item.startswith("_") and item not in declared
+            ]
+    assert not undeclared, (
+        f"public (no leading _) but not in __all__: {undeclared}; declare them or make them private"
+    )
+
+
 def test_the_public_names_are_the_ones_docs_api_md_lists():
     assert _generated_part(API_DOC.read_text()) == listing(), (
         "the public names changed: if intended, run `python tests/unit/test_public_api.py` "

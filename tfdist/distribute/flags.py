@@ -26,7 +26,7 @@ from tfdist.cli import (
 from tfdist.distribute.choice import ALL_REDUCE, STRATEGIES, STRATEGY_DEFAULTS
 from tfdist.distribute.cluster import resolve_cluster_for_strategy
 
-__all__ = ["define_strategy_flags", "strategy_from_flags", "run"]
+__all__ = ["STRATEGY_FLAGS", "define_strategy_flags", "strategy_from_flags", "run"]
 
 
 STRATEGY_FLAGS = (

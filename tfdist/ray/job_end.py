@@ -34,7 +34,22 @@ import ray.train
 from tfdist.distribute import cluster as cluster_lib
 from tfdist.parameter_server import server as server_lib
 
-__all__ = ["ACTOR_VARIABLE", "POLL_SECONDS", "create", "mark_ended", "serve_until_job_end"]
+__all__ = [
+    "ACTOR_VARIABLE",
+    "FOLLOWED_VARIABLE",
+    "POLL_SECONDS",
+    "PREEMPTION_INFO",
+    "RAY_CALL_TIMEOUT_SECONDS",
+    "REPORT",
+    "Follower",
+    "create",
+    "follow_in_thread",
+    "lead",
+    "mark_ended",
+    "preemption_info",
+    "report",
+    "serve_until_job_end",
+]
 
 _log = logging.getLogger(__name__)
 

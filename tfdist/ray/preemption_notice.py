@@ -49,6 +49,7 @@ __all__ = [
     "NO_DEADLINE_SECONDS",
     "handled_notice",
     "wait_for_ray",
+    "check_followed",
     "PreemptionNotice",
 ]
 
