@@ -5,6 +5,11 @@ Runs `python -m trainer.task` on one job (model, data, global batch, steps) as:
 - `default`: one process, Keras `fit`;
 - `ps-1w`: `--strategy=parameter_server` with chief + 1 worker + 1 ps;
 - `ps-2w`: the same with 2 workers;
+- `ps-2w-spe1`, `ps-2w-spe10`: 2 workers at a fixed `--steps_per_execution`
+  (`ps-2w` runs the default, `auto`);
+- `tf_keras-2w-spe1`, `tf_keras-2w-spe10`: the TensorFlow tutorial's job in
+  tf_keras (`bench/ps_tf_keras_job.py`: tf_keras's own `fit` on the same model
+  and data) on the same cluster, at 1 and 10 steps per execution;
 
 each launched with `python -m tfdist.launch`, in alternating rounds, and reads
 `examples_per_second` from each run's `summary.json` (steady-state: the first
@@ -13,6 +18,8 @@ medians and the ratios to `default`.
 
     python bench/bench_parameter_server.py                 # mlp, ~4 min on 2 CPUs
     python bench/bench_parameter_server.py --model=cnn --rounds=3
+    python bench/bench_parameter_server.py --rounds=3 \
+        --configs=ps-2w-spe1,ps-2w,tf_keras-2w-spe1,tf_keras-2w-spe10   # auto vs tf_keras
 """
 
 import argparse
@@ -25,11 +32,19 @@ import sys
 import tempfile
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+_PS_1W = ["--chief", "--workers", "1", "--ps", "1"]
+_PS_2W = ["--chief", "--workers", "2", "--ps", "1"]
 CONFIGS = {
     "default": {"strategy": "default", "launch": None},
-    "ps-1w": {"strategy": "parameter_server", "launch": ["--chief", "--workers", "1", "--ps", "1"]},
-    "ps-2w": {"strategy": "parameter_server", "launch": ["--chief", "--workers", "2", "--ps", "1"]},
+    "ps-1w": {"strategy": "parameter_server", "launch": _PS_1W},
+    "ps-2w": {"strategy": "parameter_server", "launch": _PS_2W},
+    "ps-2w-spe1": {"strategy": "parameter_server", "launch": _PS_2W, "spe": 1},
+    "ps-2w-spe10": {"strategy": "parameter_server", "launch": _PS_2W, "spe": 10},
+    "ps-2w-spe50": {"strategy": "parameter_server", "launch": _PS_2W, "spe": 50},
+    "tf_keras-2w-spe1": {"peer": True, "launch": _PS_2W, "spe": 1},
+    "tf_keras-2w-spe10": {"peer": True, "launch": _PS_2W, "spe": 10},
 }
+DEFAULT_CONFIGS = "default,ps-1w,ps-2w"
 
 
 def _parse_args():
@@ -40,23 +55,39 @@ def _parse_args():
     parser.add_argument("--steps_per_epoch", type=int, default=150)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--configs", default=DEFAULT_CONFIGS, help=f"Comma-separated, of: {', '.join(CONFIGS)}"
+    )
     return parser.parse_args()
 
 
 def _run(name: str, args, work: pathlib.Path) -> float:
     config = CONFIGS[name]
     model_dir = work / name
-    task = [
-        sys.executable,
-        "-m",
-        "trainer.task",
-        f"--strategy={config['strategy']}",
-        f"--model={args.model}",
+    if config.get("peer"):
+        task = [
+            sys.executable,
+            str(REPO / "bench" / "ps_tf_keras_job.py"),
+            f"--out={model_dir}",
+            f"--steps_per_execution={config['spe']}",
+        ]
+    else:
+        task = [
+            sys.executable,
+            "-m",
+            "trainer.task",
+            f"--strategy={config['strategy']}",
+            f"--model={args.model}",
+        ]
+        if "spe" in config:
+            task.append(f"--steps_per_execution={config['spe']}")
+    task += [
         f"--global_batch_size={args.global_batch_size}",
         f"--epochs={args.epochs}",
         f"--steps_per_epoch={args.steps_per_epoch}",
-        f"--model_dir={model_dir}",
     ]
+    if not config.get("peer"):
+        task.append(f"--model_dir={model_dir}")
     if config["launch"]:
         command = [
             sys.executable,
@@ -95,20 +126,25 @@ def _run(name: str, args, work: pathlib.Path) -> float:
 
 def main() -> None:
     args = _parse_args()
-    samples = {name: [] for name in CONFIGS}
+    names = [name.strip() for name in args.configs.split(",") if name.strip()]
+    unknown = sorted(set(names) - set(CONFIGS))
+    if unknown:
+        raise SystemExit(f"error: --configs names {unknown}, expected names from {list(CONFIGS)}")
+    samples = {name: [] for name in names}
     with tempfile.TemporaryDirectory(prefix="bench-ps-") as tmp:
         for round_index in range(args.rounds):
-            for name in CONFIGS:
+            for name in names:
                 work = pathlib.Path(tmp) / f"round{round_index}"
                 value = _run(name, args, work)
                 samples[name].append(value)
                 print(f"round {round_index + 1}: {name}: {value:.0f} examples/s", flush=True)
-    baseline = statistics.median(samples["default"])
+    baseline_name = names[0]
+    baseline = statistics.median(samples[baseline_name])
     print(
         f"\n{args.model}, global batch {args.global_batch_size}, "
         f"{args.epochs}x{args.steps_per_epoch} steps, median of {args.rounds} rounds\n"
     )
-    print("| run | examples/s | vs default |")
+    print(f"| run | examples/s | vs {baseline_name} |")
     print("|---|---:|---:|")
     for name, values in samples.items():
         median = statistics.median(values)

@@ -193,7 +193,10 @@ class ExperimentConfig:
         "bounded: it costs at most 5% of the run's estimated time or 3 s, whichever "
         "is larger (it stops after the execution that reaches the budget and starts "
         "no candidate it cannot afford; the log line gives the steps probed and the "
-        "budget) (`tfdist.distribute.execution_tuner`; under `parameter_server` auto means 1). "
+        "budget) (`tfdist.distribute.execution_tuner`). Under `parameter_server` auto is computed, not "
+        "probed: the largest closure (at most 64 steps) that divides the sync point and gives "
+        "every worker an equal number of closures, logged as `steps_per_execution=auto chose N "
+        "under parameter servers: ...`. "
         "A number must divide the steps of an epoch (Keras would otherwise run whole "
         "executions past the epoch end: 10 steps at 3 per execution would run 12); a "
         "value that does not is a usage error naming the nearest divisor.",

@@ -177,7 +177,7 @@ def test_trainer_task_runs_every_role_from_one_command(local_cluster, tmp_path):
             "--strategy=parameter_server",
             f"--model_dir={model_dir}",
             "--epochs=2",
-            "--steps_per_epoch=15",
+            "--steps_per_epoch=16",
             "--num_examples=1024",
             "--evaluation_checkpoints",
         ],
@@ -187,11 +187,17 @@ def test_trainer_task_runs_every_role_from_one_command(local_cluster, tmp_path):
     assert codes["chief:0"] == 0, cluster.format_logs()
     summary = json.loads((model_dir / "summary.json").read_text())
     assert summary["strategy"] == "parameter_server" and summary["num_workers"] == 2
-    assert summary["steps_completed"] == 30, summary
+    assert summary["steps_completed"] == 32, summary
+    # steps_per_execution=auto (the default) under parameter servers: closures of 4 steps,
+    # 2 per worker at each 16-step sync point.
+    assert (
+        "steps_per_execution=auto chose 4 under parameter servers: 4 closures of 4 steps"
+        in cluster.log("chief:0")
+    ), cluster.format_logs()
     assert summary["examples_per_second"] > 0, summary
     assert (model_dir / "model.keras").exists()
     done = json.loads((model_dir / "checkpoints" / "training_done.json").read_text())
-    assert done["step"] == 30, done
+    assert done["step"] == 32, done
 
     # The evaluator role, as Vertex runs it (CLUSTER_SPEC lists every pool), on
     # the finished run: it evaluates both epoch checkpoints and exits at the marker.
@@ -213,7 +219,7 @@ def test_trainer_task_runs_every_role_from_one_command(local_cluster, tmp_path):
             "--strategy=parameter_server",
             f"--model_dir={model_dir}",
             "--epochs=2",
-            "--steps_per_epoch=15",
+            "--steps_per_epoch=16",
             "--num_examples=1024",
         ],
         env={**env, **ENV, "CLUSTER_SPEC": json.dumps(spec)},
@@ -227,7 +233,7 @@ def test_trainer_task_runs_every_role_from_one_command(local_cluster, tmp_path):
     lines = [
         json.loads(line) for line in (model_dir / "eval" / "metrics.jsonl").read_text().splitlines()
     ]
-    assert [line["step"] for line in lines] == [15, 30], lines
+    assert [line["step"] for line in lines] == [16, 32], lines
     # The last checkpoint holds the final weights: same test metrics as the chief's.
     assert lines[-1]["metrics"]["loss"] == pytest.approx(
         summary["metrics"]["test"]["loss"], rel=1e-4

@@ -24,6 +24,29 @@ def test_granularity_is_the_gcd_of_epoch_backup_and_resumed_offset():
     assert execution_tuner.step_granularity(steps_per_epoch=128, other_step_counts=[6]) == 2
 
 
+def test_parameter_servers_get_the_largest_closures_that_share_evenly():
+    choose = execution_tuner.parameter_server_steps_per_execution
+    # 150 steps per sync point, 2 workers: 6 closures of 25, 3 per worker (50 would give 3).
+    assert choose(150, 2)[0] == 25
+    assert choose(150, 1)[0] == 50
+    assert choose(1000, 4)[0] == 50  # capped by MAX_PARAMETER_SERVER_STEPS
+    assert choose(60, 3)[0] == 10
+    assert choose(6, 3)[0] == 1  # 2 per worker: closures of 1 step
+    assert choose(3, 3)[0] == 1
+    assert choose(7, 2) == (
+        1,
+        "steps_per_execution=auto chose 1 under parameter servers: 7 steps per sync point "
+        "cannot be split evenly among 2 worker(s)",
+    )
+    for granularity in range(1, 130):
+        for workers in (1, 2, 3, 5):
+            chosen, _ = choose(granularity, workers)
+            assert granularity % chosen == 0
+            assert chosen <= execution_tuner.MAX_PARAMETER_SERVER_STEPS
+            closures = granularity // chosen
+            assert chosen == 1 or closures % workers == 0
+
+
 def test_candidates_are_the_largest_divisors_under_each_target():
     assert execution_tuner.candidate_values(300) == (1, 4, 15, 60)
     assert execution_tuner.candidate_values(128) == (1, 4, 16, 64)

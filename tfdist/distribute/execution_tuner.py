@@ -59,6 +59,8 @@ __all__ = [
     "step_granularity",
     "candidate_values",
     "tune_steps_per_execution",
+    "MAX_PARAMETER_SERVER_STEPS",
+    "parameter_server_steps_per_execution",
 ]
 
 # Targets of the search; each is replaced by the largest valid divisor not above it.
@@ -134,6 +136,53 @@ def candidate_values(granularity: int, targets: Sequence[int] = DEFAULT_TARGETS)
     """
     divisors = [d for d in range(1, granularity + 1) if granularity % d == 0]
     return tuple(sorted({max(d for d in divisors if d <= max(target, 1)) for target in targets}))
+
+
+# Under parameter servers an execution is one closure a worker runs on its own: at most this
+# many steps, so that a failed worker's closure (run again elsewhere) redoes little.
+MAX_PARAMETER_SERVER_STEPS = 64
+
+
+def parameter_server_steps_per_execution(
+    granularity: int, num_workers: int, max_steps: int = MAX_PARAMETER_SERVER_STEPS
+) -> tuple[int, str]:
+    """What `auto` means under parameter servers: the value and one sentence of why.
+
+    The chief schedules each sync point's steps as closures of this many steps
+    (`tfdist.parameter_server.ParameterServerTrainer`), which idle workers take
+    in turn. There is no probe: a closure's cost is its steps plus one round trip
+    to the chief, so larger is faster up to the point where the workers no
+    longer get equal shares. The choice is the largest divisor of `granularity`
+    (see `step_granularity`) not above `max_steps` that gives every worker at
+    least two closures per sync point, in equal numbers; failing that, the
+    largest that gives each worker one.
+
+    Args:
+        granularity: Steps between sync points that every execution must divide.
+        num_workers: Workers that run closures.
+        max_steps: The most steps of one closure.
+    """
+    workers = max(1, num_workers)
+    divisors = [d for d in range(1, min(granularity, max_steps) + 1) if granularity % d == 0]
+    for closures_per_worker in (2, 1):
+        balanced = [
+            d
+            for d in divisors
+            if granularity // d >= closures_per_worker * workers
+            and (granularity // d) % workers == 0
+        ]
+        if balanced:
+            chosen = max(balanced)
+            return chosen, (
+                f"steps_per_execution=auto chose {chosen} under parameter servers: "
+                f"{granularity // chosen} closures of {chosen} steps per sync point of "
+                f"{granularity} steps, {granularity // chosen // workers} per worker of "
+                f"{workers} (at most {max_steps} steps per closure)"
+            )
+    return 1, (
+        f"steps_per_execution=auto chose 1 under parameter servers: {granularity} steps per "
+        f"sync point cannot be split evenly among {workers} worker(s)"
+    )
 
 
 class _ExecutionClock(keras.callbacks.Callback):

@@ -9,6 +9,7 @@ restore point is known.
 
 import keras
 import tensorflow as tf
+from absl import logging
 
 from tfdist import keras_compat
 from tfdist import tasks as tasks_lib
@@ -120,23 +121,37 @@ def explicit_steps_per_execution(config: ExperimentConfig) -> int:
 
 
 def tune_steps_per_execution(
-    config: ExperimentConfig, model: keras.Model, inputs: Inputs, todo: "Plan"
+    config: ExperimentConfig,
+    model: keras.Model,
+    inputs: Inputs,
+    todo: "Plan",
+    *,
+    num_workers: int = 1,
 ) -> int:
     """Sets `model.steps_per_execution` when it is `auto` (see `tfdist.distribute.execution_tuner`).
 
-    Parameter-server training schedules single steps (auto means 1 there).
+    Under parameter servers `auto` is computed, not probed: closures as large as
+    keep `num_workers` workers evenly loaded
+    (`execution_tuner.parameter_server_steps_per_execution`).
     """
     parameter_server = isinstance(
         model.distribute_strategy, tf.distribute.experimental.ParameterServerStrategy
     )
-    if (
-        config.steps_per_execution != AUTO
-        or todo.completed
-        or not todo.segments
-        or parameter_server
-    ):
+    if config.steps_per_execution != AUTO or todo.completed or not todo.segments:
         return int(model.steps_per_execution)
     first_step = todo.segments[0].first_step
+    if parameter_server:
+        granularity = execution_tuner.step_granularity(
+            steps_per_epoch=inputs.steps_per_epoch,
+            backup_every_steps=config.backup_every_steps,
+            first_step=first_step,
+        )
+        chosen, reason = execution_tuner.parameter_server_steps_per_execution(
+            granularity, num_workers
+        )
+        logging.info("%s.", reason)
+        model.steps_per_execution = chosen
+        return chosen
     return execution_tuner.tune_steps_per_execution(
         model,
         inputs.train_stream(first_step, model.distribute_strategy),

@@ -161,7 +161,13 @@ def prepare(
         model_dir=dirs.model_dir,
         is_chief=cluster.is_chief,
     )
-    steps_per_execution = tune_steps_per_execution(config, model, inputs, todo)
+    steps_per_execution = tune_steps_per_execution(
+        config,
+        model,
+        inputs,
+        todo,
+        num_workers=cluster.count(WORKER) if strategy_name == "parameter_server" else 1,
+    )
     exporter = evaluation_exporter(config, cluster, dirs, environ) if cluster.is_chief else None
     callbacks = training_callbacks(
         config=config,
