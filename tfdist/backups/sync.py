@@ -26,6 +26,9 @@ class WorkerSync:
             self._local_replicas = max(1, len(strategy.extended.worker_devices))
             self.is_multi_worker = strategy.num_replicas_in_sync > self._local_replicas
         self._gather_fn = tf.function(self._gather_replicas) if self.is_multi_worker else None
+        self._gather_bytes_fn = (
+            tf.function(self._gather_rows, reduce_retracing=True) if self.is_multi_worker else None
+        )
 
     @property
     def strategy(self) -> tf.distribute.Strategy | None:
@@ -45,6 +48,29 @@ class WorkerSync:
 
         gathered = self._strategy.run(replica_fn, args=(value,))
         return self._strategy.experimental_local_results(gathered)[0]
+
+    def _gather_rows(self, row):
+        def replica_fn(local_row):
+            context = tf.distribute.get_replica_context()
+            return context.all_gather(tf.expand_dims(local_row, 0), axis=0)
+
+        gathered = self._strategy.run(replica_fn, args=(row,))
+        return self._strategy.experimental_local_results(gathered)[0]
+
+    def gather_bytes(self, data: bytes) -> list[bytes]:
+        """Every worker's `data`, in worker order; collective calls (two).
+
+        The lengths are gathered first, then every worker's bytes padded to
+        the longest: each worker holds `num_workers` times the longest.
+        """
+        if not self.is_multi_worker:
+            return [bytes(data)]
+        lengths = self.gather(len(data))
+        longest = max(max(lengths), 1)
+        row = tf.constant(bytes(data) + b"\0" * (longest - len(data)))
+        padded = tf.io.decode_raw(row, tf.uint8)
+        rows = self._gather_bytes_fn(padded).numpy()[:: self._local_replicas]
+        return [bytes(rows[index][:length]) for index, length in enumerate(lengths)]
 
     def gather(self, value: int) -> list[int]:
         """Every worker's `value`, in worker order; a collective call."""

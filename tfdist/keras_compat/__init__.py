@@ -103,6 +103,13 @@ from tfdist.keras_compat._file_sharding import (
     can_shard_by_file,  # noqa: F401
     shard_by_file,  # noqa: F401
 )
+from tfdist.keras_compat._input_state import (
+    PipelineFacts,  # noqa: F401
+    TrainingInput,  # noqa: F401
+    pipeline_facts,  # noqa: F401
+    worker_of,  # noqa: F401
+)
+from tfdist.keras_compat._input_state import supported as input_state_supported  # noqa: F401
 
 # Re-exported: the public names of the reduced-precision gradient all-reduce.
 from tfdist.keras_compat._reduced_precision import (
