@@ -4,7 +4,7 @@
         [--crash_at=N] [--cases=a,b]
 
 Every case trains 3 epochs in this process (one process, or every worker of a
-local cluster) with backups every 4 steps into `<backup>/<case>`; with
+local cluster) with backups every 2 steps into `<backup>/<case>`; with
 `--crash_at=N` each case raises after its N-th batch of this run (an injected
 crash mid-epoch, on every worker at the same step) and the next case starts.
 Each writes `<out>/<case>-<task index>.json`: the weights (hex of their
@@ -26,6 +26,7 @@ RECORDS_PER_FILE = 96
 GLOBAL_BATCH = 16
 EPOCHS = 3
 BUFFER = 32
+SAVE_FREQ = 2
 CASES = ("tfrecord_unseeded", "tfrecord_seeded", "timeseries", "generator")
 
 
@@ -149,7 +150,7 @@ def main() -> None:
                 dataset,
                 epochs=EPOCHS,
                 backup_dir=f"{args.backup}/{case}",
-                save_freq=4,
+                save_freq=SAVE_FREQ,
                 callbacks=callbacks,
                 verbose=0,
                 preemption=None,

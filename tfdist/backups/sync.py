@@ -8,6 +8,7 @@ must call them at the same point, in the same order. In a single process they
 cost nothing.
 """
 
+import numpy as np
 import tensorflow as tf
 
 
@@ -66,11 +67,12 @@ class WorkerSync:
         if not self.is_multi_worker:
             return [bytes(data)]
         lengths = self.gather(len(data))
-        longest = max(max(lengths), 1)
-        row = tf.constant(bytes(data) + b"\0" * (longest - len(data)))
-        padded = tf.io.decode_raw(row, tf.uint8)
-        rows = self._gather_bytes_fn(padded).numpy()[:: self._local_replicas]
-        return [bytes(rows[index][:length]) for index, length in enumerate(lengths)]
+        longest = -(-max(max(lengths), 1) // 4) * 4  # collectives gather int32, not bytes
+        padded = np.frombuffer(bytes(data) + b"\0" * (longest - len(data)), dtype="<i4")
+        rows = self._gather_bytes_fn(tf.constant(padded)).numpy()[:: self._local_replicas]
+        return [
+            rows[index].astype("<i4").tobytes()[:length] for index, length in enumerate(lengths)
+        ]
 
     def gather(self, value: int) -> list[int]:
         """Every worker's `value`, in worker order; a collective call."""

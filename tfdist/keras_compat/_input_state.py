@@ -126,7 +126,7 @@ def _local_iterator(iterator):
 def _plain_worker_iterator(distributed) -> None:
     """Makes a one-device worker's distributed iterator a plain, savable tf.data iterator."""
     workers = distributed._input_workers  # pylint: disable=protected-access
-    if workers.num_workers != 1 or len(workers.worker_devices[0]) != 1:
+    if workers.num_workers != 1 or len(workers.compute_devices_for_worker(0)) != 1:
         return
     distributed._options = tf.distribute.InputOptions(  # pylint: disable=protected-access
         experimental_fetch_to_device=False,
