@@ -110,4 +110,4 @@ def test_a_backup_missing_a_workers_input_state_falls_back_to_the_previous(tmp_p
     with caplog.at_level(logging.WARNING):
         point = TrainingBackup(BackupStore(str(tmp_path)), model).restore()
     assert point.global_step == 1
-    assert "input/worker-1.state is missing" in caplog.text
+    assert "input-worker-1.state is missing" in caplog.text

@@ -10,7 +10,7 @@
   in the log with the state's size;
 - with every backup each worker's iterator state (`tfdist.keras_compat`'s
   `TrainingInput`) is gathered to the chief and committed in the same backup,
-  under the same checksums, as `input/worker-<k>.state`; a backup missing one
+  under the same checksums, as `input-worker-<k>.state`; a backup missing one
   is unusable (the restore falls back to the previous backup);
 - on restart each worker restores its own state: it decodes what its
   remaining steps need plus what its buffers refill, nothing it skipped.
@@ -32,7 +32,6 @@ from tfdist.errors import UsageError
 
 _log = logging.getLogger(__name__)
 
-INPUT_STATE_DIR = "input"
 DEFAULT_MAX_STATE_BYTES = 128 << 20
 
 
@@ -45,7 +44,8 @@ def _size(count: int) -> str:
 
 
 def state_file(worker_index: int) -> str:
-    return f"{INPUT_STATE_DIR}/worker-{worker_index}.state"
+    """The file of worker `worker_index`'s iterator state in a backup (beside the checkpoint)."""
+    return f"input-worker-{worker_index}.state"
 
 
 class ResumableInput:
