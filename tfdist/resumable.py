@@ -51,7 +51,11 @@ from tfdist._internal import peer_noise
 from tfdist._internal.peers import PEER_FAILURES
 from tfdist.callbacks import BackupAndRestore
 from tfdist.data import arrays as fit_arrays
-from tfdist.data.resume_input import DEFAULT_MAX_STATE_BYTES, ResumableInput
+from tfdist.data.resume_input import (
+    DEFAULT_MAX_STATE_BYTES,
+    ResumableInput,
+    seed_input_pipelines,
+)
 from tfdist.distribute import strategy as strategy_lib
 from tfdist.distribute import worker_files
 from tfdist.distribute.cluster import resolve_cluster, resolve_cluster_for_strategy
@@ -104,36 +108,8 @@ def strategy_from_environment(
     options = options or strategy_lib.StrategyOptions()
     cluster = resolve_cluster_for_strategy(os.environ, name)
     strategy = strategy_lib.make_strategy(name, cluster, options)
-    _seed_input_pipelines()
+    seed_input_pipelines()
     return strategy
-
-
-# The TensorFlow global seed set when a script sets none (`_seed_input_pipelines`).
-DEFAULT_GLOBAL_SEED = 1_847_301
-
-
-def _seed_input_pipelines() -> None:
-    """Sets TensorFlow's global seed when the script has set none, and says so.
-
-    An unseeded `shuffle(buffer)` (and `tf.random` ops in a `map`) draws its
-    seeds from the operating system: a restarted process reshuffles every
-    epoch after the interrupted one differently, which no saved iterator state
-    can restore (measured on TF 2.21). With a global seed, the same script
-    builds the same seeds in every run, so a restart resumes exactly.
-    """
-    if tf.random.get_global_generator is None:  # pragma: no cover
-        return
-    from tensorflow.python.framework import random_seed  # pylint: disable=g-import-not-at-top
-
-    if random_seed.get_seed(None)[0] is not None:
-        return
-    tf.random.set_seed(DEFAULT_GLOBAL_SEED)
-    _log.info(
-        "No TensorFlow random seed is set: set tf.random.set_seed(%d) so that unseeded "
-        "shuffles resume exactly after a restart; call tf.random.set_seed(n) (or "
-        "keras.utils.set_random_seed(n)) after this call to choose another.",
-        DEFAULT_GLOBAL_SEED,
-    )
 
 
 @cli.usage_errors_exit_in_jobs

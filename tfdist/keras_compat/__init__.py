@@ -106,6 +106,7 @@ from tfdist.keras_compat._file_sharding import (
 from tfdist.keras_compat._input_state import (
     PipelineFacts,  # noqa: F401
     TrainingInput,  # noqa: F401
+    global_seed_is_set,  # noqa: F401
     pipeline_facts,  # noqa: F401
     worker_of,  # noqa: F401
 )

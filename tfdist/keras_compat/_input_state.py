@@ -27,6 +27,7 @@ from keras.src.backend.tensorflow import trainer as tf_trainer
 from tensorflow.core.framework import graph_pb2
 from tensorflow.python.data.ops import iterator_ops
 from tensorflow.python.distribute import input_lib
+from tensorflow.python.eager import context
 from tensorflow.python.ops import gen_dataset_ops
 
 from tfdist.keras_compat import _patching
@@ -132,6 +133,11 @@ def _plain_worker_iterator(distributed) -> None:
         experimental_fetch_to_device=False,
         experimental_replication_mode=tf.distribute.InputReplicationMode.PER_REPLICA,
     )
+
+
+def global_seed_is_set() -> bool:
+    """Whether TensorFlow's global seed is set (read without drawing an op seed)."""
+    return context.global_seed() is not None
 
 
 def worker_of(strategy) -> tuple[int, int]:
