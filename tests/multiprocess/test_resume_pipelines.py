@@ -96,12 +96,15 @@ def runs(tmp_path_factory):
 
 
 # Measured without tfdist (a tf.data iterator of this pipeline saved after batch 22 of
-# `repeat()` and restored in a fresh process): the rest of its pass is exact, the next
-# pass is shuffled differently; after batches 14 and 20 it is exact. A TF 2.21 limit
-# of restoring this pipeline (a prefetch and parallel maps before a reshuffling
-# shuffle), not yet worked around.
+# `repeat()` and restored in a fresh process, twice): the rest of its pass is exact, the
+# next pass is shuffled differently; after batches 14 and 20 it is exact, and so is a
+# plain `map().shuffle(seed).batch().repeat()` after batches 8, 10 and 11 (the shuffle's
+# input exhausted). In this test the restart was exact in 1 of 2 runs (the position of
+# the prefetch and parallel maps before the shuffle at the backup varies). A TF 2.21
+# limit of restoring this pipeline, not yet worked around.
 TF_RESTORE_INEXACT = pytest.mark.xfail(
-    strict=True, reason="TF 2.21 restores timeseries_dataset_from_array's next pass inexactly"
+    strict=False,
+    reason="TF 2.21 sometimes restores timeseries_dataset_from_array's next pass inexactly",
 )
 
 
