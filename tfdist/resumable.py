@@ -22,13 +22,16 @@ the state of the script's callbacks; a finished job's rerun trains nothing and
 leaves the trained weights in the model. With several workers, only the
 chief's callback files and `write_path(...)` files land where they were asked.
 
-Resume is exact when the dataset is deterministic: either an endless stream
-(`.repeat()`) iterated across epochs, which resumes by skipping the steps
-already taken, or a finite dataset that yields the same batches in every
-epoch, which resumes by skipping the steps already taken in the interrupted
-epoch. A dataset reshuffled every epoch with a random seed cannot resume
-exactly; pass the arrays themselves (shuffled per epoch from `seed`), or use
-`tfdist.data.training_batches` for a seeded permutation per pass.
+A `tf.data.Dataset` resumes at its saved position: every worker's iterator
+state is committed in each backup with the weights, and a restart restores it,
+decoding only what the remaining steps need (`tfdist.data.resume_input`). A
+finite dataset is iterated as one stream across epochs (`repeat()`, an epoch
+being its length), so a reshuffling shuffle's seed state is in that state;
+`strategy_from_environment()` sets TensorFlow's global seed when the script
+set none, so an unseeded `shuffle(buffer)` built after it resumes exactly.
+Where the position cannot be restored (`from_generator`, a state above
+`max_input_state_bytes`, another number of workers) one line says so and a
+restart skips the batches already taken. docs/data.md has the table.
 
 In the main thread of a job's task (`TF_CONFIG` or `CLUSTER_SPEC` set) that is
 not an interactive session, a `tfdist.errors.UsageError` from these functions is one
@@ -48,6 +51,7 @@ from tfdist._internal import peer_noise
 from tfdist._internal.peers import PEER_FAILURES
 from tfdist.callbacks import BackupAndRestore
 from tfdist.data import arrays as fit_arrays
+from tfdist.data.resume_input import DEFAULT_MAX_STATE_BYTES, ResumableInput
 from tfdist.distribute import worker_files
 from tfdist.distribute.cluster import resolve_cluster
 
@@ -136,6 +140,7 @@ def fit(  # pylint: disable=too-many-arguments  (keras.Model.fit's, in its order
     max_restarts_without_progress: int | None = DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS,
     run_settings=None,
     changeable=None,
+    max_input_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
     **fit_kwargs,
 ) -> keras.callbacks.History:
     """`model.fit(x, y, ...)` that resumes from `backup_dir` at the exact step.
@@ -204,6 +209,9 @@ def fit(  # pylint: disable=too-many-arguments  (keras.Model.fit's, in its order
         max_restarts_without_progress: Reruns allowed from one backup without
             committing a new one; one more raises `tfdist.errors.CrashLoopError`
             (exit 4 under `tfdist.cli.run`) before training. None: no limit.
+        max_input_state_bytes: Largest iterator state of a dataset `x` saved
+            per worker with each backup (a shuffle's buffer is part of it);
+            above it none is saved and a restart skips, as one line says.
         **fit_kwargs: Passed to every `model.fit` call (`validation_steps`,
             `validation_freq`, ...).
 
@@ -270,6 +278,7 @@ def fit(  # pylint: disable=too-many-arguments  (keras.Model.fit's, in its order
             preemption=preemption,
             endless=endless,
             arrays=arrays,
+            max_input_state_bytes=max_input_state_bytes,
             max_restarts_without_progress=max_restarts_without_progress,
             run_settings=run_settings,
             changeable=changeable,
@@ -296,6 +305,7 @@ def _fit(
     preemption,
     endless,
     arrays,
+    max_input_state_bytes,
     max_restarts_without_progress,
     run_settings,
     changeable,
@@ -315,21 +325,47 @@ def _fit(
         run_settings=_run_settings(run_settings, arrays),
         changeable=changeable,
     )
+    training_input = None
+    if arrays is None:
+        point = backup.restore(model)
+        training_input = ResumableInput(
+            x,
+            steps_per_epoch=steps_per_epoch or point.steps_per_epoch,
+            strategy=model.distribute_strategy,
+            max_state_bytes=max_input_state_bytes,
+        )
+        backup.input_state = training_input
+        steps_per_epoch, endless = training_input.steps_per_epoch, training_input.endless
     segments = backup.resume(
         model, epochs=epochs, steps_per_epoch=steps_per_epoch, callbacks=callbacks
     )
     if backup.completed:
         _check_final_backup(backup)
+    # The position of a user's dataset: restored from the backup (each worker its
+    # own iterator state), else the batches already taken are skipped.
+    restored = True
+    capture = contextlib.nullcontext()
+    if training_input is not None:
+        point = backup.resume_point
+        restored = not point.global_step or training_input.restore_from(
+            point.backup_path, point.metadata.get("input_state")
+        )
+        capture = training_input.capture()
     hold = peer_noise.HeldPeerNoise() if cluster.num_workers > 1 else contextlib.nullcontext()
     try:
-        with hold:
-            for segment in segments:
+        with hold, capture:
+            for number, segment in enumerate(segments):
                 if arrays is not None:  # a stream built from the step: nothing to skip
-                    x, skip = arrays.training_batches(segment.first_step), 0
+                    data = arrays.training_batches(segment.first_step)
+                elif restored:
+                    data = training_input.dataset_for(0)
+                    if number:
+                        training_input.carry_over()
                 else:
                     skip = segment.first_step if endless else segment.first_step_in_epoch
+                    data = training_input.dataset_for(skip)
                 model.fit(
-                    x.skip(skip) if skip else x,
+                    data,
                     callbacks=_around_backup(callbacks, backup),
                     shuffle=False,
                     **segment.fit_kwargs(),

@@ -122,6 +122,12 @@ def test_every_public_definition_is_declared():
                 defined = [node.name]
             elif isinstance(node, ast.Assign):
                 defined = [t.id for t in node.targets if isinstance(t, ast.Name)]
+            elif (  # a package's re-export of its own modules' names
+                path.name == "__init__.py"
+                and isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith(name + ".")
+            ):
+                defined = [alias.asname or alias.name for alias in node.names]
             else:
                 continue
             undeclared += [

@@ -178,9 +178,13 @@ def _model_and_unknown_length_data():
     return model, data.filter(lambda x, y: True).batch(8)  # cardinality unknown
 
 
-def test_a_mid_epoch_backup_of_unknown_epoch_length_is_refused_with_what_to_do(tmp_path):
+def test_a_mid_epoch_backup_of_unknown_epoch_length_resumes_with_the_length_counted_once(
+    tmp_path, caplog
+):
+    # tfdist.data.resume_input counts one pass on the fresh start (8 batches) and the
+    # backup records it: the restart resumes mid-epoch (it used to be refused).
     model, data = _model_and_unknown_length_data()
-    with pytest.raises(RuntimeError, match="simulated crash"):
+    with caplog.at_level(logging.INFO), pytest.raises(RuntimeError, match="simulated crash"):
         tfdist.resumable.fit(
             model,
             data,
@@ -191,13 +195,15 @@ def test_a_mid_epoch_backup_of_unknown_epoch_length_is_refused_with_what_to_do(t
             verbose=0,
             preemption=None,
         )
+    assert "counted one pass (8 batches)" in caplog.text
+    caplog.clear()
     model, data = _model_and_unknown_length_data()
-    with pytest.raises(UsageError) as error:
+    with caplog.at_level(logging.INFO):
         tfdist.resumable.fit(
             model, data, epochs=2, save_freq=3, backup_dir=str(tmp_path), verbose=0, preemption=None
         )
-    message = str(error.value)
-    assert "pass steps_per_epoch=N" in message and "segments" not in message
+    assert "counted one pass" not in caplog.text
+    assert int(model.optimizer.iterations.numpy()) == 16
 
 
 class EpochCounter(keras.callbacks.Callback):

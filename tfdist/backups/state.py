@@ -37,7 +37,7 @@ from tfdist.backups.fingerprint import (
     fingerprint_of,
 )
 from tfdist.backups.finite import FiniteCheck
-from tfdist.backups.store import BackupInfo, BackupStore
+from tfdist.backups.store import BackupInfo, BackupStore, CorruptBackupError
 from tfdist.backups.sync import WorkerSync
 from tfdist.backups.tracked import (
     TrackedState,
@@ -369,6 +369,11 @@ class TrainingBackup:
     def _read(self, info: BackupInfo) -> None:
         """Checks `info` against this run, then loads it; raises before loading."""
         where = f"at step {info.step} in {self.store.backup_dir}"
+        # Every worker's input position is part of the backup: one missing makes it
+        # unusable, as a torn file does (the restore falls back to the previous one).
+        for name in (info.metadata.get("input_state") or {}).get("files", []):
+            if not tf.io.gfile.exists(f"{info.path}/{name}"):
+                raise CorruptBackupError(f"{info.path}: {name} is missing")
         record = info.metadata.get("fingerprint")
         if record is None:
             self._check_legacy(info)
@@ -521,6 +526,8 @@ class TrainingBackup:
             checkpoint.write(prefix)
             directory = prefix.rsplit("/", 1)[0] if "/" in prefix else "."
             for name, data in (extra_files or {}).items():
+                if "/" in name:
+                    tf.io.gfile.makedirs(f"{directory}/{name.rsplit('/', 1)[0]}")
                 with tf.io.gfile.GFile(f"{directory}/{name}", "wb") as handle:
                     handle.write(data)
 

@@ -8,6 +8,7 @@ must call them at the same point, in the same order. In a single process they
 cost nothing.
 """
 
+import numpy as np
 import tensorflow as tf
 
 __all__ = ["WorkerSync"]
@@ -28,6 +29,9 @@ class WorkerSync:
             self._local_replicas = max(1, len(strategy.extended.worker_devices))
             self.is_multi_worker = strategy.num_replicas_in_sync > self._local_replicas
         self._gather_fn = tf.function(self._gather_replicas) if self.is_multi_worker else None
+        self._gather_bytes_fn = (
+            tf.function(self._gather_rows, reduce_retracing=True) if self.is_multi_worker else None
+        )
 
     @property
     def strategy(self) -> tf.distribute.Strategy | None:
@@ -47,6 +51,30 @@ class WorkerSync:
 
         gathered = self._strategy.run(replica_fn, args=(value,))
         return self._strategy.experimental_local_results(gathered)[0]
+
+    def _gather_rows(self, row):
+        def replica_fn(local_row):
+            context = tf.distribute.get_replica_context()
+            return context.all_gather(tf.expand_dims(local_row, 0), axis=0)
+
+        gathered = self._strategy.run(replica_fn, args=(row,))
+        return self._strategy.experimental_local_results(gathered)[0]
+
+    def gather_bytes(self, data: bytes) -> list[bytes]:
+        """Every worker's `data`, in worker order; collective calls (two).
+
+        The lengths are gathered first, then every worker's bytes padded to
+        the longest: each worker holds `num_workers` times the longest.
+        """
+        if not self.is_multi_worker:
+            return [bytes(data)]
+        lengths = self.gather(len(data))
+        longest = -(-max(max(lengths), 1) // 4) * 4  # collectives gather int32, not bytes
+        padded = np.frombuffer(bytes(data) + b"\0" * (longest - len(data)), dtype="<i4")
+        rows = self._gather_bytes_fn(tf.constant(padded)).numpy()[:: self._local_replicas]
+        return [
+            rows[index].astype("<i4").tobytes()[:length] for index, length in enumerate(lengths)
+        ]
 
     def gather(self, value: int) -> list[int]:
         """Every worker's `value`, in worker order; a collective call."""

@@ -146,6 +146,10 @@ class BackupAndRestore(keras.callbacks.Callback):
             anything; a killed owner's lease lets a restart take over at once
             when it is recognized (same job, or the owner's process gone from
             this host), else after at most this many seconds. `None`: no lease.
+        input_state: The training input's saved position
+            (`tfdist.data.resume_input.ResumableInput`, what `tfdist.resumable.fit`
+            passes): every worker's iterator state is gathered to the chief and
+            committed in each backup, inside its checksums.
     """
 
     def __init__(
@@ -169,8 +173,10 @@ class BackupAndRestore(keras.callbacks.Callback):
         outputs=None,
         max_restarts_without_progress: int | None = DEFAULT_MAX_RESTARTS,
         lease_seconds: float | None = DEFAULT_LEASE_SECONDS,
+        input_state=None,
     ):
         super().__init__()
+        self.input_state = input_state
         self.save_freq = check_save_freq(save_freq)
         self._run_settings = check_run_settings(run_settings)
         self._changeable = check_changeable(changeable)
@@ -257,6 +263,11 @@ class BackupAndRestore(keras.callbacks.Callback):
     def global_step(self) -> int:
         """Optimizer steps applied so far, including those before a resume."""
         return self._global_step
+
+    @property
+    def resume_point(self) -> ResumePoint | None:
+        """Where training resumed, once `restore` has run."""
+        return self._resume_point
 
     @property
     def preemption(self) -> PreemptionWatcher | None:
@@ -498,6 +509,10 @@ class BackupAndRestore(keras.callbacks.Callback):
         steps = self.params.get("steps")
         return None if steps is None else steps + self._batch_offset
 
+    def on_train_batch_begin(self, batch, logs=None):
+        if self.input_state is not None:
+            self.input_state.training_started()
+
     def on_train_batch_end(self, batch, logs=None):
         if self._pending_metrics is not None:
             self._restore_metrics()
@@ -642,6 +657,13 @@ class BackupAndRestore(keras.callbacks.Callback):
             values = [np.asarray(variable.numpy()) for variable in self.model.metrics_variables]
             metadata["metric_arrays"] = [f"metric{index}" for index in range(len(values))]
             arrays.update(zip(metadata["metric_arrays"], values))
+        files = {ARRAYS_FILE: arrays_to_bytes(arrays)} if arrays else {}
+        if self.input_state is not None:
+            # A collective: every worker's state, gathered to the chief's commit.
+            input_files, input_metadata = self.input_state.backup(self._backup.sync)
+            files.update(input_files)
+            if input_metadata is not None:
+                metadata["input_state"] = input_metadata
         try:
             if self._lease is not None:
                 self._lease.check()  # another job took the directory: write nothing more
@@ -651,7 +673,7 @@ class BackupAndRestore(keras.callbacks.Callback):
                 step_in_epoch=self._step_in_epoch,
                 steps_per_epoch=self._steps_per_epoch,
                 extra_metadata=metadata,
-                extra_files={ARRAYS_FILE: arrays_to_bytes(arrays)} if arrays else None,
+                extra_files=files or None,
             )
         except (NonFiniteError, StorageError, BackupInUseError):
             self._let_go()  # training stops here: leave SIGTERM to its default

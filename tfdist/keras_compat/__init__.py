@@ -103,6 +103,14 @@ from tfdist.keras_compat._file_sharding import (
     can_shard_by_file,  # noqa: F401
     shard_by_file,  # noqa: F401
 )
+from tfdist.keras_compat._input_state import (
+    PipelineFacts,  # noqa: F401
+    TrainingInput,  # noqa: F401
+    global_seed_is_set,  # noqa: F401
+    pipeline_facts,  # noqa: F401
+    worker_of,  # noqa: F401
+)
+from tfdist.keras_compat._input_state import supported as input_state_supported  # noqa: F401
 
 # Re-exported: the public names of the reduced-precision gradient all-reduce.
 from tfdist.keras_compat._reduced_precision import (
@@ -130,6 +138,12 @@ __all__ = [
     "make_parameter_server_updates_exact",
     "parameter_server_state_variables",
     "remove",
+    "PipelineFacts",
+    "TrainingInput",
+    "global_seed_is_set",
+    "input_state_supported",
+    "pipeline_facts",
+    "worker_of",
 ]
 
 # First Keras release assumed fixed; raise it while the upstream test still fails.

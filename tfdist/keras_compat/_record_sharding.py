@@ -78,18 +78,18 @@ class _Pipeline:
             for value in node.attr.values()
         )
 
-    def records(self):
+    def records(self, passing: frozenset = PER_ELEMENT_OPS):
         """`(consumer, reader)`: the node that reads records and its consumer, or None.
 
         None unless everything between the reader and the output is in
-        `PER_ELEMENT_OPS`.
+        `passing` (`PER_ELEMENT_OPS`).
         """
         outputs = [node for node in self.graph.node if node.op == "_Retval"]
         if len(outputs) != 1:
             return None
         consumer, node = outputs[0], self._nodes.get(outputs[0].input[0])
         while node is not None and not self._node_reads(node):
-            if node.op not in PER_ELEMENT_OPS:
+            if node.op not in passing:
                 return None
             consumer, node = node, self._nodes.get(node.input[0])
         if node is None or "output_types" not in node.attr and node.op not in READER_OPS:
@@ -129,12 +129,18 @@ def _record_structure(node):
     return None
 
 
-def _pipeline_or_none(dataset: tf.data.Dataset):
+def _pipeline_or_none(dataset: tf.data.Dataset, passing: frozenset = PER_ELEMENT_OPS):
     try:
         pipeline = _Pipeline(dataset)
     except (tf.errors.OpError, ValueError, TypeError):
         return None
-    return pipeline if pipeline.records() is not None else None
+    return pipeline if pipeline.records(passing) is not None else None
+
+
+# Counting the files a pipeline reads looks at its reader only: a `repeat` after
+# it (a finite dataset iterated as one stream, `tfdist.data.resume_input`) reads
+# the same files.
+_PROBE_PASSING = PER_ELEMENT_OPS | {"RepeatDataset"}
 
 
 def shard_by_record(dataset: tf.data.Dataset, num_shards: int, index: int):
@@ -179,10 +185,10 @@ def reads_at_least(dataset: tf.data.Dataset, num_files: int) -> bool:
         reads_files,
     )
 
-    pipeline = _pipeline_or_none(dataset)
+    pipeline = _pipeline_or_none(dataset, _PROBE_PASSING)
     if pipeline is None:
         return can_shard_by_file(dataset, num_files)
-    _, reader = pipeline.records()
+    _, reader = pipeline.records(_PROBE_PASSING)
     outputs = next(node for node in pipeline.graph.node if node.op == "_Retval")
     outputs.input[0] = reader.name
     structure = _record_structure(reader)

@@ -1,0 +1,258 @@
+"""A user's own training dataset, resumed from its saved iterator position.
+
+`ResumableInput` wraps the `tf.data.Dataset` given to `tfdist.resumable.fit`:
+
+- a finite dataset of known length becomes one stream across epochs
+  (`repeat()`, `steps_per_epoch` = its length), so that the epoch count and a
+  reshuffling shuffle's seed state live in one iterator's state;
+- `experimental_symbolic_checkpoint` is set when no op of the pipeline holds a
+  buffer (positions only: a few KB); otherwise the ops that hold one are named
+  in the log with the state's size;
+- with every backup each worker's iterator state (`tfdist.keras_compat`'s
+  `TrainingInput`) is gathered to the chief and committed in the same backup,
+  under the same checksums, as `input-worker-<k>.state`; a backup missing one
+  is unusable (the restore falls back to the previous backup);
+- on restart each worker restores its own state: it decodes what its
+  remaining steps need plus what its buffers refill, nothing it skipped.
+
+Where that does not hold, one line says so at the first backup and a restart
+skips the batches already taken (`dataset.skip`, which decodes them): a
+`from_generator` pipeline (Python state), a state above `max_state_bytes`,
+a restart on another number of workers. An unseeded shuffle (no op seed, no
+global seed) restores the interrupted pass but not the seeds of later passes
+(measured on TF 2.21): one line says so.
+"""
+
+import logging
+
+import tensorflow as tf
+
+from tfdist import keras_compat
+from tfdist.errors import UsageError
+
+__all__ = ["DEFAULT_MAX_STATE_BYTES", "state_file", "ResumableInput"]
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_MAX_STATE_BYTES = 128 << 20
+
+
+def _size(count: int) -> str:
+    if count < 10_000:
+        return f"{count} bytes"
+    if count < 10 << 20:
+        return f"{count / 1024:.1f} KB"
+    return f"{count / (1 << 20):.1f} MB"
+
+
+def state_file(worker_index: int) -> str:
+    """The file of worker `worker_index`'s iterator state in a backup (beside the checkpoint)."""
+    return f"input-worker-{worker_index}.state"
+
+
+class ResumableInput:
+    """The training dataset of `tfdist.resumable.fit` and its saved position.
+
+    Args:
+        dataset: The user's dataset of batches.
+        steps_per_epoch: As given to `fit` (None: the dataset's length).
+        strategy: The strategy `fit` runs under (its workers, this one's index).
+        max_state_bytes: Largest iterator state saved per worker; above it
+            no state is saved and a restart skips (one line says so).
+    """
+
+    def __init__(
+        self,
+        dataset: tf.data.Dataset,
+        *,
+        steps_per_epoch: int | None,
+        strategy=None,
+        max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+    ):
+        if not isinstance(max_state_bytes, int) or max_state_bytes < 0:
+            raise UsageError(
+                f"max_input_state_bytes is {max_state_bytes!r}, expected a whole number of "
+                f"bytes >= 0 (0: never save the input position, skip on restart)"
+            )
+        self._worker_index, self._num_workers = keras_compat.worker_of(strategy)
+        self._max_state_bytes = max_state_bytes
+        self.facts = keras_compat.pipeline_facts(dataset)
+        cardinality = int(dataset.cardinality())
+        self.endless = cardinality == int(tf.data.INFINITE_CARDINALITY)
+        self.steps_per_epoch = steps_per_epoch
+        if not self.endless and self._saving_possible():
+            # One iterator across epochs: the epoch count and the reshuffle seeds
+            # are in its state. Keras ends each epoch after `steps_per_epoch`.
+            if steps_per_epoch is None and cardinality > 0:
+                steps_per_epoch = cardinality
+            if steps_per_epoch is None:
+                steps_per_epoch = int(dataset.reduce(0, lambda count, _: count + 1))
+                _log.info(
+                    "The training data's length is unknown to tf.data: counted one pass "
+                    "(%d batches) to iterate it as one stream across epochs; pass "
+                    "steps_per_epoch=%d to fit to spare the count.",
+                    steps_per_epoch,
+                    steps_per_epoch,
+                )
+            self.steps_per_epoch = steps_per_epoch
+            dataset = dataset.repeat()
+            self.endless = True
+        self.symbolic = not self.facts.buffers
+        options = tf.data.Options()
+        options.experimental_symbolic_checkpoint = self.symbolic
+        options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+        self.dataset = dataset.with_options(options)
+        self._compat = keras_compat.TrainingInput(self.dataset)
+        self._said = False
+        self._saving = self._saving_possible()
+
+    def _saving_possible(self) -> bool:
+        return (
+            self._max_state_bytes > 0
+            and keras_compat.input_state_supported()
+            and "GeneratorDataset" not in self.facts.python_state
+        )
+
+    # ---------------------------------------------------------------- fit
+
+    def capture(self):
+        """Wrap every `fit` call over `self.dataset` in it."""
+        return self._compat.capture()
+
+    def dataset_for(self, skip: int) -> tf.data.Dataset:
+        """The dataset of a `fit` call that skips `skip` batches (0: the restored stream)."""
+        dataset = self.dataset.skip(skip) if skip else self.dataset
+        self._compat.dataset = dataset
+        return dataset
+
+    def carry_over(self) -> None:
+        """The next `fit` call's iterator continues where this one's stopped."""
+        if self._compat.savable:
+            self._compat.restore_into_next(self._compat.state())
+
+    def training_started(self) -> None:
+        self._compat.training_started()
+
+    # ------------------------------------------------------------- backup
+
+    def _say_once(self, level, message: str) -> None:
+        _log.log(level, message)
+
+    def backup(self, sync) -> tuple[dict, dict | None]:
+        """Every worker's iterator state for the backup; every worker calls it.
+
+        Returns:
+            The files (name to bytes) and the metadata entry, or `({}, None)`
+            when no state is saved.
+        """
+        first = not self._said
+        self._said = True
+        if not self._saving:
+            if first:
+                _log.warning(
+                    "The training data cannot be restored to its position: %s holds Python "
+                    "state (from_generator); a restart skips the batches already taken, "
+                    "reading them again, and equals the uninterrupted run only if the "
+                    "generator yields the same batches again.",
+                    ", ".join(self.facts.python_state),
+                )
+            return {}, None
+        state = self._compat.state() if self._compat.savable else b""
+        sizes = sync.gather(len(state) if self._compat.savable else -1)
+        if min(sizes) < 0:
+            if first:
+                _log.warning(
+                    "The training data's iterator was not recorded on every worker; a "
+                    "restart skips the batches already taken."
+                )
+            return {}, None
+        largest = max(sizes)
+        if largest > self._max_state_bytes:
+            if first:
+                _log.warning(
+                    "The training data's iterator state is %s per worker (%s), above the "
+                    "bound of %s (max_input_state_bytes): not saved; a restart skips the "
+                    "batches already taken, decoding them again. Shuffle encoded records "
+                    "before decoding them, use a smaller buffer, or raise the bound.",
+                    _size(largest),
+                    self._buffers_text(),
+                    _size(self._max_state_bytes),
+                )
+            return {}, None
+        if first:
+            self._describe(largest)
+        states = sync.gather_bytes(state)
+        files = {state_file(index): data for index, data in enumerate(states)}
+        metadata = {
+            "workers": len(states),
+            "files": sorted(files),
+            "symbolic": self.symbolic,
+        }
+        return files, metadata
+
+    def _buffers_text(self) -> str:
+        if not self.facts.buffers:
+            return "no op holds a buffer"
+        counts: dict[str, int] = {}
+        for op in self.facts.buffers:
+            counts[op] = counts.get(op, 0) + 1
+        names = ", ".join(f"{op}" + (f" x{n}" if n > 1 else "") for op, n in counts.items())
+        return f"buffers held by {names}"
+
+    def _describe(self, largest: int) -> None:
+        if self.symbolic:
+            _log.info(
+                "Backing up the training data's position with every backup (symbolic "
+                "checkpoint, positions only): %s per worker.",
+                _size(largest),
+            )
+        else:
+            _log.info(
+                "Backing up the training data's iterator state with every backup: %s per "
+                "worker, not symbolic: %s (bound %s, max_input_state_bytes).",
+                _size(largest),
+                self._buffers_text(),
+                _size(self._max_state_bytes),
+            )
+        if self.facts.unseeded_shuffles:
+            _log.warning(
+                "The training data shuffles without a seed (%d shuffle op(s), no global "
+                "seed): a restart resumes the interrupted epoch exactly, but later epochs "
+                "are reshuffled with new random seeds, so it differs from an uninterrupted "
+                "run; build the dataset after tfdist.resumable.strategy_from_environment() "
+                "(which sets a global seed when none is set) or pass shuffle(..., seed=N).",
+                self.facts.unseeded_shuffles,
+            )
+        if self.facts.python_state:
+            _log.warning(
+                "The training data calls Python (%s): its position is restored, but any "
+                "state the Python function keeps between calls is not.",
+                ", ".join(self.facts.python_state),
+            )
+
+    # ------------------------------------------------------------ restore
+
+    def restore_from(self, backup_path: str | None, metadata) -> bool:
+        """Restores this worker's position from the backup; False: the caller skips.
+
+        Every worker decides alike from the backup's metadata (no collective).
+        """
+        if not backup_path:
+            return False
+        if not metadata:
+            _log.warning(
+                "The backup holds no position of the training data; skipping the batches "
+                "already taken (decoding them again)."
+            )
+            return False
+        if metadata.get("workers") != self._num_workers:
+            _log.warning(
+                "The backup holds the training data's position of %s workers, this job has "
+                "%d: skipping the batches already taken instead (decoding them again).",
+                metadata.get("workers"),
+                self._num_workers,
+            )
+            return False
+        with tf.io.gfile.GFile(f"{backup_path}/{state_file(self._worker_index)}", "rb") as handle:
+            self._compat.restore_into_next(handle.read())
+        return True
