@@ -18,6 +18,7 @@ from tests.support import model_state
 from tests.support.backup_files import committed_steps, snapshot
 from tfdist import cli
 from tfdist.launch.local_cluster import LocalCluster
+from tfdist.launch.testing import SHARED_PRELOADERS
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -28,7 +29,13 @@ ENV = {"PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVIC
 
 
 def _job(log_dir: pathlib.Path, command: list[str]) -> tuple[dict, LocalCluster]:
-    with LocalCluster(num_workers=2, env=ENV, log_dir=log_dir, command=command) as cluster:
+    with LocalCluster(
+        num_workers=2,
+        env=ENV,
+        log_dir=log_dir,
+        command=command,
+        preload_servers=SHARED_PRELOADERS.get,  # one import of TensorFlow per pytest process
+    ) as cluster:
         codes = cluster.wait(timeout=TIMEOUT, stop_on_failure=False)
     return codes, cluster
 

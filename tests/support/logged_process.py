@@ -11,7 +11,6 @@ clusters fork their tasks: still its own process, pid, session, environment,
 output and exit code, without importing TensorFlow again.
 """
 
-import atexit
 import os
 import pathlib
 import signal
@@ -21,6 +20,7 @@ import time
 from typing import Mapping, Sequence
 
 from tfdist.launch import preload
+from tfdist.launch.testing import SHARED_PRELOADERS
 
 LOG_NAME = "log.txt"
 _REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -78,26 +78,10 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
-_PRELOADERS: dict[tuple, preload.Preloader] = {}
-# Variables TensorFlow does not read while it is imported: runs that differ only in
-# these share one preload server.
-_PER_RUN = ("TF_CONFIG", "CLUSTER_SPEC", "AIP_", "CLOUD_ML_", "TFDIST_", "PYTEST_")
-
-
 def _preloader(env: Mapping[str, str]) -> preload.Preloader | None:
+    """The shared server of this pytest process for `env` (tfdist.launch.testing)."""
     modules = preload.modules_from_environment(env)
-    if not modules:
-        return None
-    key = tuple(sorted((k, v) for k, v in env.items() if not k.startswith(_PER_RUN)))
-    if key not in _PRELOADERS:
-        _PRELOADERS[key] = preload.Preloader(modules, env=dict(env), log_path=os.devnull)
-    return _PRELOADERS[key]
-
-
-@atexit.register
-def _close_preloaders() -> None:
-    for server in _PRELOADERS.values():
-        server.close()
+    return SHARED_PRELOADERS.get(modules, env) if modules else None
 
 
 def start(
