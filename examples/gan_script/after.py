@@ -4,7 +4,7 @@
 
 The guide's `GAN(keras.Model)` and its two networks are in ./gan.py: no `call()`,
 `compile(d_optimizer, g_optimizer, loss_fn)`, a `train_step` that applies both
-optimizers, noise from a `keras.random.SeedGenerator`. Upgraded as a script without a strategy is: import
+optimizers, noise from a `keras.random.SeedGenerator`. Upgraded from before.py as a script without a strategy is: import
 tfdist, `set_strategy_from_environment()` at the top, `tfdist.resumable.fit` in place
 of `gan.fit` (the images are NumPy arrays: no labels), `write_path` for the files only
 the chief should write. Small synthetic 8x8 images stand
