@@ -199,6 +199,9 @@ class Preloader:
                 with self._lock:
                     self._exit_codes[int(reply["exited"])] = int(reply["code"])
             else:
+                if "started" in reply:  # a reused pid: forget the exit of its earlier task
+                    with self._lock:
+                        self._exit_codes.pop(int(reply["started"]), None)
                 self._replies.put(reply)
 
 
