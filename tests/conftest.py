@@ -7,7 +7,8 @@ processes, clusters or the command-line tools, and every test there is marked
 modules they run live in tests/jobs/, helpers the tests import in tests/support/.
 
 Local clusters here fork their Python tasks from one import of TensorFlow
-(`TFDIST_LAUNCH_PRELOAD=tensorflow`, tfdist.launch.preload), as TensorFlow's own
+(`TFDIST_LAUNCH_PRELOAD=tensorflow,keras`, tfdist.launch.preload; one server per
+environment for the whole pytest process, tfdist.launch.testing.SHARED_PRELOADERS), as TensorFlow's own
 multi-worker tests do: a task then costs about 3 s less CPU. The tests of the
 cluster itself (test_local_cluster.py, test_launch.py) run each case both ways
 (the `task_start` fixture); tests/multiprocess/test_preload.py checks what a
@@ -22,7 +23,7 @@ import pytest
 from tfdist.launch import preload
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault(preload.PRELOAD_VARIABLE, "tensorflow")
+os.environ.setdefault(preload.PRELOAD_VARIABLE, "tensorflow,keras")
 
 # `local_cluster` (tfdist.launch.testing) for every test module, without an import in each.
 pytest_plugins = ("tfdist.launch.testing",)

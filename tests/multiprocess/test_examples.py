@@ -1,12 +1,13 @@
 """The examples under examples/ run as a user would run them."""
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
 
 import pytest
+
+from tests.support.logged_process import clean_environment, run_forked
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 CUSTOM_SCRIPT = REPO / "examples" / "custom_script.py"
@@ -14,20 +15,13 @@ TIMEOUT = 300  # A backstop against hangs, never a speed assertion.
 
 
 def run_example(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    environ = {
-        key: value for key, value in os.environ.items() if key not in ("TF_CONFIG", "CLUSTER_SPEC")
-    }
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))
-    environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    environ.update(env or {})
-    return subprocess.run(
+    # Forked from one import of TensorFlow (tests/support/logged_process.py): the
+    # script runs as `python SCRIPT` would, in a process of its own.
+    return run_forked(
         [sys.executable, str(CUSTOM_SCRIPT), *args],
         cwd=REPO,
-        env=environ,
-        capture_output=True,
-        text=True,
+        env={**clean_environment(), **(env or {})},
         timeout=TIMEOUT,
-        check=False,
     )
 
 

@@ -16,7 +16,7 @@ import time
 import numpy as np
 import pytest
 
-from tfdist.launch.testing import poll_until
+from tfdist.launch.testing import SHARED_PRELOADERS, poll_until
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TASK = str(ROOT / "tests" / "jobs" / "multiworker_task.py")
@@ -134,6 +134,7 @@ def trainer_runs(tmp_path_factory):
         )
         try:
             with LocalCluster(
+                preload_servers=SHARED_PRELOADERS.get,  # one import of TensorFlow per pytest process
                 num_workers=2,
                 has_evaluator=case == EVALUATED_CASE,
                 env=ENV,
@@ -216,6 +217,7 @@ def shared_runs(tmp_path_factory):
     }
     try:
         with LocalCluster(
+            preload_servers=SHARED_PRELOADERS.get,  # one import of TensorFlow per pytest process
             num_workers=2,
             env=ENV,
             log_dir=tmp_path / "two_workers-logs",
@@ -327,6 +329,7 @@ def upstream_errors(tmp_path_factory):
         pytest.skip(f"keras {keras_compat.keras_version()} is not patched")
     out = tmp_path_factory.mktemp("upstream")
     with LocalCluster(
+        preload_servers=SHARED_PRELOADERS.get,  # one import of TensorFlow per pytest process
         num_workers=2,
         env=ENV,
         log_dir=out / "logs",

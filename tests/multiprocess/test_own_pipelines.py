@@ -29,6 +29,7 @@ FILE_CASES = ["one_file"]
 def runs(tmp_path_factory):
     """`{"one": {case: result}, "two": [{case: result} per worker], "logs": [worker log]}`."""
     from tfdist.launch.local_cluster import LocalCluster  # pylint: disable=g-import-not-at-top
+    from tfdist.launch.testing import SHARED_PRELOADERS  # pylint: disable=g-import-not-at-top
 
     root = tmp_path_factory.mktemp("own_pipelines")
     job.write_data(str(root / "data"))
@@ -39,6 +40,7 @@ def runs(tmp_path_factory):
     )
     try:
         with LocalCluster(
+            preload_servers=SHARED_PRELOADERS.get,  # one import of TensorFlow per pytest process
             num_workers=2,
             env=ENV,
             log_dir=root / "two-logs",

@@ -173,6 +173,7 @@ def tutorial_runs(tmp_path_factory):
 
     from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
     from tfdist.launch.local_cluster import LocalCluster  # pylint: disable=g-import-not-at-top
+    from tfdist.launch.testing import SHARED_PRELOADERS  # pylint: disable=g-import-not-at-top
 
     tmp_path = tmp_path_factory.mktemp("tutorial")
     runs = {"compat": (tmp_path / "compat" / "model" / "model.keras", ())}
@@ -184,6 +185,7 @@ def tutorial_runs(tmp_path_factory):
             model_path.parent.mkdir(parents=True)
             clusters[name] = stack.enter_context(
                 LocalCluster(
+                    preload_servers=SHARED_PRELOADERS.get,  # one import of TensorFlow per pytest process
                     num_workers=2,
                     env=ENV,
                     log_dir=tmp_path / name / "logs",

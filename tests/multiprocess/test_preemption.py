@@ -19,7 +19,7 @@ from tests.support.backup_files import snapshot, without_bookkeeping
 from tests.support.forked_runs import run_forked_trainers
 from tests.support.logged_process import clean_environment, finish, log_tail, start_logged
 from tfdist.cli import EXIT_PREEMPTED
-from tfdist.launch.testing import poll_until
+from tfdist.launch.testing import SHARED_PRELOADERS, poll_until
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TOTAL_STEPS = 30  # the job's 3 epochs x 10 steps
@@ -190,6 +190,7 @@ def two_worker_reference(tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("mw-reference")
     out = tmp_path / "out"
     with LocalCluster(
+        preload_servers=SHARED_PRELOADERS.get,  # one import of TensorFlow per pytest process
         num_workers=2,
         env=_cluster_env(tmp_path),
         log_dir=tmp_path / "logs",

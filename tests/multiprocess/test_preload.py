@@ -14,6 +14,8 @@ import sys
 import pytest
 
 from tfdist.errors import UsageError
+from tfdist.launch import preload
+from tfdist.launch.local_cluster import LocalCluster
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TASK = str(REPO / "tests" / "jobs" / "preloaded_task.py")
@@ -69,3 +71,38 @@ def test_a_module_that_starts_the_runtime_is_refused(local_cluster, tmp_path):
     )
     with pytest.raises(UsageError, match="TensorFlow's runtime had started after the imports"):
         cluster.start()
+
+
+PARENT_SCRIPT = "import os, sys\nopen(sys.argv[1], 'w').write(str(os.getppid()))\n"
+
+
+def test_clusters_given_a_pool_fork_from_one_server_that_outlives_each_of_them(tmp_path):
+    """`preload_servers=PreloaderPool().get`: one import for many clusters (the suite's
+    `local_cluster` fixture shares `tfdist.launch.testing.SHARED_PRELOADERS` so)."""
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT_SCRIPT)
+    pool = preload.PreloaderPool()
+    try:
+        for name in ("first", "second"):  # the second starts after the first has closed
+            with LocalCluster(
+                num_workers=2,
+                command=[sys.executable, str(script), str(tmp_path / name)],
+                env={**ENV, "TFDIST_TEST_PROCESS_TAG": name},
+                log_dir=tmp_path / f"{name}-logs",
+                preload=("json",),
+                preload_servers=pool.get,
+            ) as cluster:
+                codes = cluster.wait(timeout=WAIT_SECONDS)
+                assert set(codes.values()) == {0}, cluster.format_logs()
+        parents = {(tmp_path / name).read_text() for name in ("first", "second")}
+        assert len(parents) == 1 and parents != {str(os.getpid())}, parents
+        # Variables the imports never read do not make another server; others do.
+        env = dict(os.environ, PYTHONPATH=str(REPO))
+        server = pool.get(("json",), env)
+        assert pool.get(("json",), {**env, "TF_CONFIG": "{}", "TFDIST_TEST_PROCESS_TAG": "x"}) is (
+            server
+        )
+        assert pool.get(("json",), {**env, "TF_CPP_MIN_LOG_LEVEL": "1"}) is not server
+    finally:
+        pool.close()
+    assert not server.alive()

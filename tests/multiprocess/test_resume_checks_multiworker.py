@@ -16,6 +16,7 @@ import pytest
 from tests.support.backup_files import snapshot
 from tfdist import cli
 from tfdist.launch.local_cluster import LocalCluster
+from tfdist.launch.testing import SHARED_PRELOADERS
 
 JOB = [sys.executable, "-m", "tests.jobs.resume_checks_job"]
 WORKERS = ("worker:0", "worker:1")
@@ -52,6 +53,7 @@ def nan_stopped(tmp_path_factory) -> tuple[dict, LocalCluster, pathlib.Path]:
     tmp_path = tmp_path_factory.mktemp("nan")
     backup_dir = tmp_path / "backup"
     with LocalCluster(
+        preload_servers=SHARED_PRELOADERS.get,  # one import of TensorFlow per pytest process
         num_workers=2,
         env=_env(tmp_path),
         log_dir=tmp_path / "logs",

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.support.forked_runs import run_forked_trainers
+from tests.support.logged_process import clean_environment, run_forked
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TOY = "tests.jobs.tasks.toy_tasks"
@@ -20,15 +21,12 @@ PINNED_EXECUTION = "--steps_per_execution=1"
 
 
 def run_trainer(*flags: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run(
+    # Forked from one import of TensorFlow (tests/support/logged_process.py).
+    return run_forked(
         [sys.executable, "-m", "trainer.task", *flags],
         cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
+        env=clean_environment(),
         timeout=timeout,
-        check=False,
     )
 
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tests.support.logged_process import clean_environment, run_side_by_side
+from tests.support.logged_process import clean_environment, run_forked, run_side_by_side
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TIMEOUT = 300
@@ -23,15 +23,12 @@ SHORT = ["--epochs=2", "--steps_per_epoch=4", "--global_batch_size=32", "--steps
 def _train(*flags: str, env: dict | None = None) -> subprocess.CompletedProcess:
     environ = clean_environment()
     environ.update(env or {})
-    environ["PYTHONPATH"] = str(REPO)
-    return subprocess.run(
+    # Forked from one import of TensorFlow (tests/support/logged_process.py).
+    return run_forked(
         [sys.executable, "-m", "trainer.task", *SHORT, *flags],
         cwd=REPO,
         env=environ,
-        capture_output=True,
-        text=True,
         timeout=TIMEOUT,
-        check=False,
     )
 
 

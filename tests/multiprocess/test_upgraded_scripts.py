@@ -14,9 +14,11 @@ import keras
 import numpy as np
 import pytest
 
+from tests.support import model_state
 from tests.support.backup_files import committed_steps, snapshot
 from tfdist import cli
 from tfdist.launch.local_cluster import LocalCluster
+from tfdist.launch.testing import SHARED_PRELOADERS
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -27,7 +29,13 @@ ENV = {"PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVIC
 
 
 def _job(log_dir: pathlib.Path, command: list[str]) -> tuple[dict, LocalCluster]:
-    with LocalCluster(num_workers=2, env=ENV, log_dir=log_dir, command=command) as cluster:
+    with LocalCluster(
+        num_workers=2,
+        env=ENV,
+        log_dir=log_dir,
+        command=command,
+        preload_servers=SHARED_PRELOADERS.get,  # one import of TensorFlow per pytest process
+    ) as cluster:
         codes = cluster.wait(timeout=TIMEOUT, stop_on_failure=False)
     return codes, cluster
 
@@ -125,20 +133,33 @@ def gan_runs(tmp_path_factory):
     """examples/gan_script/after.py: uninterrupted, then killed after step 14 and resumed.
 
     8 steps an epoch (256 images in batches of 32), backups every 4: the restart resumes
-    from step 12, mid-epoch 2. A job that fails from the start is not run again.
+    from step 12, mid-epoch 2. Both complete runs also write every variable of the model
+    and of both its optimizers (`--state`, tests/support/model_state.py); the uninterrupted
+    job's chief lingers 15 s after the script ends, past TensorFlow's 10 s heartbeat
+    timeout. The one 2-worker GAN run of the suite (tests/multiprocess/test_backup_tracked.py
+    has the one-process one). A job that fails from the start is not run again.
     """
     tmp = tmp_path_factory.mktemp("gan")
     script = str(EXAMPLES / "gan_script" / "after.py")
     reference, resumed = tmp / "reference", tmp / "resumed"
     reference.mkdir()
     resumed.mkdir()
-    runs = {"reference": _job(tmp / "logs-reference", [*JOB, script, str(reference)])}
+    runs = {
+        "reference": _job(
+            tmp / "logs-reference",
+            [*JOB, f"--state={reference / 'state'}", "--chief_lingers=15", script, str(reference)],
+        )
+    }
     if set(runs["reference"][0].values()) == {0}:
         runs["killed"] = _job(
-            tmp / "logs-killed", [*JOB, "--kill_after_batches=14", script, str(resumed)]
+            tmp / "logs-killed",
+            [*JOB, "--kill_after_batches=14", f"--state={resumed / 'state'}", script, str(resumed)],
         )
         runs["steps_when_killed"] = committed_steps(resumed / "backup")
-        runs["resumed"] = _job(tmp / "logs-resumed", [*JOB, script, str(resumed)])
+        runs["state_when_killed"] = sorted(p.name for p in (resumed / "state").glob("*"))
+        runs["resumed"] = _job(
+            tmp / "logs-resumed", [*JOB, f"--state={resumed / 'state'}", script, str(resumed)]
+        )
     return reference, resumed, runs
 
 
@@ -150,6 +171,7 @@ def test_gan_with_its_own_optimizers_killed_mid_epoch_resumes_exactly(gan_runs):
     assert -signal.SIGKILL in codes.values(), cluster.format_logs()
     assert set(codes.values()) <= {-signal.SIGKILL, cli.EXIT_PEER_LOST}, cluster.format_logs()
     assert runs["steps_when_killed"][-1] == 12, runs["steps_when_killed"]
+    assert runs["state_when_killed"] == [], runs["state_when_killed"]
     codes, cluster = runs["resumed"]
     assert codes == {task: 0 for task in WORKERS}, cluster.format_logs()
     log = cluster.log("worker:0")
@@ -158,3 +180,26 @@ def test_gan_with_its_own_optimizers_killed_mid_epoch_resumes_exactly(gan_runs):
     for name in ("discriminator.keras", "generator.keras"):
         for got, want in zip(_weights(resumed / name), _weights(reference / name), strict=True):
             np.testing.assert_array_equal(got, want)
+
+
+def test_two_workers_killed_after_a_backup_resume_bit_for_bit(gan_runs):
+    """Not only the saved networks: both optimizers' iterations and slots, the seed
+    generator's state, the history and every other variable end as uninterrupted."""
+    reference, resumed, runs = gan_runs
+    assert runs["resumed"][0] == {task: 0 for task in WORKERS}, runs["resumed"][1].format_logs()
+    model_state.assert_same_end(
+        resumed / "state", reference / "state", steps=16, optimizers=("d_optimizer", "g_optimizer")
+    )
+
+
+# What TensorFlow prints when a task outlives another by its heartbeat timeout.
+COORDINATION_CRASH = ("The tasks have crashed", "CoordinationServiceError", "Failed to send RPC")
+
+
+def test_a_chief_that_outlives_its_peer_past_the_heartbeat_timeout_prints_no_crash(gan_runs):
+    """The uninterrupted job's chief lingers 15 s after worker 1 is done: the job
+    succeeded, so neither task may print the other as crashed."""
+    codes, cluster = gan_runs[2]["reference"]
+    assert codes == {task: 0 for task in WORKERS}, cluster.format_logs()
+    logs = cluster.format_logs(max_chars_per_task=1_000_000)
+    assert not [text for text in COORDINATION_CRASH if text in logs], logs

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.support.forked_runs import run_forked_trainers
-from tests.support.logged_process import clean_environment, run_side_by_side
+from tests.support.logged_process import clean_environment, run_forked, run_side_by_side
 from tfdist.launch.local_cluster import pick_free_ports
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -41,14 +41,9 @@ def trainer_args(task: str, model_dir, *flags: str) -> list[str]:
 
 
 def run_trainer(task: str, model_dir, *flags: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        trainer_command(task, model_dir, *flags),
-        cwd=REPO,
-        env=clean_environment(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
+    # Forked from one import of TensorFlow (tests/support/logged_process.py).
+    return run_forked(
+        trainer_command(task, model_dir, *flags), cwd=REPO, env=clean_environment(), timeout=TIMEOUT
     )
 
 

@@ -11,7 +11,6 @@ clusters fork their tasks: still its own process, pid, session, environment,
 output and exit code, without importing TensorFlow again.
 """
 
-import atexit
 import os
 import pathlib
 import signal
@@ -21,6 +20,7 @@ import time
 from typing import Mapping, Sequence
 
 from tfdist.launch import preload
+from tfdist.launch.testing import SHARED_PRELOADERS
 
 LOG_NAME = "log.txt"
 _REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -78,26 +78,10 @@ class ForkedProcess:
         self.send_signal(signal.SIGKILL)
 
 
-_PRELOADERS: dict[tuple, preload.Preloader] = {}
-# Variables TensorFlow does not read while it is imported: runs that differ only in
-# these share one preload server.
-_PER_RUN = ("TF_CONFIG", "CLUSTER_SPEC", "AIP_", "CLOUD_ML_", "TFDIST_", "PYTEST_")
-
-
 def _preloader(env: Mapping[str, str]) -> preload.Preloader | None:
+    """The shared server of this pytest process for `env` (tfdist.launch.testing)."""
     modules = preload.modules_from_environment(env)
-    if not modules:
-        return None
-    key = tuple(sorted((k, v) for k, v in env.items() if not k.startswith(_PER_RUN)))
-    if key not in _PRELOADERS:
-        _PRELOADERS[key] = preload.Preloader(modules, env=dict(env), log_path=os.devnull)
-    return _PRELOADERS[key]
-
-
-@atexit.register
-def _close_preloaders() -> None:
-    for server in _PRELOADERS.values():
-        server.close()
+    return SHARED_PRELOADERS.get(modules, env) if modules else None
 
 
 def start(
@@ -179,3 +163,16 @@ def run_side_by_side(
                 process.wait()
             stdout.close()
             stderr.close()
+
+
+def run_forked(
+    command: Sequence[str], *, cwd, env: Mapping[str, str], timeout: float
+) -> subprocess.CompletedProcess:
+    """`subprocess.run(command, capture_output=True, text=True, timeout=...)` through `start`.
+
+    Forked from a preload server when `TFDIST_LAUNCH_PRELOAD` is set (about 3 s of CPU
+    less than a fresh import of TensorFlow; the server is shared by every run of this
+    pytest process with the same environment, `clean_environment()` for most). For
+    runs whose start-up is not what is tested.
+    """
+    return run_side_by_side([(command, env)], cwd=cwd, timeout=timeout)[0]

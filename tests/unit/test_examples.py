@@ -1,5 +1,6 @@
 """The examples under examples/ run as a user would run them."""
 
+import difflib
 import pathlib
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -46,3 +47,32 @@ def test_tutorial_data_is_mnist_shaped_and_the_same_on_every_call(monkeypatch):
     assert batch_images.shape == (16, 28, 28) and batch_images.dtype.name == "float32"
     assert 0.0 <= float(np.min(batch_images)) and float(np.max(batch_images)) <= 1.0
     assert batch_labels.dtype.name == "int64"
+
+
+def test_the_gan_script_upgrades_in_its_imports_its_fit_and_its_saves():
+    """examples/gan_script: before.py and after.py share keras.io's model (gan.py); code
+    lines differ only where tfdist comes in."""
+    scripts = pathlib.Path(__file__).resolve().parents[2] / "examples" / "gan_script"
+
+    def code(name: str) -> list[str]:
+        text = (scripts / name).read_text()
+        return text[text.index('"""', 3) + 3 :].splitlines()  # after the docstring
+
+    before, after = code("before.py"), code("after.py")
+    opcodes = difflib.SequenceMatcher(a=before, b=after).get_opcodes()
+    replaced = [line for tag, i1, i2, _, _ in opcodes if tag != "equal" for line in before[i1:i2]]
+    assert replaced == [
+        "gan.fit(images, batch_size=32, epochs=2, verbose=2)",
+        'discriminator.save(f"{OUT}/discriminator.keras")',
+        'generator.save(f"{OUT}/generator.keras")',
+    ]
+    added = [line for tag, _, _, j1, j2 in opcodes if tag != "equal" for line in after[j1:j2]]
+    assert [line for line in added if line.strip()] == [
+        "import tfdist.resumable",
+        "tfdist.resumable.set_strategy_from_environment()  # no `with strategy.scope():` needed",
+        "tfdist.resumable.fit(",
+        '    gan, images, batch_size=32, epochs=2, verbose=2, backup_dir=f"{OUT}/backup", save_freq=4',
+        ")",
+        'discriminator.save(tfdist.resumable.write_path(f"{OUT}/discriminator.keras"))',
+        'generator.save(tfdist.resumable.write_path(f"{OUT}/generator.keras"))',
+    ]

@@ -383,6 +383,8 @@ class LocalCluster:
         restart_on_failure: int = 0,
         grace_period: float = 10.0,
         preload: Sequence[str] | None = None,
+        preload_servers: Callable[[tuple[str, ...], dict[str, str]], preload_lib.Preloader]
+        | None = None,
     ):
         """Describes the cluster; nothing starts until `start()`.
 
@@ -422,6 +424,11 @@ class LocalCluster:
                 (`tfdist.launch.preload` says what else differs). None: the
                 comma-separated names in `TFDIST_LAUNCH_PRELOAD` (of `env`,
                 else of this process), none when it is unset.
+            preload_servers: `(modules, env) -> Preloader`: where the preload
+                server comes from, owned by the caller and not closed with the
+                cluster (`preload.PreloaderPool().get` shares one among the
+                clusters whose tasks' environment matches, as the test suite
+                does). None: the cluster starts its own and closes it.
 
         Raises:
             UsageError: A bad argument, including a non-loopback `host`.
@@ -480,6 +487,7 @@ class LocalCluster:
             )
         self._preload = tuple(preload) if preload_lib.forkable(self._command) else ()
         self._preloader: preload_lib.Preloader | None = None
+        self._preload_servers = preload_servers
 
         self._names = self._layout.task_names()
         self._addresses: dict[str, str] = {}
@@ -692,7 +700,7 @@ class LocalCluster:
             return
         self._closed = True
         self.stop()
-        if self._preloader is not None:
+        if self._preloader is not None and self._preload_servers is None:
             self._preloader.close()
         leftovers = self._leftover_processes()
         if self._owns_log_dir and self._log_dir is not None:
@@ -757,13 +765,17 @@ class LocalCluster:
             for key in (cluster_lib.TF_CONFIG, cluster_lib.HAS_EVALUATOR):
                 shared.pop(key, None)
             try:
-                self._preloader = preload_lib.Preloader(
-                    self._preload, env=shared, log_path=self._log_dir / PRELOAD_LOG_NAME
-                )
+                if self._preload_servers is not None:
+                    self._preloader = self._preload_servers(self._preload, shared)
+                else:
+                    self._preloader = preload_lib.Preloader(
+                        self._preload, env=shared, log_path=self._log_dir / PRELOAD_LOG_NAME
+                    )
             except UsageError:
                 self._finished = True
                 raise
-            self._emit(f"preloaded {', '.join(self._preload)}; tasks are forked from it")
+            whose = "a shared server" if self._preload_servers is not None else "it"
+            self._emit(f"preloaded {', '.join(self._preload)}; tasks are forked from {whose}")
         return self._preloader
 
     def _launch(self, name: str, header: str | None) -> None:

@@ -68,7 +68,8 @@ def forkable(command: Sequence[str]) -> bool:
 class Preloader:
     """The server process that imported `modules` and forks tasks from itself.
 
-    Not thread-safe (one caller starts tasks); exit codes arrive on a thread.
+    Tasks may be started from several threads (one at a time: each start waits
+    for its pid); exit codes arrive on a thread.
     """
 
     def __init__(self, modules: Sequence[str], *, env: Mapping[str, str], log_path: os.PathLike):
@@ -88,6 +89,7 @@ class Preloader:
         self._replies: queue.Queue = queue.Queue()
         self._exit_codes: dict[int, int] = {}
         self._lock = threading.Lock()
+        self._spawn_lock = threading.Lock()
         self._closed = False
         with open(log_path, "ab") as log:
             self._process = subprocess.Popen(
@@ -133,8 +135,9 @@ class Preloader:
         """
         request = {"argv": list(command), "env": dict(env), "cwd": os.fspath(cwd or os.getcwd())}
         fds = [stdout_fd] if stderr_fd is None else [stdout_fd, stderr_fd]
-        socket.send_fds(self._client, [json.dumps(request).encode()], fds)
-        reply = self._reply(_REPLY_SECONDS)
+        with self._spawn_lock:  # the reply that follows a request is its own
+            socket.send_fds(self._client, [json.dumps(request).encode()], fds)
+            reply = self._reply(_REPLY_SECONDS)
         if "started" not in reply:
             raise OSError(f"the preload server did not start the task: {reply}")
         return int(reply["started"])
@@ -156,6 +159,10 @@ class Preloader:
         except (ProcessLookupError, PermissionError):
             pass
         return -signal.SIGKILL
+
+    def alive(self) -> bool:
+        """Whether the server still runs and can start tasks."""
+        return not self._closed and self._process.poll() is None
 
     def close(self) -> None:
         """Ends the server, which kills the tasks still running."""
@@ -194,7 +201,51 @@ class Preloader:
                 with self._lock:
                     self._exit_codes[int(reply["exited"])] = int(reply["code"])
             else:
+                if "started" in reply:  # a reused pid: forget the exit of its earlier task
+                    with self._lock:
+                        self._exit_codes.pop(int(reply["started"]), None)
                 self._replies.put(reply)
+
+
+# Variables a preloaded import does not read: servers may be shared across them.
+_PER_RUN_PREFIXES = ("TF_CONFIG", "CLUSTER_SPEC", "AIP_", "CLOUD_ML_", "TFDIST_", "PYTEST_")
+
+
+class PreloaderPool:
+    """Preload servers kept for reuse: one per module list and environment.
+
+    A test session starts many clusters and runs: with a pool, one import of
+    TensorFlow serves every cluster and run whose environment matches (variables a
+    preloaded import never reads, such as `TF_CONFIG`, Vertex's `AIP_*`, `TFDIST_*`
+    and pytest's `PYTEST_*`, are ignored: each task still gets its own). The pool
+    owns its servers: `close()` ends them. Thread-safe.
+
+        pool = PreloaderPool()
+        LocalCluster(..., preload_servers=pool.get)
+    """
+
+    def __init__(self, log_path: os.PathLike | str = os.devnull):
+        self._log_path = log_path
+        self._servers: dict[tuple, Preloader] = {}
+        self._lock = threading.Lock()
+
+    def get(self, modules: Sequence[str], env: Mapping[str, str]) -> Preloader:
+        """The pool's server for `modules` in `env`, started (once) if needed."""
+        # The server runs without them too: a test's process tag, say, is not the server's.
+        shared = {k: v for k, v in env.items() if not k.startswith(_PER_RUN_PREFIXES)}
+        key = (tuple(modules), tuple(sorted(shared.items())))
+        with self._lock:
+            server = self._servers.get(key)
+            if server is None or not server.alive():
+                server = Preloader(modules, env=shared, log_path=self._log_path)
+                self._servers[key] = server
+            return server
+
+    def close(self) -> None:
+        with self._lock:
+            servers, self._servers = list(self._servers.values()), {}
+        for server in servers:
+            server.close()
 
 
 # ---------------------------------------------------------------- the server

@@ -19,6 +19,7 @@ Then:
 Needs pytest, which `tfdist` itself does not depend on.
 """
 
+import atexit
 import os
 import pathlib
 import sys
@@ -28,6 +29,7 @@ from typing import Callable, TypeVar
 
 import pytest
 
+from tfdist.launch import preload
 from tfdist.launch.local_cluster import LocalCluster
 
 __all__ = ["PROCESS_TAG_ENV", "poll_until", "tagged_processes", "local_cluster"]
@@ -37,6 +39,12 @@ __all__ = ["PROCESS_TAG_ENV", "poll_until", "tagged_processes", "local_cluster"]
 PROCESS_TAG_ENV = "TFDIST_TEST_PROCESS_TAG"
 
 _T = TypeVar("_T")
+
+# One preload server per module list and environment for this whole process (a pytest
+# process runs many clusters): the fixture's clusters fork their tasks from it, and so
+# may any other caller (`LocalCluster(..., preload_servers=SHARED_PRELOADERS.get)`).
+SHARED_PRELOADERS = preload.PreloaderPool()
+atexit.register(SHARED_PRELOADERS.close)
 
 
 def poll_until(
@@ -89,7 +97,8 @@ def local_cluster(request, tmp_path):
     """Factory fixture: `local_cluster(**LocalCluster kwargs) -> LocalCluster`.
 
     Each cluster gets `log_dir` under the test's `tmp_path` (unless given) and
-    a tag in its tasks' environment. At teardown every cluster is closed, the
+    a tag in its tasks' environment; a preloading cluster forks its tasks from
+    `SHARED_PRELOADERS` (unless `preload_servers` is given: None for its own server). At teardown every cluster is closed, the
     test fails if any tagged process is still alive, and when the test failed
     every task's exit code and log tail are printed.
     """
@@ -101,6 +110,7 @@ def local_cluster(request, tmp_path):
         kwargs.setdefault("log_dir", tmp_path / f"cluster{len(clusters)}-logs")
         env = dict(kwargs.pop("env", None) or {})
         env[PROCESS_TAG_ENV] = tag
+        kwargs.setdefault("preload_servers", SHARED_PRELOADERS.get)
         cluster = LocalCluster(env=env, **kwargs)
         clusters.append(cluster)
         return cluster
