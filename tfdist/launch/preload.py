@@ -38,7 +38,15 @@ from typing import Mapping, Sequence
 
 from tfdist.errors import UsageError
 
-__all__ = ["PRELOAD_VARIABLE", "modules_from_environment", "forkable", "Preloader", "serve", "main"]
+__all__ = [
+    "PRELOAD_VARIABLE",
+    "modules_from_environment",
+    "forkable",
+    "Preloader",
+    "PreloaderPool",
+    "serve",
+    "main",
+]
 
 PRELOAD_VARIABLE = "TFDIST_LAUNCH_PRELOAD"
 _START_SECONDS = 300.0

@@ -32,7 +32,13 @@ import pytest
 from tfdist.launch import preload
 from tfdist.launch.local_cluster import LocalCluster
 
-__all__ = ["PROCESS_TAG_ENV", "poll_until", "tagged_processes", "local_cluster"]
+__all__ = [
+    "PROCESS_TAG_ENV",
+    "poll_until",
+    "tagged_processes",
+    "local_cluster",
+    "SHARED_PRELOADERS",
+]
 
 # Put in every task's environment by the fixture, so that any process a test
 # left behind (grandchildren included) can be found by its environment.
