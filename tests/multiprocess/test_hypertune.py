@@ -18,7 +18,7 @@ def test_metric_file_matches_cloudml_hypertune(tmp_path):
     env = dict(os.environ, PYTHONPATH=REPO, CLOUD_ML_TRIAL_ID="12")
     script = (
         "import sys, hypertune\n"
-        "from tfdist import hypertune as ours\n"
+        "from tfdist.outputs import hypertune as ours\n"
         "theirs = hypertune.HyperTune()\n"
         "mine = ours.MetricReporter(metric_file=sys.argv[2])\n"
         "for step, value in ((100, 0.5), (200, 0.75), (0, 1)):\n"
