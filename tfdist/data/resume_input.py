@@ -6,8 +6,9 @@
   (`repeat()`, `steps_per_epoch` = its length), so that the epoch count and a
   reshuffling shuffle's seed state live in one iterator's state;
 - `experimental_symbolic_checkpoint` is set when no op of the pipeline holds a
-  buffer (positions only: a few KB); otherwise the ops that hold one are named
-  in the log with the state's size;
+  buffer and one replica reads it (several add a `RebatchDataset`, which has no
+  symbolic checkpoint in TF 2.21): positions only, a few KB; otherwise the ops
+  that hold a buffer are named in the log with the state's size;
 - with every backup each worker's iterator state (`tfdist.keras_compat`'s
   `TrainingInput`) is gathered to the chief and committed in the same backup,
   under the same checksums, as `input-worker-<k>.state`; a backup missing one
@@ -97,7 +98,10 @@ class ResumableInput:
             self.steps_per_epoch = steps_per_epoch
             dataset = dataset.repeat()
             self.endless = True
-        self.symbolic = not self.facts.buffers
+        # Several replicas put a RebatchDataset after the pipeline, which has no symbolic
+        # checkpoint ("RebatchDataset does not support symbolic checkpointing", TF 2.21).
+        replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
+        self.symbolic = not self.facts.buffers and replicas == 1
         options = tf.data.Options()
         options.experimental_symbolic_checkpoint = self.symbolic
         options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
@@ -157,13 +161,19 @@ class ResumableInput:
                     ", ".join(self.facts.python_state),
                 )
             return {}, None
-        state = self._compat.state() if self._compat.savable else b""
-        sizes = sync.gather(len(state) if self._compat.savable else -1)
+        state, refused = b"", ""
+        if self._compat.savable:
+            try:
+                state = self._compat.state()
+            except tf.errors.OpError as error:  # an op TensorFlow cannot checkpoint
+                refused = str(error.message).splitlines()[0]
+        sizes = sync.gather(len(state) if self._compat.savable and not refused else -1)
         if min(sizes) < 0:
             if first:
                 _log.warning(
-                    "The training data's iterator was not recorded on every worker; a "
-                    "restart skips the batches already taken."
+                    "The training data's iterator state could not be saved on every worker "
+                    "(%s); a restart skips the batches already taken.",
+                    refused or "no iterator recorded",
                 )
             return {}, None
         largest = max(sizes)
@@ -192,7 +202,7 @@ class ResumableInput:
 
     def _buffers_text(self) -> str:
         if not self.facts.buffers:
-            return "no op holds a buffer"
+            return "several replicas rebatch it (RebatchDataset has no symbolic checkpoint)"
         counts: dict[str, int] = {}
         for op in self.facts.buffers:
             counts[op] = counts.get(op, 0) + 1
