@@ -16,6 +16,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.support import model_state
 from tfdist.launch.testing import SHARED_PRELOADERS, poll_until
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -410,25 +411,6 @@ def test_survivor_fails_within_a_bound_when_a_peer_dies(local_cluster, tmp_path,
     print(f"survivor exited {codes['worker:0']} {survivor_seconds:.1f} s after its peer died")
 
 
-def _saved_weights(model_dir: pathlib.Path) -> dict[str, np.ndarray]:
-    """Every variable in model.keras by its path in the weights file (no class needed)."""
-    import io  # pylint: disable=g-import-not-at-top
-    import zipfile  # pylint: disable=g-import-not-at-top
-
-    import h5py  # pylint: disable=g-import-not-at-top
-
-    with zipfile.ZipFile(model_dir / "model.keras") as archive:
-        data = archive.read("model.weights.h5")
-    found = {}
-    with h5py.File(io.BytesIO(data), "r") as weights:
-        weights.visititems(
-            lambda name, item: (
-                found.__setitem__(name, np.array(item)) if isinstance(item, h5py.Dataset) else None
-            )
-        )
-    return found
-
-
 def test_deterministic_two_workers_equal_two_local_cpus_bit_for_bit(local_cluster, tmp_path):
     """`--deterministic`: a biased conv before batch norm, Adam, 16 steps.
 
@@ -453,7 +435,7 @@ def test_deterministic_two_workers_equal_two_local_cpus_bit_for_bit(local_cluste
         [*flags, "--strategy=multiworker", f"--model_dir={two}"],
         tmp_path / "mirrored.log",
     )
-    want, got = _saved_weights(one), _saved_weights(two)
+    want, got = model_state.saved_weights(one), model_state.saved_weights(two)
     assert sorted(got) == sorted(want) and len(want) > 8
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)

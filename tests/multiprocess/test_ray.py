@@ -35,6 +35,7 @@ import pytest
 
 from tests.jobs import ray_cluster
 from tests.jobs.ray_train_job import CLUSTER_UP
+from tests.support import model_state
 from tests.support.logged_process import clean_environment
 from tfdist.launch.testing import poll_until
 
@@ -359,25 +360,6 @@ def _ray_checkpoint(log: str) -> pathlib.Path:
     return pathlib.Path(lines[0])
 
 
-def _saved_weights(model_dir: pathlib.Path) -> dict:
-    """Every variable in model.keras by its path in the weights file (no class needed)."""
-    import io  # pylint: disable=g-import-not-at-top
-    import zipfile  # pylint: disable=g-import-not-at-top
-
-    import h5py  # pylint: disable=g-import-not-at-top
-
-    with zipfile.ZipFile(model_dir / "model.keras") as archive:
-        data = archive.read("model.weights.h5")
-    found = {}
-    with h5py.File(io.BytesIO(data), "r") as weights:
-        weights.visititems(
-            lambda name, item: (
-                found.__setitem__(name, np.array(item)) if isinstance(item, h5py.Dataset) else None
-            )
-        )
-    return found
-
-
 def test_a_parameter_server_job_acts_on_rays_preemption_notice_and_resumes_exactly(_jobs):
     (preempted_log,) = _finish(_jobs["preempted"])
     (reference_log,) = _finish(_jobs["trainer"])  # the same training, uninterrupted
@@ -410,8 +392,8 @@ def test_a_parameter_server_job_acts_on_rays_preemption_notice_and_resumes_exact
     summary = json.loads((out / "model" / "summary.json").read_text())
     assert summary["steps_completed"] == PS_STEPS, summary
     assert summary["resumed_from_step"] == agreed[0], summary
-    reference = _saved_weights(out.parent / "trainer" / "model")
-    weights = _saved_weights(out / "model")
+    reference = model_state.saved_weights(out.parent / "trainer" / "model")
+    weights = model_state.saved_weights(out / "model")
     assert sorted(weights) == sorted(reference) and reference
     difference = max(float(np.abs(weights[name] - reference[name]).max()) for name in reference)
     print(f"max |preempted by Ray and resumed - uninterrupted| = {difference:.2e}")

@@ -71,3 +71,22 @@ def assert_same_end(directory, reference, *, steps: int, optimizers: tuple[str, 
     assert sorted(got) == sorted(want)
     for name in want:
         np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+
+
+def saved_weights(model_dir: pathlib.Path) -> dict[str, np.ndarray]:
+    """Every variable in model.keras by its path in the weights file (no class needed)."""
+    import io  # pylint: disable=g-import-not-at-top
+    import zipfile  # pylint: disable=g-import-not-at-top
+
+    import h5py  # pylint: disable=g-import-not-at-top
+
+    with zipfile.ZipFile(model_dir / "model.keras") as archive:
+        data = archive.read("model.weights.h5")
+    found = {}
+    with h5py.File(io.BytesIO(data), "r") as weights:
+        weights.visititems(
+            lambda name, item: (
+                found.__setitem__(name, np.array(item)) if isinstance(item, h5py.Dataset) else None
+            )
+        )
+    return found
