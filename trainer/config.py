@@ -8,11 +8,10 @@ reach another.
 
 import dataclasses
 import math
-import os
 from typing import Any, Mapping
 
 from tfdist import optimizer_choice
-from tfdist._internal.json_input import MAX_JSON_BYTES, load_json
+from tfdist._internal.json_input import read_json_file
 from tfdist._internal.preconditions import quoted, require
 from tfdist.distribute.choice import ALL_REDUCE, STRATEGIES, STRATEGY_DEFAULTS
 from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS, UsageError
@@ -586,32 +585,22 @@ def load_config_file(path: str) -> dict:
     """Reads a JSON config file into field overrides.
 
     Raises:
-        UsageError: The file is missing, is not JSON, or names unknown fields.
+        UsageError: The file is missing, a directory, unreadable, too large, not
+            JSON, not an object, or names unknown fields.
     """
-    if not os.path.isfile(path):
-        raise UsageError(
-            f"--config file {path!r} does not exist, expected a JSON file "
-            f"such as configs/default.json; check the path"
-        )
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_JSON_BYTES + 1)
-    except OSError as error:
-        raise UsageError(
-            f"--config file {quoted(path)} cannot be read ({error.strerror}), expected a "
-            f"readable JSON file"
-        ) from None
-    raw = load_json(
-        data,
-        source=f"--config file {quoted(path)}",
+    source = f"--config file {quoted(path)}"
+    raw = read_json_file(
+        path,
+        source=source,
         hint="expected a JSON object of field names to values",
+        missing_hint="check the path (e.g. configs/default.json)",
     )
     if not isinstance(raw, dict):
         raise UsageError(
-            f"--config file {path!r} holds a JSON {type(raw).__name__}, "
+            f"{source} holds a JSON {type(raw).__name__}, "
             f"expected an object of field names to values"
         )
-    return _overrides(raw, f"--config file {path!r}")
+    return _overrides(raw, source)
 
 
 def _overrides(raw: Mapping[str, Any], source: str) -> dict:

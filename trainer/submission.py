@@ -11,13 +11,12 @@ neither imports the other.
 Configuration only: nothing here imports TensorFlow.
 """
 
-import os
 import re
 from typing import Iterable, Sequence
 
-from tfdist._internal.json_input import load_json
+from tfdist._internal.json_input import read_json_file
 from tfdist._internal.preconditions import quoted, require
-from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS, UsageError
+from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS
 
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -32,34 +31,15 @@ def read_json_object(path: str, *, flag: str, keys: Iterable[str], example: str)
         example: A shipped example file, for messages.
 
     Raises:
-        UsageError: Missing, a directory, larger than `MAX_CONFIG_BYTES`, not
+        UsageError: Missing, a directory, unreadable, larger than `MAX_CONFIG_BYTES`, not
             UTF-8 JSON, not an object, or with unknown keys.
     """
     shown = quoted(path)
-    require(
-        os.path.exists(path),
-        f"{flag} file {shown} does not exist, expected a JSON file such as {example}",
-    )
-    require(
-        not os.path.isdir(path),
-        f"{flag} {shown} is a directory, expected a JSON file such as {example}",
-    )
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as error:
-        raise UsageError(
-            f"{flag} file {shown} cannot be read ({error.strerror}), expected a readable JSON file"
-        ) from None
-    require(
-        len(data) <= MAX_CONFIG_BYTES,
-        f"{flag} file {shown} is larger than {MAX_CONFIG_BYTES} bytes, expected a small "
-        f"JSON object of option names to values such as {example}",
-    )
-    raw = load_json(
-        data,
+    raw = read_json_file(
+        path,
         source=f"{flag} file {shown}",
-        hint="expected an object of option names to values",
+        hint=f"expected a small JSON object of option names to values such as {example}",
+        missing_hint=f"check the path (e.g. {example})",
         max_bytes=MAX_CONFIG_BYTES,
     )
     require(

@@ -162,5 +162,5 @@ def test_an_unchanged_copy_reads_as_the_packaged_table(tmp_path):
 
 
 def test_a_missing_table_says_to_reinstall(tmp_path):
-    with pytest.raises(UsageError, match="machines.json cannot be read .* reinstall tfdist"):
+    with pytest.raises(UsageError, match="machines.json does not exist, .* reinstall tfdist"):
         tables.read(tmp_path / "machines.json", machines.SHAPE)

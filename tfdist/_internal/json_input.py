@@ -1,18 +1,25 @@
 """The one JSON reader for input a user gives: capped in size and depth, strict in numbers.
 
     value = load_json(text, source="TF_CONFIG", error=ClusterConfigError)
+    value = read_json_file(path, source=f"--config file {quoted(path)}", hint=..., missing_hint=...)
 
 Every program reads its JSON input here (`TF_CONFIG`, `CLUSTER_SPEC`,
 `--config`, `--task_config`, job configs, manifests), so a pasted megabyte,
 `'[' * 5000` (a `RecursionError` in `json`), `NaN`, `1e999`, a duplicated key
 or a 5,000-digit number is one `UsageError` line, never a traceback and never a
 value silently taken. Messages never quote the input: it may hold secrets.
+
+`read_json_file` is the one reader of a JSON file (`--config`, `--job_config`,
+`--hparam_tuning`, the packaged Vertex AI tables): a missing path, a directory,
+an unreadable file, one over the cap (read no further than the cap, so a
+mistaken path to a huge file costs no memory) and text that is not strict JSON
+are each one line naming the file; what the value must hold is its caller's check.
 """
 
 import json
 import math
 import re
-from typing import Any
+from typing import Any, BinaryIO, Callable
 
 from tfdist.errors import UsageError
 
@@ -110,3 +117,58 @@ def load_json(
     except (ValueError, RecursionError) as failure:  # the hooks' refusals; huge integers
         reason = " ".join(str(failure).split())[:160]
         raise error(f"{source} is not accepted JSON ({reason}){suffix}") from None
+
+
+def read_json_file(
+    path,
+    *,
+    source: str,
+    hint: str = "",
+    missing_hint: str = "",
+    error: type[UsageError] = UsageError,
+    max_bytes: int = MAX_JSON_BYTES,
+    max_depth: int = MAX_JSON_DEPTH,
+) -> Any:
+    """The strict JSON value in the file at `path`, read no further than `max_bytes`.
+
+    Args:
+        path: A file path, or a file as `importlib.resources` gives it (a packaged table).
+        source: The file as messages name it, its path included (e.g.
+            `"--config file 'a.json'"`).
+        hint: Appended to the message when the file is there but wrong (too
+            large, not JSON): what it should hold, how to fix it.
+        missing_hint: Appended when there is no file to read (missing, a
+            directory, unreadable): how to name the right one.
+        error: The `UsageError` subclass raised.
+        max_bytes: The largest file accepted.
+        max_depth: The deepest nesting of arrays and objects accepted.
+
+    Raises:
+        UsageError: (`error`) Missing, a directory, unreadable, larger than
+            `max_bytes`, or not strict JSON (see `load_json`).
+    """
+    suffix = f"; {hint}" if hint else ""
+    missing = f"; {missing_hint}" if missing_hint else ""
+    opener: Callable[[], BinaryIO] = (
+        (lambda: path.open("rb")) if hasattr(path, "joinpath") else (lambda: open(path, "rb"))
+    )
+    try:
+        with opener() as handle:
+            data = handle.read(max_bytes + 1)
+    except FileNotFoundError:
+        raise error(f"{source} does not exist, expected a JSON file{missing}") from None
+    except IsADirectoryError:
+        raise error(f"{source} is a directory, expected a JSON file{missing}") from None
+    except OSError as failure:
+        raise error(
+            f"{source} cannot be read ({failure.strerror or failure}), expected a readable "
+            f"JSON file{missing}"
+        ) from None
+    if len(data) > max_bytes:
+        raise error(
+            f"{source} is larger than {max_bytes} bytes, expected a JSON file of at most "
+            f"{max_bytes} bytes{suffix}"
+        )
+    return load_json(
+        data, source=source, error=error, hint=hint, max_bytes=max_bytes, max_depth=max_depth
+    )

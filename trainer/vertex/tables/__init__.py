@@ -14,7 +14,8 @@ run tests/unit/test_vertex_tables.py. The modules that use a table
 `UsageError` naming the file, the key and the shape expected there.
 
 Files are read with the package's one capped JSON reader
-(`tfdist._internal.json_input.load_json`: strict numbers, no duplicated keys).
+(`tfdist._internal.json_input.read_json_file`: capped, strict numbers, no
+duplicated keys).
 setup.cfg (`package_data`) and MANIFEST.in ship them in the wheel and the sdist.
 """
 
@@ -23,7 +24,7 @@ import importlib.resources
 import re
 from typing import Any, Callable, Mapping
 
-from tfdist._internal.json_input import load_json
+from tfdist._internal.json_input import read_json_file
 from tfdist._internal.preconditions import quoted
 from tfdist.errors import UsageError
 
@@ -184,16 +185,12 @@ def read(path, shape: Shape, check: Callable[[dict, str], None] | None = None) -
             `shape`; the message names the file, the key and the shape expected.
     """
     source = str(path)
-    try:
-        with path.open("rb") if hasattr(path, "joinpath") else open(path, "rb") as handle:
-            data = handle.read(MAX_TABLE_BYTES + 1)
-    except OSError as error:
-        raise UsageError(
-            f"Vertex AI table {source} cannot be read ({error.strerror or error}), expected "
-            f"the JSON file the package ships; reinstall tfdist"
-        ) from None
-    value = load_json(
-        data, source=f"Vertex AI table {source}", hint=_FIX, max_bytes=MAX_TABLE_BYTES
+    value = read_json_file(
+        path,
+        source=f"Vertex AI table {source}",
+        hint=_FIX,
+        missing_hint="the package ships it: reinstall tfdist",
+        max_bytes=MAX_TABLE_BYTES,
     )
     shape.check(value, "", source)
     if check:
