@@ -40,24 +40,30 @@ from absl import flags
 from tfdist import cli
 from tfdist.distribute.cluster import is_loopback_host
 from tfdist.errors import UsageError
-
-# client imports the Vertex AI library only inside its calls: real submissions only.
 from trainer import submission
-from trainer.vertex import (
-    bill,
-    client,
-    follow,
-    images,
-    options,
-    serving,
-    staging,
-    tuning,
-)
-from trainer.vertex.checks import ServiceError, quoted
-from trainer.vertex.dependencies import check_installed, require_module
-from trainer.vertex.rendering import build_custom_job, redact_env
-from trainer.vertex.spec import JobSpec
-from trainer.vertex.validation import check_gcs_uri
+
+try:  # trainer.vertex loads its dated tables (trainer/vertex/tables/*.json) when imported
+    # client imports the Vertex AI library only inside its calls: real submissions only.
+    from trainer.vertex import (
+        bill,
+        client,
+        follow,
+        images,
+        options,
+        serving,
+        staging,
+        tuning,
+    )
+    from trainer.vertex.checks import ServiceError, quoted
+    from trainer.vertex.dependencies import check_installed, require_module
+    from trainer.vertex.rendering import build_custom_job, redact_env
+    from trainer.vertex.spec import JobSpec
+    from trainer.vertex.validation import check_gcs_uri
+except UsageError as broken_table:
+    if __name__ != "__main__":
+        raise
+    # Before `cli.run` can report it: a malformed table is one line and exit 2 here too.
+    cli.exit_usage_error(str(broken_table))
 
 FLAGS = flags.FLAGS
 

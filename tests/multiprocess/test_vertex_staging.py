@@ -188,12 +188,13 @@ def test_an_installed_wheel_carries_the_vertex_tables_and_runs_from_them(tmp_pat
         "acceleratorCount": 1,
     }
 
-    # A broken table: the error names the file, the key and the shape expected.
+    # A broken table: one error line naming the file, the key and the shape expected; exit 2.
     table["gpu_machines"]["NVIDIA_L4"]["g9-standard-8"] = "one"
     table_path.write_text(json.dumps(table))
     result = run(*flags)
-    assert result.returncode != 0
-    assert (
-        f"Vertex AI table {table_path}: gpu_machines['NVIDIA_L4']['g9-standard-8'] is 'one', "
-        f"expected a whole number > 0" in result.stderr.strip().splitlines()[-1]
-    ), result.stderr[-2000:]
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr[-2000:]
+    assert result.stderr.strip().splitlines() == [
+        f"error: Vertex AI table {table_path}: gpu_machines['NVIDIA_L4']['g9-standard-8'] is "
+        f"'one', expected a whole number > 0; fix the file (trainer/vertex/tables/__init__.py "
+        f"describes the tables)"
+    ], result.stderr[-2000:]

@@ -11,7 +11,8 @@ they come from (`sources`), so a table update is a change of data: edit the file
 run tests/unit/test_vertex_tables.py. The modules that use a table
 (`trainer.vertex.machines`, `images`, `network`) load it once, at import, through
 `load`, which checks it against the module's `SHAPE`: a malformed file is one
-`UsageError` naming the file, the key and the shape expected there.
+`UsageError` naming the file, the key and the shape expected there (at the
+command line, `python -m trainer.submit`'s one `error:` line and exit 2).
 
 Files are read with the package's one capped JSON reader
 (`tfdist._internal.json_input.read_json_file`: capped, strict numbers, no
