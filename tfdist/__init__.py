@@ -22,7 +22,6 @@ MODULES = (
     "errors",
     "keras_compat",
     "launch",
-    "optimizer_choice",
     "optimizers",
     "outputs",
     "parameter_server",

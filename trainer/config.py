@@ -10,11 +10,11 @@ import dataclasses
 import math
 from typing import Any, Mapping
 
-from tfdist import optimizer_choice
 from tfdist._internal.json_input import read_json_file
 from tfdist._internal.preconditions import quoted, require
 from tfdist.distribute.choice import ALL_REDUCE, STRATEGIES, STRATEGY_DEFAULTS
 from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS, UsageError
+from tfdist.optimizers import choice as optimizer_choice
 from tfdist.outputs.export import EXPORT_FORMATS, check_export_format
 from trainer import options as options_lib
 from trainer.options import (

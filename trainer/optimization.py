@@ -4,8 +4,8 @@ import keras
 from absl import logging
 
 from tfdist.errors import UsageError
-from tfdist.optimizer_choice import OPTIMIZERS
 from tfdist.optimizers import LAMB, LARS, schedules, usual_exclusions
+from tfdist.optimizers.choice import OPTIMIZERS
 from trainer.config import ExperimentConfig
 
 # LARS trust coefficient (You et al., 2017; the Model Garden and MLPerf default).

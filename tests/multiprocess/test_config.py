@@ -7,7 +7,7 @@ import sys
 
 def test_the_configuration_modules_do_not_import_tensorflow():
     code = (
-        "import sys, trainer.config, trainer.flags_doc, tfdist.optimizer_choice; "
+        "import sys, trainer.config, trainer.flags_doc, tfdist.optimizers.choice; "
         "print(sorted({'tensorflow', 'keras'} & set(sys.modules)))"
     )
     result = subprocess.run(

@@ -70,7 +70,8 @@ def _saved(out: pathlib.Path, policy: str, steps: int = EPOCHS * STEPS_PER_EPOCH
     *global* policy at load time: loaded under float32, a mixed_float16 model's
     optimizer state is skipped ("Skipping variable loading for optimizer").
     """
-    import tfdist.optimizers  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    # Its first use registers tfdist>LARS, tfdist>LAMB and tfdist>WarmupDecay with Keras.
+    from tfdist.optimizers import LARS  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
 
     previous = keras.mixed_precision.global_policy()
     keras.mixed_precision.set_global_policy(policy)

@@ -81,7 +81,8 @@ def _weights(npz_path: pathlib.Path) -> list[np.ndarray]:
 def _model_weights(model_dir: pathlib.Path) -> list[np.ndarray]:
     import keras  # pylint: disable=g-import-not-at-top
 
-    import tfdist.optimizers  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import  (registers LARS/LAMB)
+    # Its first use registers tfdist>LARS, tfdist>LAMB and tfdist>WarmupDecay with Keras.
+    from tfdist.optimizers import LARS  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
 
     model = keras.saving.load_model(model_dir / "model.keras", safe_mode=True)
     return model.get_weights()

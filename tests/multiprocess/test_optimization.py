@@ -12,8 +12,11 @@ from tests.unit.test_optimization import build  # shared with the in-process hal
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_model_saved_with_scheduled_lars_loads_after_importing_tfdist_optimizers(tmp_path):
-    """A fresh process that imports only tfdist.optimizers loads the model by name."""
+def test_model_saved_with_scheduled_lars_loads_after_the_first_use_of_tfdist_optimizers(tmp_path):
+    """A fresh process loads the model by name once it has used `tfdist.optimizers.LAMB`:
+    the first use of either optimizer registers LARS, LAMB and WarmupDecay. Importing the
+    package alone loads no Keras (tests/multiprocess/test_architecture.py) and registers
+    nothing."""
     optimizer, _ = build(
         optimizer="lars", learning_rate=1.0, warmup_steps=2, lr_decay="cosine", weight_decay=1e-4
     )
@@ -25,6 +28,8 @@ def test_model_saved_with_scheduled_lars_loads_after_importing_tfdist_optimizers
     model.save(path)
     script = (
         "import sys, keras, tfdist.optimizers\n"
+        "assert keras.saving.get_registered_object('tfdist>LARS') is None\n"
+        "tfdist.optimizers.LAMB\n"
         "model = keras.saving.load_model(sys.argv[1], safe_mode=True)\n"
         "print(type(model.optimizer).__name__, int(model.optimizer.iterations.numpy()), "
         "model.optimizer.get_config()['learning_rate']['registered_name'])\n"

@@ -6,6 +6,7 @@
   functions count);
 - the configuration modules never import TensorFlow (tests/multiprocess/test_architecture.py,
   in a fresh interpreter);
+- tfdist/ has at most `MAX_ROOMS` rooms (public top-level modules and packages);
 - Keras-registered names (`tfdist>LARS`, ...) do not depend on module paths.
 """
 
@@ -27,9 +28,8 @@ ALLOWED = {
     "cli": {"errors"},
     "distribute.cluster": {"errors", "_internal"},
     "distribute.choice": {"errors", "_internal", "distribute.cluster"},
-    "optimizer_choice": {"errors"},  # optimizer and schedule names (configuration, no TensorFlow)
     "keras_compat": {"errors"},
-    "optimizers": {"errors", "optimizer_choice"},
+    "optimizers": {"errors"},
     "backups": {"errors", "_internal"},
     "data": {"errors", "_internal", "keras_compat"},
     "tasks": {"errors", "_internal", "data", "keras_compat"},
@@ -68,6 +68,10 @@ ALLOWED = {
     },
 }
 
+# The rooms a reader of tfdist/ walks through: its public top-level modules and packages
+# (`__init__.py` and the private `_internal` aside; the same set as `tfdist.MODULES`).
+MAX_ROOMS = 15
+
 
 def _module_name(path: pathlib.Path) -> str:
     parts = path.relative_to(ROOT).with_suffix("").parts
@@ -102,6 +106,19 @@ def _unit(module: str) -> str | None:
 
 def _tfdist_files():
     return sorted(TFDIST.rglob("*.py"))
+
+
+def test_tfdist_has_at_most_max_rooms_rooms():
+    rooms = sorted(
+        path.stem if path.suffix else path.name
+        for path in TFDIST.iterdir()
+        if not path.name.startswith("_")
+        and (path.suffix == ".py" or (path / "__init__.py").is_file())
+    )
+    assert len(rooms) <= MAX_ROOMS, (
+        f"tfdist/ has {len(rooms)} top-level modules and packages ({', '.join(rooms)}), "
+        f"expected at most {MAX_ROOMS}: put the new module in the package whose job it shares"
+    )
 
 
 def test_tfdist_never_imports_trainer():

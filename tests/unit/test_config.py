@@ -201,8 +201,8 @@ def test_every_option_is_a_flag_and_a_config_key_and_nothing_else_is():
 
 
 def test_choices_come_from_the_library():
-    from tfdist import optimizer_choice  # pylint: disable=g-import-not-at-top
     from tfdist.distribute import choice as strategy_choice  # pylint: disable=g-import-not-at-top
+    from tfdist.optimizers import choice as optimizer_choice  # pylint: disable=g-import-not-at-top
 
     choices = {row.name: row.choices for row in config_lib.OPTIONS}
     assert choices["strategy"] is strategy_choice.STRATEGIES

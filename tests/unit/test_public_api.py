@@ -67,9 +67,14 @@ def _literal_of(expression: ast.expr, tree: ast.Module):
 
 
 def bound_names(path: pathlib.Path) -> set[str]:
-    """Names the module binds at its top level (definitions, assignments, imports)."""
+    """Names the module binds at its top level (definitions, assignments, imports), and those
+    its `__getattr__` loads on first use (the keys of its literal `_ON_FIRST_USE`)."""
     names = set()
     for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "_ON_FIRST_USE" for target in node.targets
+        ):
+            names.update(ast.literal_eval(node.value))
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.add(node.name)
         elif isinstance(node, ast.Assign):

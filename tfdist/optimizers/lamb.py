@@ -3,8 +3,7 @@
 import keras
 from keras import ops
 
-from tfdist import optimizer_choice
-from tfdist.optimizers import _layerwise, exclusions
+from tfdist.optimizers import _layerwise, choice, exclusions
 
 __all__ = ["LAMB"]
 
@@ -62,7 +61,7 @@ class LAMB(_layerwise.LayerwiseExclusions, keras.optimizers.Optimizer):
         **kwargs,
     ):
         _layerwise.refuse_decoupled_weight_decay(kwargs, type(self).__name__)
-        optimizer_choice.check_arguments(
+        choice.check_arguments(
             "lamb",
             {
                 "beta_1": beta_1,

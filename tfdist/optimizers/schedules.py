@@ -7,7 +7,7 @@ import keras
 from keras import ops
 
 from tfdist.errors import UsageError
-from tfdist.optimizer_choice import DECAYS, SCALING_RULES
+from tfdist.optimizers.choice import DECAYS, SCALING_RULES
 
 __all__ = ["scale_learning_rate", "WarmupDecay"]
 

@@ -1,8 +1,9 @@
 """Optimizer and learning-rate schedule names, and the ranges of optimizer arguments.
 
-Kept free of TensorFlow imports, so that a configuration is checked before any
-task starts TensorFlow or contacts another; `tfdist.optimizers.LARS` and `LAMB`
-check their own arguments with the same `check_arguments`:
+Kept free of TensorFlow imports (importing `tfdist.optimizers` loads no Keras),
+so that a configuration is checked before any task starts TensorFlow or contacts
+another; `tfdist.optimizers.LARS` and `LAMB` check their own arguments with the
+same `check_arguments`:
 
     check_arguments("lars", {"momentum": 1.0})
     # UsageError: LARS momentum is 1.0, expected a number in [0, 1), e.g. momentum=0.9
