@@ -135,6 +135,9 @@ def test_check_of_a_hand_written_yaml_manifest(tmp_path):
         (["--restart_policy=Sometimes"], "restart_policy is 'Sometimes', expected one of"),
         (["--memory=16 GB"], "memory is '16 GB', expected a Kubernetes quantity"),
         (["--", "--backup_dir=/elsewhere"], "which the job shape sets"),
+        (["--", "-strategy=mirrored"], "which the job shape sets"),
+        (["--", "--bogus=1"], "Unknown command line flag 'bogus'"),
+        (["--", "--epochs=x"], "epochs"),
     ],
 )
 def test_a_bad_shape_is_one_line_and_exit_2(args, expected):

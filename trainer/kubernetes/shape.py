@@ -223,23 +223,25 @@ def _check(shape: TFJobShape) -> None:
             f"node_selector has {quoted(pair)}, expected key=value, e.g. "
             f"cloud.google.com/gke-accelerator=nvidia-l4",
         )
-    for arg in shape.trainer_args:
-        flag = arg.split("=", 1)[0]
+    where = "in trainer_args (after --)"
+    passed = task_flags.parse_trainer_args(shape.trainer_args, where=where)
+    for option, field in _SET_BY_SHAPE.items():
         require(
-            flag not in _SET_BY_SHAPE,
-            f"trainer_args has {quoted(arg)}, which the job shape sets; expected the "
-            f"shape's field instead ({_SET_BY_SHAPE.get(flag)})",
+            option not in passed,
+            f"trainer_args set --{option}={quoted(passed.get(option))}, which the job shape "
+            f"sets; expected the shape's field instead ({field})",
         )
-    task_flags.check_trainer_args(shape.trainer_args, where="in trainer_args (after --)")
+    task_flags.check_trainer_args(shape.trainer_args, where=where)
     _check_roles(shape)
 
 
+# The trainer's options the manifest sets from the shape, to the shape's field.
 _SET_BY_SHAPE = {
-    "--strategy": "strategy",
-    "--model_dir": "volume_claim or bucket",
-    "--backup_dir": "volume_claim or bucket",
-    "--backup_every_steps": "backup_every_steps",
-    "--preemption_grace_seconds": "termination_grace_seconds",
+    "strategy": "strategy",
+    "model_dir": "volume_claim or bucket",
+    "backup_dir": "volume_claim or bucket",
+    "backup_every_steps": "backup_every_steps",
+    "preemption_grace_seconds": "termination_grace_seconds",
 }
 
 
