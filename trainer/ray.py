@@ -36,6 +36,7 @@ from absl import flags
 
 from tfdist import cli
 from tfdist._internal.preconditions import quoted
+from tfdist.distribute import cluster as cluster_lib
 from tfdist.errors import UsageError
 
 RAY_FLAGS = flags.FlagValues()
@@ -198,15 +199,18 @@ def rank_environment(environ, resources: RankResources) -> dict:
     return env_vars
 
 
-def check_task_flags(task_argv: list[str], tensorflow_config, world_size: int) -> None:
-    """Parses `trainer.task`'s flags here and checks them against the layout.
+def check_task_flags(task_argv: list[str], world_size: int):
+    """Parses `trainer.task`'s flags here and checks the job's roles against its strategy.
+
+    Returns:
+        The `tfdist.ray.TensorflowConfig` laying the roles over the ranks.
 
     Raises:
         UsageError: A flag `trainer.task` would refuse, or a strategy the roles
             do not fit.
     """
     # pylint: disable=g-import-not-at-top
-    from tfdist.distribute import cluster as cluster_lib
+    import tfdist.ray
     from tfdist.ray import roles
     from trainer import task
 
@@ -223,17 +227,11 @@ def check_task_flags(task_argv: list[str], tensorflow_config, world_size: int) -
             f"unexpected argument {remaining[1]!r} after --, expected only trainer.task --flags"
         )
     config = task.config_from_flags()
+    _check_shape(config.strategy)
+    tensorflow_config = tfdist.ray.TensorflowConfig(
+        chief=RAY_FLAGS.chief, parameter_servers=RAY_FLAGS.num_ps, evaluator=RAY_FLAGS.evaluator
+    )
     layout = tensorflow_config.layout(world_size)
-    if config.strategy == "parameter_server" and not layout.num_ps:
-        raise UsageError(
-            "trainer.task's --strategy is 'parameter_server' but --num_ps is 0, "
-            "expected --chief --num_ps=N (N >= 1) before --"
-        )
-    if layout.num_ps and config.strategy != "parameter_server":
-        raise UsageError(
-            f"--num_ps is {layout.num_ps} but trainer.task's --strategy is "
-            f"{config.strategy!r}, expected --strategy=parameter_server after --"
-        )
     addresses = [f"127.0.0.1:{port}" for port in range(1, world_size + 1)]
     chief_config = roles.tf_configs(layout, addresses)[0]
     cluster = cluster_lib.resolve_cluster_for_strategy(
@@ -241,25 +239,29 @@ def check_task_flags(task_argv: list[str], tensorflow_config, world_size: int) -
     )
     if config.strategy != "auto":
         cluster_lib.check_cluster_for_strategy(cluster, config.strategy)
+    return tensorflow_config
 
 
-def _check_shape() -> None:
-    """The job shape's own rules, in this command's flag names."""
-    if RAY_FLAGS.num_ps and not RAY_FLAGS.chief:
-        raise UsageError(
-            f"--num_ps is {RAY_FLAGS.num_ps} but --chief is off, expected --chief "
-            f"with parameter servers (rank 0 coordinates them)"
-        )
-    if RAY_FLAGS.num_ps and not RAY_FLAGS.num_workers:
-        raise UsageError(
-            f"--num_ps is {RAY_FLAGS.num_ps} but --num_workers is 0, expected at "
-            f"least 1 worker for the chief to send steps to"
-        )
-    if not RAY_FLAGS.num_workers and not RAY_FLAGS.chief:
-        raise UsageError(
-            "--num_workers is 0 and --chief is off, expected at least one "
-            "training task; pass --num_workers=N"
-        )
+# What this command calls the roles' counts; the strategy is trainer.task's, after --.
+ROLE_NAMES = cluster_lib.RoleNames(
+    strategy="trainer.task's --strategy",
+    chief="--chief",
+    worker="--num_workers",
+    ps="--num_ps",
+    evaluator="--evaluator",
+)
+
+
+def _check_shape(strategy: str) -> None:
+    """The trainer's rule of roles per strategy (`check_cluster_for_strategy`), in our flags."""
+    cluster = cluster_lib.cluster_of_shape(
+        chief=RAY_FLAGS.chief,
+        workers=RAY_FLAGS.num_workers,
+        ps=RAY_FLAGS.num_ps,
+        evaluators=int(RAY_FLAGS.evaluator),
+        source="the Ray job's ranks",
+    )
+    cluster_lib.check_cluster_for_strategy(cluster, strategy, ROLE_NAMES)
 
 
 def train_loop(config: dict) -> None:
@@ -302,17 +304,13 @@ def main(argv: list[str]) -> int:
             f"trainer.ray needs Ray Train ({error}); install it with pip install 'tfdist[ray]'"
         )
     try:
-        _check_shape()
-        backend = tfdist.ray.TensorflowConfig(
-            chief=RAY_FLAGS.chief, parameter_servers=RAY_FLAGS.num_ps, evaluator=RAY_FLAGS.evaluator
-        )
         world_size = (
             int(RAY_FLAGS.chief)
             + RAY_FLAGS.num_workers
             + RAY_FLAGS.num_ps
             + int(RAY_FLAGS.evaluator)
         )
-        check_task_flags(task_argv, backend, world_size)
+        backend = check_task_flags(task_argv, world_size)
         resources = rank_resources(
             cpus=RAY_FLAGS.cpus_per_task,
             use_gpu=RAY_FLAGS.use_gpu,

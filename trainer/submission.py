@@ -6,17 +6,21 @@ neither imports the other.
   `--check`). Every read is capped (`MAX_CONFIG_BYTES`): a config file is a few
   hundred bytes, and a mistaken path to a large file must not be read into memory.
 - `has_flag`, `flag_value`, `crash_loop_guard_args`: the trainer flags (after
-  `--`) a job spec carries, and the crash-loop guard every spec writes.
+  `--`) a job spec carries, read as `trainer.task` reads them (its own flag
+  table, `trainer.task_flags.parse_trainer_args`), and the crash-loop guard
+  every spec writes.
 
 Configuration only: nothing here imports TensorFlow.
 """
 
-import re
-from typing import Iterable, Sequence
+import functools
+import types
+from typing import Iterable, Mapping, Sequence
 
 from tfdist._internal.json_input import read_json_file
 from tfdist._internal.preconditions import quoted, require
 from tfdist.errors import DEFAULT_MAX_RESTARTS_WITHOUT_PROGRESS
+from trainer import task_flags
 
 MAX_CONFIG_BYTES = 1 << 20
 
@@ -65,21 +69,35 @@ def read_json_object(path: str, *, flag: str, keys: Iterable[str], example: str)
 
 
 def has_flag(args: Sequence[str], name: str) -> bool:
-    """Whether `args` set the flag `--name` (or `-name`)."""
-    return any(re.match(rf"^--?{name}(=|$)", arg) for arg in args)
+    """Whether the trainer flags `args` set the option `name` (`trainer.task`'s parse).
+
+    Raises:
+        UsageError: `args` are not flags `trainer.task` parses (an unknown flag, a
+            malformed value, a positional argument), in one line.
+    """
+    return name in _parsed(args)
 
 
-def flag_value(args: Sequence[str], name: str) -> str | None:
-    """The value the last `--name=VALUE` (or `--name VALUE`) in `args` gives, else None."""
-    found = None
-    for index, arg in enumerate(args):
-        match = re.match(rf"^--?{name}(=(.*))?$", arg)
-        if match:
-            if match.group(1) is not None:
-                found = match.group(2)
-            elif index + 1 < len(args):
-                found = args[index + 1]
-    return found
+def flag_value(args: Sequence[str], name: str):
+    """The value `trainer.task` reads for the option `name` from `args`, else None.
+
+    Raises:
+        UsageError: As `has_flag`.
+    """
+    return _parsed(args).get(name)
+
+
+def _parsed(args: Sequence[str]) -> Mapping:
+    args = tuple(args)
+    if not all(isinstance(arg, str) for arg in args):
+        return task_flags.parse_trainer_args(args)  # refuses them, in one line
+    return _parsed_strings(args)
+
+
+@functools.lru_cache(maxsize=16)
+def _parsed_strings(args: tuple[str, ...]) -> Mapping:
+    # A job spec asks several questions of the same arguments: one parse answers them.
+    return types.MappingProxyType(task_flags.parse_trainer_args(args))
 
 
 def crash_loop_guard_args(trainer_args: Sequence[str]) -> tuple[str, ...]:

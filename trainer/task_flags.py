@@ -49,6 +49,63 @@ def passed_values(flag_values: flags.FlagValues) -> dict:
     }
 
 
+def parse_trainer_args(args: Sequence[str], *, where: str = "after --") -> dict:
+    """The option values trainer flags set, parsed by `trainer.task`'s own flag table.
+
+    What the job writers read of the trainer flags (`trainer.submission.has_flag`)
+    comes from here, never from matching the arguments' text: `-strategy=x`,
+    `--strategy x` and `--strategy=x` are the same flag, as absl reads them.
+
+    Returns:
+        Option name to value, for the options the flags set (as `trainer.task` reads them).
+
+    Raises:
+        UsageError: An unknown flag, a malformed value, `--flagfile` or a positional
+            argument (each flag's own rules and those between flags are
+            `check_trainer_args`').
+    """
+    for arg in args:
+        if not isinstance(arg, str):
+            raise UsageError(
+                f"trainer argument {quoted(arg)} {where} is not a string, expected "
+                f"trainer.task flags such as --epochs=10"
+            )
+        if arg.lstrip("-").split("=", 1)[0] == "flagfile" and arg.startswith("-"):
+            raise UsageError(
+                f"trainer argument {quoted(arg)} {where}: --flagfile names a file on the "
+                f"replicas, which cannot be checked here; expected the flags themselves "
+                f"or --config"
+            )
+    flag_values = _trainer_flag_values()
+    try:
+        remaining = flag_values(["trainer.task", *args])
+    except flags.Error as error:
+        raise UsageError(
+            f"trainer flag {where}: {' '.join(str(error).split())} (trainer.task would exit "
+            f"2 on every replica); fix it before submitting"
+        ) from None
+    if len(remaining) > 1:
+        raise UsageError(
+            f"trainer argument {quoted(remaining[1])} {where} is not a --flag, expected only "
+            f"trainer.task flags such as --epochs=10"
+        )
+    passed = passed_values(flag_values)
+    if flag_values["config"].present:
+        passed["config"] = flag_values["config"].value
+    return passed
+
+
+def _trainer_flag_values() -> flags.FlagValues:
+    """A fresh copy of `trainer.task`'s flags, absl's own (--verbosity, ...) included."""
+    flag_values = flags.FlagValues()
+    define_task_flags(flag_values, module_name="trainer.task")
+    for module in _ABSL_MODULES:
+        for flag in flags.FLAGS.get_flags_for_module(module):
+            if flag.name not in flag_values:
+                flag_values[flag.name] = copy.deepcopy(flag)
+    return flag_values
+
+
 def check_trainer_args(args: Sequence[str], *, where: str = "after --") -> dict:
     """Refuses trainer flags `trainer.task` would refuse, with its own option table.
 
@@ -63,39 +120,10 @@ def check_trainer_args(args: Sequence[str], *, where: str = "after --") -> dict:
         UsageError: An unknown flag, a malformed or out-of-range value, a
             positional argument, or a combination the trainer refuses.
     """
-    for arg in args:
-        if not isinstance(arg, str):
-            raise UsageError(
-                f"trainer argument {quoted(arg)} {where} is not a string, expected "
-                f"trainer.task flags such as --epochs=10"
-            )
-        if arg.lstrip("-").split("=", 1)[0] == "flagfile" and arg.startswith("-"):
-            raise UsageError(
-                f"trainer argument {quoted(arg)} {where}: --flagfile names a file on the "
-                f"replicas, which cannot be checked here; expected the flags themselves "
-                f"or --config"
-            )
-    flag_values = flags.FlagValues()
-    define_task_flags(flag_values, module_name="trainer.task")
-    for module in _ABSL_MODULES:
-        for flag in flags.FLAGS.get_flags_for_module(module):
-            if flag.name not in flag_values:
-                flag_values[flag.name] = copy.deepcopy(flag)
+    passed = parse_trainer_args(args, where=where)
+    config_file = passed.pop("config", None)
     try:
-        remaining = flag_values(["trainer.task", *args])
-    except flags.Error as error:
-        raise UsageError(
-            f"trainer flag {where}: {' '.join(str(error).split())} (trainer.task would exit "
-            f"2 on every replica); fix it before submitting"
-        ) from None
-    if len(remaining) > 1:
-        raise UsageError(
-            f"trainer argument {quoted(remaining[1])} {where} is not a --flag, expected only "
-            f"trainer.task flags such as --epochs=10"
-        )
-    passed = passed_values(flag_values)
-    try:
-        if flag_values["config"].value:
+        if config_file:
             for name, value in passed.items():
                 config_lib.check_option_value(name, value)
         else:

@@ -122,16 +122,22 @@ def test_check_of_a_hand_written_yaml_manifest(tmp_path):
             ["--evaluators=1", "--clean_pod_policy=Running"],
             "clean_pod_policy is 'Running' with an evaluator",
         ),
-        (["--evaluators=2"], "evaluators is 2, expected a whole number from 0 to 1"),
-        (["--parameter_servers=1"], "parameter_servers is 1 under strategy multiworker"),
+        (["--evaluators=2"], "the job has evaluators=2, expected 0 or 1"),
+        (
+            ["--parameter_servers=1"],
+            "strategy=multiworker has no use for ps tasks, got parameter_servers=1",
+        ),
         (
             ["--strategy=parameter_server", "--parameter_servers=0"],
-            "strategy parameter_server needs",
+            "strategy=parameter_server needs a chief to coordinate",
         ),
         (["--bucket=gs://b"], "expected exactly one"),
         (["--restart_policy=Sometimes"], "restart_policy is 'Sometimes', expected one of"),
         (["--memory=16 GB"], "memory is '16 GB', expected a Kubernetes quantity"),
         (["--", "--backup_dir=/elsewhere"], "which the job shape sets"),
+        (["--", "-strategy=mirrored"], "which the job shape sets"),
+        (["--", "--bogus=1"], "Unknown command line flag 'bogus'"),
+        (["--", "--epochs=x"], "epochs"),
     ],
 )
 def test_a_bad_shape_is_one_line_and_exit_2(args, expected):

@@ -181,6 +181,19 @@ def test_refused_before_anything_is_built(flags, expected):
     assert_one_line_usage_error(result, expected)
 
 
+@pytest.mark.parametrize(
+    "trainer_args, expected",
+    [
+        (["--epochs=x"], "epochs"),
+        (["--bogus=1"], "Unknown command line flag 'bogus'"),
+        (["-strategy=mirrored"], "--strategy appears after --"),
+    ],
+)
+def test_trainer_flags_after_dashdash_are_refused_with_the_trainers_table(trainer_args, expected):
+    result = submit(*COMMON, f"--container_uri={OUR_IMAGE}", "--dry_run", "--", *trainer_args)
+    assert_one_line_usage_error(result, expected)
+
+
 def test_the_shipped_tpu_shape_and_valid_machines_still_pass():
     for flags in (
         V5E + ["--tpu_topology=2x2"],

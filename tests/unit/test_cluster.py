@@ -487,24 +487,41 @@ STRATEGY_CASES = {
     "parameter_server without ps": (
         {"chief": ["localhost:12000"], "worker": TWO_WORKERS},
         "parameter_server",
-        ("found 0 ps tasks", "at least 1"),
+        ("--strategy=parameter_server needs", "0 ps task(s) in TF_CONFIG", "add ps tasks"),
     ),
     "parameter_server without workers": (
         {"chief": ["localhost:12000"], "ps": ["localhost:12100"]},
         "parameter_server",
-        ("found 0 worker tasks", "at least 1"),
+        ("at least 1 worker", "0 worker", "add worker tasks to TF_CONFIG"),
     ),
     "parameter_server without chief": (
         {"worker": TWO_WORKERS, "ps": ["localhost:12100"]},
         "parameter_server",
-        ("no chief task", "worker pool 0"),
+        ("needs a chief to coordinate", "0 chief", "add chief tasks to TF_CONFIG"),
     ),
     "multiworker with ps tasks": (
         PS_CLUSTER,
         "multiworker",
-        ("'multiworker'", "1 ps task(s)", "--strategy=parameter_server"),
+        ("--strategy=multiworker", "1 ps task(s)", "set --strategy=parameter_server"),
     ),
-    "mirrored with ps tasks": (PS_CLUSTER, "mirrored", ("'mirrored'", "1 ps task(s)")),
+    "mirrored with ps tasks": (PS_CLUSTER, "mirrored", ("--strategy=mirrored", "1 ps task(s)")),
+    # Each task would train alone (and two would write one model): refused, as every
+    # submitter refuses the shape.
+    "mirrored on two workers": (
+        {"worker": TWO_WORKERS},
+        "mirrored",
+        ("--strategy=mirrored trains in one process", "2 training tasks", "multiworker"),
+    ),
+    "default on a chief and a worker": (
+        {"chief": ["localhost:12000"], "worker": TWO_WORKERS[:1]},
+        "default",
+        ("--strategy=default trains in one process", "2 training tasks"),
+    ),
+    "two evaluators": (
+        {"chief": ["localhost:12000"], "evaluator": TWO_WORKERS},
+        "multiworker",
+        ("2 evaluator task(s) in TF_CONFIG", "expected 0 or 1"),
+    ),
 }
 
 

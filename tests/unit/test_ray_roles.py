@@ -90,19 +90,22 @@ def test_the_config_takes_its_options_by_keyword_only():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--num_ps=1"], "--num_ps is 1 but --chief is off, expected --chief"),
-        (["--chief", "--num_ps=1", "--num_workers=0"], "--num_ps is 1 but --num_workers is 0"),
-        (["--num_workers=0"], "--num_workers is 0 and --chief is off"),
+        (["--num_ps=1"], "got --chief=false, --num_workers=2, --num_ps=1; set --chief=true"),
+        (
+            ["--chief", "--num_ps=1", "--num_workers=0"],
+            "got --chief=true, --num_workers=0, --num_ps=1; set --num_workers=1",
+        ),
+        (["--num_workers=0"], "no training task, got --chief=false, --num_workers=0"),
         (["--num_workers=-1"], "-1 is not a non-negative integer"),
         (["--bogus=1"], "Unknown command line flag 'bogus'"),
         (["--", "--nosuchflag"], "Unknown command line flag 'nosuchflag' (a trainer.task flag"),
         (
             ["--", "--strategy=parameter_server"],
-            "--strategy is 'parameter_server' but --num_ps is 0",
+            "trainer.task's --strategy=parameter_server needs a chief to coordinate",
         ),
         (
             ["--chief", "--num_ps=1", "--", "--strategy=multiworker"],
-            "--num_ps is 1 but trainer.task's --strategy is 'multiworker'",
+            "trainer.task's --strategy=multiworker has no use for ps tasks, got --num_ps=1",
         ),
         (["--", "--epochs=0"], "epochs"),
     ],

@@ -65,15 +65,15 @@ IMPOSSIBLE = {
     ),
     "parameter_server without parameter servers": (
         dict(strategy="parameter_server", workers=2),
-        "needs parameter servers and workers",
+        "--parameter_servers=0; set --parameter_servers=1",
     ),
     "parameter_server without workers": (
         dict(strategy="parameter_server", parameter_servers=2),
-        "needs parameter servers and workers",
+        "got --workers=0, --parameter_servers=2; set --workers=1",
     ),
     "parameter servers under multiworker": (
         dict(strategy="multiworker", workers=2, parameter_servers=1),
-        "needs --strategy=parameter_server",
+        "set --strategy=parameter_server, or --parameter_servers=0",
     ),
     "negative workers": (dict(strategy="multiworker", workers=-1), "--workers is -1"),
     "negative evaluators": (dict(evaluators=-2), "--evaluators is -2"),
@@ -83,7 +83,10 @@ IMPOSSIBLE = {
     ),
     "unknown strategy": (dict(strategy="horovod"), "--strategy is 'horovod'"),
     "unknown scheduling": (dict(scheduling="preemptible"), "--scheduling is 'preemptible'"),
-    "mirrored with workers": (dict(strategy="mirrored", workers=3), "trains on one machine"),
+    "mirrored with workers": (
+        dict(strategy="mirrored", workers=3),
+        "--strategy=mirrored trains in one process, got --workers=3",
+    ),
     "tpu strategy without TPU": (dict(strategy="tpu"), "needs a TPU --accelerator_type"),
     "TPU machine without tpu strategy": (
         dict(

@@ -53,6 +53,10 @@ __all__ = [
     "resolve_cluster_for_strategy",
     "jobset_hosts",
     "check_cluster_for_strategy",
+    "cluster_of_shape",
+    "RoleNames",
+    "CLUSTER_TASKS",
+    "ONE_PROCESS_STRATEGIES",
     "has_evaluator",
     "is_loopback_host",
 ]
@@ -621,41 +625,181 @@ def _parse_jobset(text: str, environ: Mapping[str, str]) -> Cluster:
     return Cluster(task_type=task_type, task_index=task_index, addresses=addresses, source=JOBSET)
 
 
-def check_cluster_for_strategy(cluster: Cluster, strategy: str) -> None:
-    """Rejects clusters the named strategy cannot run on.
+# Strategies that train in one process: each of several training tasks would train alone.
+ONE_PROCESS_STRATEGIES = ("default", "one_device", "mirrored")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RoleNames:
+    """What a caller calls the strategy and each role's count, for `check_cluster_for_strategy`.
+
+    Each rule's message names the caller's own options, so the user reads which
+    of *their* flags to change. A role's name is shown as `NAME=COUNT` (the
+    chief's as `NAME=true`/`false`: every submitter has a switch for it);
+    `None` counts the role's tasks in the cluster's source instead (the
+    trainer, reading `TF_CONFIG`); `""` means the caller gives no choice (Vertex
+    AI's worker pool 0 is always the chief), so it is never shown.
+
+    Attributes:
+        strategy: The strategy's option, e.g. `--strategy`.
+        chief: The chief's switch.
+        worker: The workers' count.
+        ps: The parameter servers' count.
+        evaluator: The evaluators' count.
+    """
+
+    strategy: str = "--strategy"
+    chief: str | None = None
+    worker: str | None = None
+    ps: str | None = None
+    evaluator: str | None = None
+
+    def name(self, role: str) -> str | None:
+        return {CHIEF: self.chief, WORKER: self.worker, PS: self.ps, EVALUATOR: self.evaluator}[
+            role
+        ]
+
+    def _value(self, role: str, count: int) -> str:
+        return f"{self.name(role)}={('true' if count else 'false') if role == CHIEF else count}"
+
+    def got(self, cluster: Cluster, roles: tuple[str, ...]) -> str:
+        """How many tasks of each of `roles` the cluster has, in the caller's words."""
+        named = [self._value(role, cluster.count(role)) for role in roles if self.name(role)]
+        counted = [f"{cluster.count(role)} {role}" for role in roles if self.name(role) is None]
+        if counted:
+            named.append(f"{', '.join(counted)} task(s) in {cluster.source}")
+        return ", ".join(named)
+
+    def fix(self, cluster: Cluster, counts: Mapping[str, int]) -> str:
+        """What to set (or add) so that each role of `counts` has that many tasks."""
+        counts = {role: n for role, n in counts.items() if cluster.count(role) != n}
+        named = [self._value(role, n) for role, n in counts.items() if self.name(role)]
+        added = [role for role in counts if not self.name(role)]
+        parts = [f"set {' and '.join(named)}"] if named else []
+        if added:
+            parts.append(f"add {' and '.join(added)} tasks to {cluster.source}")
+        return " and ".join(parts)
+
+
+# The trainer's names: it reads the cluster, so it counts tasks where they are listed.
+CLUSTER_TASKS = RoleNames()
+
+
+def cluster_of_shape(
+    *, chief: bool | int, workers: int, ps: int = 0, evaluators: int = 0, source: str
+) -> Cluster:
+    """The cluster a submitter's job shape will give its tasks, for `check_cluster_for_strategy`.
+
+    Addresses are placeholders (`chief-0.shape.invalid:2222`, ...): only the roles'
+    counts matter. The cluster is seen from its first training task, the chief
+    (else worker 0, named even when the shape has none, so that the check, not a
+    missing task, reports it).
 
     Args:
-        cluster: The resolved cluster.
+        chief: Whether the job has a chief (or the number of chiefs, 0 or 1).
+        workers: Worker tasks.
+        ps: Parameter-server tasks (not Vertex AI's Reduction Server, which runs no
+            task of ours).
+        evaluators: Evaluator tasks.
+        source: What described the shape, for messages (e.g. `the TFJob shape`).
+
+    Returns:
+        The cluster, with `source` as given.
+    """
+    counts = {CHIEF: int(chief), WORKER: workers, PS: ps, EVALUATOR: evaluators}
+    addresses = {
+        role: tuple(f"{role}-{index}.shape.invalid:2222" for index in range(count))
+        for role, count in counts.items()
+    }
+    return Cluster(
+        task_type=CHIEF if counts[CHIEF] else WORKER,
+        task_index=0,
+        addresses=addresses,
+        source=source,
+    )
+
+
+def check_cluster_for_strategy(
+    cluster: Cluster, strategy: str, names: RoleNames = CLUSTER_TASKS
+) -> None:
+    """Rejects clusters the named strategy cannot run on: the one rule of roles per strategy.
+
+    The trainer calls it with the cluster it resolved; every submitter
+    (`trainer.submit`, `trainer.kubernetes`, `trainer.ray`) with the cluster its
+    job shape will give (`cluster_of_shape`) and its own flag names, so a shape
+    a submitter accepts is one the trainer runs. The rules:
+
+    - a cluster has a training task (a chief or a worker) and at most 1 evaluator;
+    - `parameter_server` (and `auto` when there are ps tasks, which `auto` then
+      picks) needs a chief to coordinate, at least 1 worker and at least 1 ps;
+    - ps tasks only under `parameter_server` (or `auto`);
+    - `default`, `one_device` and `mirrored` train in one process: one training task.
+
+    Rules of one engine (Vertex AI's Reduction Server, TPU VMs) stay with its submitter.
+
+    Args:
+        cluster: The resolved cluster, or `cluster_of_shape`'s.
         strategy: A strategy name as `tfdist.distribute.choice.STRATEGIES` lists.
+        names: What the caller calls the strategy and the roles' counts (`RoleNames`);
+            by default, tasks counted in `cluster.source`.
 
     Raises:
-        ClusterConfigError: The combination cannot run.
+        ClusterConfigError: The combination cannot run; one line naming the
+            caller's options, their values and what to set.
     """
     if cluster.task_type == EVALUATOR:
         return  # It evaluates checkpoints on its own; its TF_CONFIG may list only itself.
-    if strategy == "parameter_server":
-        if not cluster.is_distributed:
+    if not cluster.is_distributed:
+        if strategy == "parameter_server":
             raise ClusterConfigError(
                 "strategy 'parameter_server' needs a cluster, but neither TF_CONFIG nor "
                 "CLUSTER_SPEC is set; expected a chief, workers and ps tasks; run under "
                 "`python -m tfdist.launch --chief --workers 2 --ps 1 -- ...` or set TF_CONFIG"
             )
-        for role, needed in ((PS, "ps"), (WORKER, "worker")):
-            if not cluster.count(role):
-                raise ClusterConfigError(
-                    f"strategy 'parameter_server' found 0 {needed} tasks in {cluster.source}, "
-                    f"expected at least 1; add {needed} tasks to the cluster"
-                )
-        if not cluster.count(CHIEF):
+        return
+    training = cluster.count(CHIEF) + cluster.count(WORKER)
+    if not training:
+        raise ClusterConfigError(
+            f"the job has no training task, got {names.got(cluster, (CHIEF, WORKER))}, "
+            f"expected a chief or at least 1 worker; {names.fix(cluster, {WORKER: 1})}"
+        )
+    if cluster.count(EVALUATOR) > 1:
+        raise ClusterConfigError(
+            f"the job has {names.got(cluster, (EVALUATOR,))}, expected 0 or 1: one evaluator "
+            f"evaluates every checkpoint the chief writes; "
+            + (
+                names.fix(cluster, {EVALUATOR: 1})
+                if names.evaluator
+                else f"list one evaluator in {cluster.source}"
+            )
+        )
+    shown = f"{names.strategy}={strategy}"
+    if strategy == "parameter_server" or (strategy == "auto" and cluster.num_ps):
+        if strategy == "auto":
+            shown += " (which picks parameter_server for the ps tasks)"
+        needed = {CHIEF: 1, WORKER: 1, PS: 1}
+        missing = {role: count for role, count in needed.items() if not cluster.count(role)}
+        if missing:
             raise ClusterConfigError(
-                f"strategy 'parameter_server' found no chief task in {cluster.source}, "
-                f"expected 1 chief to coordinate; add a chief (Vertex: worker pool 0)"
+                f"{shown} needs a chief to coordinate, at least 1 worker and at least 1 ps "
+                f"task, got {names.got(cluster, tuple(needed))}; {names.fix(cluster, missing)}"
             )
         return
     if cluster.num_ps:
         raise ClusterConfigError(
-            f"strategy {strategy!r} found {cluster.num_ps} ps task(s) in {cluster.source}, "
-            f"expected none; use --strategy=parameter_server or remove the ps tasks"
+            f"{shown} has no use for ps tasks, got {names.got(cluster, (PS,))}, expected none; "
+            f"set {names.strategy}=parameter_server, or "
+            + (f"{names.ps}=0" if names.ps else f"remove the ps tasks from {cluster.source}")
+        )
+    if strategy in ONE_PROCESS_STRATEGIES and training > 1:
+        got = names.got(cluster, (CHIEF, WORKER))
+        if names.worker is None:
+            keep = f"list one training task in {cluster.source}"
+        else:
+            keep = names.fix(cluster, {WORKER: 0 if cluster.count(CHIEF) else 1})
+        raise ClusterConfigError(
+            f"{shown} trains in one process, got {got} ({training} training tasks), "
+            f"expected 1; set {names.strategy}=multiworker for several, or {keep}"
         )
 
 

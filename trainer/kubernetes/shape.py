@@ -11,6 +11,7 @@ import re
 
 from tfdist._internal.preconditions import quoted, require
 from tfdist.distribute import choice as strategy_choice
+from tfdist.distribute import cluster as cluster_lib
 from tfdist.errors import UsageError
 from trainer import task_flags
 from trainer.kubernetes.checks import CLEAN_POD_POLICIES, QUANTITY, REPLICA_RESTART_POLICIES
@@ -163,7 +164,7 @@ def _check(shape: TFJobShape) -> None:
     )
     _count("workers", shape.workers, 0)
     _count("parameter_servers", shape.parameter_servers, 0)
-    _count("evaluators", shape.evaluators, 0, 1)
+    _count("evaluators", shape.evaluators, 0)
     _count("gpus", shape.gpus, 0, 16)
     _count("backup_every_steps", shape.backup_every_steps, 1)
     _count("backoff_limit", shape.backoff_limit, 0)
@@ -222,51 +223,48 @@ def _check(shape: TFJobShape) -> None:
             f"node_selector has {quoted(pair)}, expected key=value, e.g. "
             f"cloud.google.com/gke-accelerator=nvidia-l4",
         )
-    for arg in shape.trainer_args:
-        flag = arg.split("=", 1)[0]
+    where = "in trainer_args (after --)"
+    passed = task_flags.parse_trainer_args(shape.trainer_args, where=where)
+    for option, field in _SET_BY_SHAPE.items():
         require(
-            flag not in _SET_BY_SHAPE,
-            f"trainer_args has {quoted(arg)}, which the job shape sets; expected the "
-            f"shape's field instead ({_SET_BY_SHAPE.get(flag)})",
+            option not in passed,
+            f"trainer_args set --{option}={quoted(passed.get(option))}, which the job shape "
+            f"sets; expected the shape's field instead ({field})",
         )
-    task_flags.check_trainer_args(shape.trainer_args, where="in trainer_args (after --)")
+    task_flags.check_trainer_args(shape.trainer_args, where=where)
     _check_roles(shape)
 
 
+# The trainer's options the manifest sets from the shape, to the shape's field.
 _SET_BY_SHAPE = {
-    "--strategy": "strategy",
-    "--model_dir": "volume_claim or bucket",
-    "--backup_dir": "volume_claim or bucket",
-    "--backup_every_steps": "backup_every_steps",
-    "--preemption_grace_seconds": "termination_grace_seconds",
+    "strategy": "strategy",
+    "model_dir": "volume_claim or bucket",
+    "backup_dir": "volume_claim or bucket",
+    "backup_every_steps": "backup_every_steps",
+    "preemption_grace_seconds": "termination_grace_seconds",
 }
 
 
+# What this command calls the roles' counts: job-config keys, and flags with `--`.
+ROLE_NAMES = cluster_lib.RoleNames(
+    strategy="strategy",
+    chief="chief",
+    worker="workers",
+    ps="parameter_servers",
+    evaluator="evaluators",
+)
+
+
 def _check_roles(shape: TFJobShape) -> None:
-    training = int(shape.chief) + shape.workers
-    require(
-        training >= 1, "the job has no chief and no workers, expected chief=true or workers >= 1"
+    """The trainer's rule of roles per strategy (`check_cluster_for_strategy`) on the replicas."""
+    cluster = cluster_lib.cluster_of_shape(
+        chief=shape.chief,
+        workers=shape.workers,
+        ps=shape.parameter_servers,
+        evaluators=shape.evaluators,
+        source="the job shape",
     )
-    if shape.strategy == "parameter_server":
-        require(
-            shape.chief and shape.workers >= 1 and shape.parameter_servers >= 1,
-            f"strategy parameter_server needs a chief (the coordinator), workers >= 1 and "
-            f"parameter_servers >= 1, got chief={shape.chief}, workers={shape.workers}, "
-            f"parameter_servers={shape.parameter_servers}",
-        )
-    else:
-        require(
-            not shape.parameter_servers,
-            f"parameter_servers is {shape.parameter_servers} under strategy "
-            f"{shape.strategy}, expected 0; use strategy parameter_server",
-        )
-    if shape.strategy in ("mirrored", "one_device", "default"):
-        require(
-            training == 1,
-            f"strategy {shape.strategy} runs in one process, but the job has "
-            f"{training} training replicas; expected chief=true and workers=0, or "
-            f"strategy multiworker",
-        )
+    cluster_lib.check_cluster_for_strategy(cluster, shape.strategy, ROLE_NAMES)
 
 
 _TYPE_NAMES = {

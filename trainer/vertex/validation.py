@@ -8,6 +8,7 @@ ranges) and our trainer's (which pools each strategy needs).
 
 import re
 
+from tfdist.distribute import cluster as cluster_lib
 from tfdist.distribute.choice import STRATEGIES
 from trainer import submission
 from trainer.vertex import images, machines, network, option_values
@@ -19,7 +20,10 @@ MAX_REPLICAS = 1000  # per worker pool; beyond it is a typo, not a job
 MIN_BOOT_DISK_GB, MAX_BOOT_DISK_GB = 100, 64_000
 BOOT_DISK_TYPES = ("", "pd-ssd", "pd-standard", "hyperdisk-balanced")
 MAX_FLEX_START_TIMEOUT_SECONDS = 7 * 24 * 3600
-_SINGLE_MACHINE_STRATEGIES = ("default", "one_device", "mirrored")
+# What this command calls the roles' counts (pool 0 is always the one chief).
+ROLE_NAMES = cluster_lib.RoleNames(
+    chief="", worker="--workers", ps="--parameter_servers", evaluator="--evaluators"
+)
 # A project ID, optionally domain-scoped (example.com:my-project).
 _PROJECT = re.compile(r"^(?:[a-z0-9.-]{1,63}:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
 # A container image reference: [host[:port]/]path[:tag][@sha256:digest].
@@ -217,39 +221,30 @@ def _check_strategy(spec) -> None:
     )
     if spec.reduction_servers:
         _check_reduction_server_all_reduce(spec)
-    require(
-        strategy != "parameter_server" or (spec.parameter_servers and spec.workers),
-        f"--strategy=parameter_server needs parameter servers and workers, got "
-        f"--parameter_servers={spec.parameter_servers} --workers={spec.workers}; set both, "
-        f"e.g. --parameter_servers=2 --workers=4",
-    )
-    require(
-        not (spec.parameter_servers and strategy == "auto" and not spec.workers),
-        f"--parameter_servers={spec.parameter_servers} needs workers to train, got "
-        f"--workers=0; set e.g. --workers=4",
-    )
-    require(
-        not spec.parameter_servers or strategy in ("parameter_server", "auto"),
-        f"--parameter_servers={spec.parameter_servers} needs --strategy=parameter_server, "
-        f"got --strategy={strategy}; change the strategy or drop --parameter_servers",
-    )
-    require(
-        not (strategy in _SINGLE_MACHINE_STRATEGIES and spec.workers),
-        f"--strategy={strategy} trains on one machine, got --workers={spec.workers}; use "
-        f"--strategy=multiworker for several machines, or drop --workers",
-    )
     if strategy == "tpu" or machine.is_tpu:
         _check_tpu(spec)
-    require(
-        spec.evaluators <= 1,
-        f"--evaluators is {spec.evaluators}, expected 0 or 1: one evaluator evaluates "
-        f"every checkpoint the chief writes",
-    )
+    check_roles(spec)
     require(
         not submission.has_flag(spec.trainer_args, "strategy"),
         "--strategy appears after --, expected it before -- as a trainer.submit flag, "
         "which passes it to every replica",
     )
+
+
+def check_roles(spec) -> None:
+    """The trainer's rule of roles per strategy (`check_cluster_for_strategy`) on the pools.
+
+    Pool 0 is the chief, pool 1 the workers, pool 2 the parameter servers (a
+    Reduction Server pool runs no task of ours), pool 3 the evaluators.
+    """
+    cluster = cluster_lib.cluster_of_shape(
+        chief=True,
+        workers=spec.workers,
+        ps=spec.parameter_servers,
+        evaluators=spec.evaluators,
+        source="the job's worker pools",
+    )
+    cluster_lib.check_cluster_for_strategy(cluster, spec.strategy, ROLE_NAMES)
 
 
 def _check_reduction_server_all_reduce(spec) -> None:
