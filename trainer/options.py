@@ -15,10 +15,12 @@ defaults (`defaults`), and its docs are written or checked:
 | `trainer.task` | `trainer.config.ExperimentConfig` | `--config` | docs/flags.md, written by `trainer.flags_doc` |
 | `trainer.submit` | `trainer.vertex.options.JobOptions`, `trainer.vertex.tuning.TuningOptions`, `trainer.vertex.command.SubmitOptions` | `--job_config`, `--hparam_tuning` | docs/vertex.md |
 | `trainer.kubernetes` | `trainer.kubernetes.options.ShapeOptions`, `trainer.kubernetes.options.CommandOptions` | `--job_config` | docs/engines.md |
+| `trainer.ray` | `trainer.ray.RayOptions` | none | docs/engines.md |
 
-tests/unit/test_option_tables.py pins each command's flag set (names and
-defaults). Only `trainer.ray` still lists plain `tfdist.cli.FlagSpec`s: it has
-no config file, and its flags are Ray's. A pure module: no TensorFlow.
+tests/unit/test_option_tables.py pins each command's flag set (names, kinds and
+defaults). `tfdist.cli.FlagSpec` stays the library's own way to define a flag
+(`tfdist.distribute.flags`, `tfdist.launch`: tfdist never imports the trainer);
+a row becomes one (`Option.flag_spec`). A pure module: no TensorFlow.
 """
 
 import dataclasses
@@ -87,6 +89,8 @@ class Option:
             `{project}` and `{region}`).
         is_flag: A command-line flag (else a config-file key only).
         is_config_key: A config-file key (else a flag only, e.g. `--job_config`).
+        lower_bound: The smallest value its number flag takes (absl refuses less
+            while parsing); `None` for none.
     """
 
     help: str
@@ -102,6 +106,7 @@ class Option:
     templated: bool = False
     is_flag: bool = True
     is_config_key: bool = True
+    lower_bound: float | None = None
     name: str = ""
     value_type: Any = None
     default: Any = None
@@ -125,7 +130,13 @@ class Option:
     @property
     def flag_spec(self) -> cli.FlagSpec:
         """Its absl flag."""
-        return cli.FlagSpec(self.name, self.default, self.flag_help, kind=self.flag_kind)
+        return cli.FlagSpec(
+            self.name,
+            self.default,
+            self.flag_help,
+            kind=self.flag_kind,
+            lower_bound=self.lower_bound,
+        )
 
     @property
     def element_type(self) -> type | None:

@@ -3,7 +3,8 @@
 Every trainer command derives its absl flags from option tables of one row type,
 `trainer.options.Option` (the trainer's `option(...)` fields): `trainer.task` from
 `trainer.config.ExperimentConfig`, `trainer.submit` from `trainer.vertex.command`,
-`trainer.kubernetes` from `trainer.kubernetes.options`. A flag added, dropped,
+`trainer.kubernetes` from `trainer.kubernetes.options`, `trainer.ray` from
+`trainer.ray.RayOptions`. A flag added, dropped,
 renamed or given another default or kind here is a change of a command's interface:
 it fails below until the pin is updated with it (and its docs).
 """
@@ -18,7 +19,7 @@ import pytest
 from absl import flags
 
 from trainer import options as options_lib
-from trainer import task_flags
+from trainer import ray, task_flags
 from trainer.kubernetes import options as kubernetes_options
 from trainer.kubernetes import shape as shape_lib
 from trainer.vertex import command, network, serving, tuning
@@ -184,12 +185,32 @@ TRAINER_KUBERNETES = {
     "service_account": ("string", ""),
     "node_selector": ("list", ()),
 }
+TRAINER_RAY = {
+    "num_workers": ("integer", 2),
+    "chief": ("boolean", False),
+    "num_ps": ("integer", 0),
+    "evaluator": ("boolean", False),
+    "cpus_per_task": ("integer", 1),
+    "use_gpu": ("boolean", False),
+    "gpus_per_task": ("float", 0.0),
+    "resources_per_task": ("string", ""),
+    "accelerator_type": ("string", ""),
+    "max_failures": ("integer", 0),
+    "max_preemption_failures": ("integer", -1),
+    "storage_path": ("string", ""),
+    "name": ("string", "tfdist-trainer"),
+    "address": ("string", ""),
+}
 
 
 def _defined(define) -> dict:
     """`{name: (kind, default)}` of the flags `define(flag_values)` defines (absl's own left out)."""
     flag_values = flags.FlagValues()
     define(flag_values)
+    return _pinned(flag_values)
+
+
+def _pinned(flag_values: flags.FlagValues) -> dict:
     return {
         flag.name: (
             _KINDS[flag.flag_type()],
@@ -220,6 +241,20 @@ def test_the_flags_of_trainer_kubernetes_are_pinned():
     assert _defined(kubernetes_options.define_flags) == TRAINER_KUBERNETES
 
 
+def test_the_flags_of_trainer_ray_are_pinned():
+    assert _pinned(ray.RAY_FLAGS) == TRAINER_RAY
+    bounds = {row.name: row.lower_bound for row in ray.RAY_OPTIONS if row.lower_bound is not None}
+    assert bounds == {
+        "num_workers": 0,
+        "num_ps": 0,
+        "cpus_per_task": 1,
+        "gpus_per_task": 0,
+        "max_failures": -1,
+        "max_preemption_failures": -1,
+    }
+    assert {name: ray.RAY_FLAGS[name].parser.lower_bound for name in bounds} == bounds
+
+
 def test_config_file_keys_are_the_tables_options_plus_the_file_only_ones():
     assert vertex_options.CONFIG_KEYS == (
         *(row.name for row in vertex_options.OPTIONS if row.is_flag),
@@ -232,7 +267,7 @@ def test_config_file_keys_are_the_tables_options_plus_the_file_only_ones():
         "trainer_args",
         "description",
     )
-    for rows in (command.COMMAND_OPTIONS, kubernetes_options.COMMAND_OPTIONS):
+    for rows in (command.COMMAND_OPTIONS, kubernetes_options.COMMAND_OPTIONS, ray.RAY_OPTIONS):
         assert options_lib.config_keys(rows) == ()
 
 
@@ -246,9 +281,8 @@ def test_the_kubernetes_shape_options_are_the_shape_fields_with_their_types_and_
             assert rows[field.name].default == field.default, field.name
 
 
-# The modules that turn option rows into absl flags, and trainer.ray, whose flags are Ray's
-# (`tfdist.cli.FlagSpec`s of its own: no config file, nothing shared with the tables).
-_DEFINES_FLAGS = {"trainer/options.py", "trainer/ray.py"}
+# The module that turns option rows into absl flags.
+_DEFINES_FLAGS = {"trainer/options.py"}
 
 
 def _flag_definitions(path: pathlib.Path):
@@ -279,6 +313,7 @@ def test_no_trainer_command_defines_a_flag_outside_an_option_table():
     [
         ("docs/vertex.md", tuple(TRAINER_SUBMIT)),
         ("docs/engines.md", tuple(TRAINER_KUBERNETES)),
+        ("docs/engines.md", tuple(TRAINER_RAY)),
         ("docs/flags.md", tuple(TRAINER_TASK)),
     ],
 )
