@@ -42,6 +42,7 @@ from tfdist.distribute.cluster import is_loopback_host
 from tfdist.errors import UsageError
 
 # client imports the Vertex AI library only inside its calls: real submissions only.
+from trainer import options as options_lib
 from trainer import submission
 from trainer.vertex import (
     bill,
@@ -99,11 +100,7 @@ def main(argv, trainer_args=()):
         if FLAGS.job_config
         else {}
     )
-    flag_values = {
-        option.name: FLAGS[option.name].value
-        for option in options.OPTIONS
-        if option.is_flag and FLAGS[option.name].present
-    }
+    flag_values = options_lib.passed_values(options.OPTIONS, FLAGS)
     flag_values["trainer_args"] = tuple(trainer_args)
     merged = options.merge_options(file_values, flag_values)
     timestamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -269,14 +266,14 @@ def _upload_model() -> None:
 
 def _tuning_spec() -> tuning.TuningSpec | None:
     """The tuning study, if --hparam_tuning or any tuning flag was given."""
-    flag_values = {name: FLAGS[name].value for name in tuning.TUNING_KEYS if FLAGS[name].present}
+    flag_values = options_lib.passed_values(tuning.TUNING_OPTIONS, FLAGS)
     if not FLAGS.hparam_tuning and not flag_values:
         return None
     file_values = (
         submission.read_json_object(
             FLAGS.hparam_tuning,
             flag="--hparam_tuning",
-            keys=tuning.TUNING_KEYS + ("description",),
+            keys=tuning.TUNING_KEYS,
             example="configs/tuning/learning_rate_optimizer.json",
         )
         if FLAGS.hparam_tuning

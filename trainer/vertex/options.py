@@ -38,7 +38,12 @@ SCHEDULING_STRATEGIES = ("standard", "spot", "flex_start")
 
 @dataclasses.dataclass(frozen=True)
 class JobOptions:
-    """The options of a Vertex AI job: each field is a flag and a `--job_config` key."""
+    """The options of a Vertex AI job: each field is a flag and a `--job_config` key.
+
+    A field's type is what a config file may hold (a flag of a union type is a
+    string flag); `JobSpec.from_options` reads the `str` ones as plain strings
+    (`TEXT_OPTIONS`) and parses the others (`trainer.vertex.option_values`).
+    """
 
     project: str = option("", "Google Cloud project ID.")
     region: str = option("", "Vertex AI region, e.g. us-central1.")
@@ -115,12 +120,12 @@ class JobOptions:
     )
     service_account: str = option("", "Service account the replicas run as.", templated=True)
     scheduling: str = option("standard", "standard, spot or flex_start.")
-    max_wait_duration: str = option(
+    max_wait_duration: str | int = option(
         "", "flex_start only: longest wait for resources, e.g. 2h (0: no limit)."
     )
     restart_job_on_worker_restart: bool = option(False, "Restart every replica when one restarts.")
     disable_retries: bool = option(False, "Fail the job instead of retrying after internal errors.")
-    timeout: str = option("", "Longest run time, e.g. 3600s, 12h, 2d.")
+    timeout: str | int = option("", "Longest run time, e.g. 3600s, 12h, 2d.")
     base_output_dir: str = option(
         "",
         "gs:// directory for AIP_MODEL_DIR, "
@@ -142,7 +147,7 @@ class JobOptions:
         "projects/P/regions/REGION/networkAttachments/NAME, in the job's region.",
         templated=True,
     )
-    reserved_ip_ranges: str = option(
+    reserved_ip_ranges: str | list[str] = option(
         "",
         "With --network: names of the reserved IP ranges the job's machines take "
         "addresses from, comma-separated.",
@@ -168,7 +173,7 @@ class JobOptions:
         "Customer-managed encryption key: projects/P/locations/REGION/keyRings/R/cryptoKeys/K.",
         templated=True,
     )
-    labels: str = option("", "Job labels: key=value,key=value.")
+    labels: str | dict[str, str] = option("", "Job labels: key=value,key=value.")
     persistent_resource_id: str = option(
         "",
         "Run on this Vertex AI persistent "
@@ -213,6 +218,8 @@ OPTIONS = options_lib.table(JobOptions)
 BY_NAME = {option.name: option for option in OPTIONS}
 CONFIG_KEYS = options_lib.config_keys(OPTIONS)
 DEFAULTS = options_lib.defaults(OPTIONS)
+# The options whose value is a plain string (a union type has its own parser).
+TEXT_OPTIONS = tuple(row.name for row in OPTIONS if row.is_flag and row.value_type is str)
 
 
 def merge_options(file_values: Mapping[str, Any], flag_values: Mapping[str, Any]) -> dict:

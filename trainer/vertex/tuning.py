@@ -98,6 +98,7 @@ class TuningOptions:
     hparam_early_stopping: str = option(
         "", "Tuning: automated early stopping of trials: median or decay_curve (empty: none)."
     )
+    description: str = option("", "Free text describing a config file.", is_flag=False)
 
 
 TUNING_OPTIONS = options_lib.table(TuningOptions)
@@ -374,7 +375,7 @@ def _parameter_items(value: Any) -> list[tuple[str, Any]]:
     if isinstance(value, Mapping):
         return [(str(name), spec) for name, spec in value.items()]
     require(
-        not isinstance(value, str),
+        isinstance(value, (list, tuple)),
         f"hparam is {quoted(value)}, expected NAME=SPEC items or an object of NAME to SPEC",
     )
     items = []
