@@ -33,6 +33,15 @@ from absl import flags
 from tfdist import cli
 
 __all__ = [
+    "DISTRIBUTION",
+    "MODEL_AND_DATA",
+    "SCHEDULE",
+    "OPTIMIZATION",
+    "NUMERICS",
+    "OUTPUTS",
+    "SECTIONS",
+    "POSITIVE",
+    "NOT_NEGATIVE",
     "Option",
     "option",
     "table",

@@ -40,13 +40,11 @@ from absl import flags
 from tfdist import cli
 from tfdist.distribute.cluster import is_loopback_host
 from tfdist.errors import UsageError
-
-# client imports the Vertex AI library only inside its calls: real submissions only.
 from trainer import options as options_lib
 from trainer import submission
 from trainer.vertex import (
     bill,
-    client,
+    client,  # imports the Vertex AI library only inside its calls: real submissions only
     command,
     follow,
     images,
