@@ -415,3 +415,24 @@ def test_a_list_option_given_a_number_is_one_line(tmp_path, values, expected):
     with pytest.raises(UsageError) as raised:
         make_spec(**_load(path))
     assert str(raised.value) == expected
+
+
+@pytest.mark.parametrize(
+    "name, file_value, flag_value",
+    [
+        ("nfs_mount", 5, ("10.0.0.2:/share:data",)),
+        ("nfs_mount", {"a": "b"}, ("10.0.0.2:/share:data",)),
+        ("lustre_mount", "10.90.1.4:v:lfs:data", ("10.90.1.4:v:lfs:other",)),
+        ("trainer_args", "--epochs=2", ("--epochs=3",)),
+    ],
+)
+def test_an_accumulating_option_of_the_wrong_type_in_the_file_is_named(
+    tmp_path, name, file_value, flag_value
+):
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({name: file_value}))
+    with pytest.raises(UsageError) as raised:
+        options.merge_options(_load(path), {name: flag_value})
+    assert str(raised.value) == (
+        f"{name} is {file_value!r}, expected a list (the config file's items, then the flags')"
+    )

@@ -237,7 +237,7 @@ def merge_options(file_values: Mapping[str, Any], flag_values: Mapping[str, Any]
                     f"unknown job option {quoted(name)}, expected one of: {', '.join(CONFIG_KEYS)}"
                 )
             if BY_NAME[name].accumulates and options[name]:
-                options[name] = _concat(options[name], value)
+                options[name] = _concat(name, options[name], value)
             else:
                 options[name] = value
     for row in OPTIONS:
@@ -260,13 +260,21 @@ def expand_placeholders(name: str, value: str, *, project: str, region: str) -> 
         ) from None
 
 
-def _concat(first, second):
-    if isinstance(first, Mapping) or isinstance(second, Mapping):
+def _concat(name: str, first, second):
+    """The config file's values of an accumulating option, then the flags'."""
+    if name == "env" and (isinstance(first, Mapping) or isinstance(second, Mapping)):
         merged = dict(parse_env(first))
         merged.update(parse_env(second))
         return merged
-    if not isinstance(first, (list, tuple)) or not isinstance(second, (list, tuple)):
-        raise UsageError(
-            f"trainer_args/env must be lists, got {quoted(first)} and {quoted(second)}"
-        )
+    for value in (first, second):
+        if not isinstance(value, (list, tuple)):
+            raise UsageError(
+                f"{name} is {quoted(value)}, expected a list (the config file's items, then "
+                f"the flags')"
+                + (
+                    ', or an object of NAME to VALUE such as {"DEBUG": "1"}'
+                    if name == "env"
+                    else ""
+                )
+            )
     return tuple(first) + tuple(second)
