@@ -38,70 +38,83 @@ from tfdist import cli
 from tfdist._internal.preconditions import quoted
 from tfdist.distribute import cluster as cluster_lib
 from tfdist.errors import UsageError
+from trainer import options as options_lib
+from trainer.options import option
 
+
+@dataclasses.dataclass(frozen=True)
+class RayOptions:
+    """The flags of `trainer.ray` (flags only: no config file); the trainer's own row type."""
+
+    num_workers: int = option(
+        2, "Worker tasks (Ray ranks after the chief).", is_config_key=False, lower_bound=0
+    )
+    chief: bool = option(
+        False, "Rank 0 is the chief (required with --num_ps).", is_config_key=False
+    )
+    num_ps: int = option(
+        0,
+        "Parameter servers (the last ranks before the evaluator).",
+        is_config_key=False,
+        lower_bound=0,
+    )
+    evaluator: bool = option(False, "The last rank is the evaluator.", is_config_key=False)
+    cpus_per_task: int = option(
+        1, "CPUs Ray reserves for each rank.", is_config_key=False, lower_bound=1
+    )
+    use_gpu: bool = option(
+        False,
+        "Ray ScalingConfig(use_gpu): each rank asks for GPUs (--gpus_per_task, default 1) "
+        "and sees only its own; without it ranks are given no GPU (CUDA_VISIBLE_DEVICES='').",
+        is_config_key=False,
+    )
+    gpus_per_task: float = option(
+        0.0,
+        "With --use_gpu: GPUs Ray reserves for each rank (0: Ray's default, 1).",
+        is_config_key=False,
+        lower_bound=0,
+    )
+    resources_per_task: str = option(
+        "",
+        "More Ray resources each rank asks for, NAME=AMOUNT,... (custom node resources).",
+        is_config_key=False,
+    )
+    accelerator_type: str = option(
+        "",
+        "Ray ScalingConfig(accelerator_type): place ranks on nodes with this accelerator "
+        "(e.g. A100, H100, L4); needs --use_gpu.",
+        is_config_key=False,
+    )
+    max_failures: int = option(
+        0,
+        "Ray FailureConfig(max_failures): group restarts after a worker error (-1: unlimited).",
+        is_config_key=False,
+        lower_bound=-1,
+    )
+    max_preemption_failures: int = option(
+        -1,
+        "Ray FailureConfig(max_preemption_failures): "
+        "restarts after node preemptions (-1: unlimited).",
+        is_config_key=False,
+        lower_bound=-1,
+    )
+    storage_path: str = option(
+        "",
+        "Ray RunConfig(storage_path): where Ray keeps the run (default: Ray's, ~/ray_results).",
+        is_config_key=False,
+    )
+    name: str = option("tfdist-trainer", "Ray RunConfig(name).", is_config_key=False)
+    address: str = option(
+        "",
+        "Ray cluster to join (e.g. auto); empty: RAY_ADDRESS if set, else a new local cluster on"
+        " 127.0.0.1.",
+        is_config_key=False,
+    )
+
+
+RAY_OPTIONS = options_lib.table(RayOptions)
 RAY_FLAGS = flags.FlagValues()
-cli.define_flags(
-    [
-        cli.FlagSpec("num_workers", 2, "Worker tasks (Ray ranks after the chief).", lower_bound=0),
-        cli.FlagSpec("chief", False, "Rank 0 is the chief (required with --num_ps)."),
-        cli.FlagSpec(
-            "num_ps", 0, "Parameter servers (the last ranks before the evaluator).", lower_bound=0
-        ),
-        cli.FlagSpec("evaluator", False, "The last rank is the evaluator."),
-        cli.FlagSpec("cpus_per_task", 1, "CPUs Ray reserves for each rank.", lower_bound=1),
-        cli.FlagSpec(
-            "use_gpu",
-            False,
-            "Ray ScalingConfig(use_gpu): each rank asks for GPUs (--gpus_per_task, default 1) "
-            "and sees only its own; without it ranks are given no GPU (CUDA_VISIBLE_DEVICES='').",
-        ),
-        cli.FlagSpec(
-            "gpus_per_task",
-            0.0,
-            "With --use_gpu: GPUs Ray reserves for each rank (0: Ray's default, 1).",
-            kind="float",
-            lower_bound=0,
-        ),
-        cli.FlagSpec(
-            "resources_per_task",
-            "",
-            "More Ray resources each rank asks for, NAME=AMOUNT,... (custom node resources).",
-        ),
-        cli.FlagSpec(
-            "accelerator_type",
-            "",
-            "Ray ScalingConfig(accelerator_type): place ranks on nodes with this accelerator "
-            "(e.g. A100, H100, L4); needs --use_gpu.",
-        ),
-        cli.FlagSpec(
-            "max_failures",
-            0,
-            "Ray FailureConfig(max_failures): group restarts after a worker error (-1: unlimited).",
-            lower_bound=-1,
-        ),
-        cli.FlagSpec(
-            "max_preemption_failures",
-            -1,
-            "Ray FailureConfig(max_preemption_failures): "
-            "restarts after node preemptions (-1: unlimited).",
-            lower_bound=-1,
-        ),
-        cli.FlagSpec(
-            "storage_path",
-            "",
-            "Ray RunConfig(storage_path): where Ray keeps the run (default: Ray's, ~/ray_results).",
-        ),
-        cli.FlagSpec("name", "tfdist-trainer", "Ray RunConfig(name)."),
-        cli.FlagSpec(
-            "address",
-            "",
-            "Ray cluster to join (e.g. auto); empty: RAY_ADDRESS if set, else a new local cluster on"
-            " 127.0.0.1.",
-        ),
-    ],
-    flag_values=RAY_FLAGS,
-    module_name=__name__,
-)
+options_lib.define_flags(RAY_OPTIONS, RAY_FLAGS, module_name=__name__)
 
 _TASK = "trainer.task"
 

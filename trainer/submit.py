@@ -7,9 +7,9 @@
 
 Everything after `--` is passed unchanged to `python -m trainer.task` on every
 replica that runs our code, after `--strategy=...`. Flags override the values
-of `--job_config` (and of `--hparam_tuning`). The options themselves are one
-table, `trainer/vertex/options.py`; the pieces this command puts together are
-described in `trainer/vertex/__init__.py`.
+of `--job_config` (and of `--hparam_tuning`). The flags are option tables of
+`trainer.options.Option` rows (`trainer/vertex/command.py`); the pieces this command
+puts together are described in `trainer/vertex/__init__.py`.
 
 `--dry_run` prints the job as JSON on stdout (environment variable values
 redacted) and contacts nothing: it imports neither TensorFlow nor
@@ -40,6 +40,7 @@ from absl import flags
 from tfdist import cli
 from tfdist.distribute.cluster import is_loopback_host
 from tfdist.errors import UsageError
+from trainer import options as options_lib
 from trainer import submission
 
 try:  # trainer.vertex loads its dated tables (trainer/vertex/tables/*.json) when imported
@@ -47,6 +48,7 @@ try:  # trainer.vertex loads its dated tables (trainer/vertex/tables/*.json) whe
     from trainer.vertex import (
         bill,
         client,
+        command,
         follow,
         images,
         options,
@@ -67,73 +69,8 @@ except UsageError as broken_table:
 
 FLAGS = flags.FLAGS
 
-options.define_flags(FLAGS)
-options.define_flags(FLAGS, tuning.TUNING_OPTIONS)
-flags.adopt_module_key_flags(options)  # --help lists the table's flags as this command's
-cli.define_flags(
-    (
-        cli.FlagSpec("job_config", "", "JSON job shape (see configs/jobs/); flags override it."),
-        cli.FlagSpec(
-            "hparam_tuning",
-            "",
-            "JSON tuning study (see configs/tuning/): submit a "
-            "HyperparameterTuningJob; the --hparam* flags override it.",
-        ),
-        cli.FlagSpec("dry_run", False, "Print the job JSON and contact nothing."),
-        cli.FlagSpec(
-            "wait",
-            False,
-            "After creating the job (or with --attach/--cancel), follow it to its end: one "
-            "line per state change; exit 0 if it succeeded, 1 if it failed, was cancelled "
-            "or expired.",
-        ),
-        cli.FlagSpec(
-            "attach",
-            "",
-            "Follow an existing job instead of creating one: its resource name, or a "
-            "CustomJob ID with --project and --region. Exit code as for --wait.",
-        ),
-        cli.FlagSpec(
-            "cancel",
-            "",
-            "Cancel an existing job (resource name, or CustomJob ID with --project and "
-            "--region); add --wait to follow it until it has stopped.",
-        ),
-        cli.FlagSpec(
-            "poll_seconds",
-            follow.DEFAULT_POLL_SECONDS,
-            "Seconds between two reads of a followed job's state.",
-            kind="float",
-        ),
-        cli.FlagSpec(
-            "api_endpoint",
-            "",
-            "Vertex AI API endpoint (regional, private, or an http:// loopback emulator).",
-        ),
-        cli.FlagSpec(
-            "serving_commands",
-            False,
-            "Also print the gcloud/SDK lines that upload and deploy the exported SavedModel.",
-        ),
-        cli.FlagSpec(
-            "serving_container_uri",
-            serving.DEFAULT_SERVING_IMAGE,
-            "Prediction image for --serving_commands and --upload.",
-        ),
-        cli.FlagSpec(
-            "upload",
-            False,
-            "Instead of a job: upload the SavedModel at --artifact_uri "
-            "as a Vertex AI Model (aiplatform.Model.upload); prints its resource name.",
-        ),
-        cli.FlagSpec(
-            "artifact_uri",
-            "",
-            "With --upload: the gs:// directory of the exported "
-            "SavedModel, e.g. BASE_OUTPUT_DIR/model/.",
-        ),
-    )
-)
+command.define_flags(FLAGS)
+flags.adopt_module_key_flags(command)  # --help lists the tables' flags as this command's
 
 _ENDPOINT = re.compile(
     r"^(?:https?://)?(?:[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*|\[[0-9a-fA-F:]+\])"
@@ -169,11 +106,7 @@ def main(argv, trainer_args=()):
         if FLAGS.job_config
         else {}
     )
-    flag_values = {
-        option.name: FLAGS[option.name].value
-        for option in options.OPTIONS
-        if option.is_flag and FLAGS[option.name].present
-    }
+    flag_values = options_lib.passed_values(options.OPTIONS, FLAGS)
     flag_values["trainer_args"] = tuple(trainer_args)
     merged = options.merge_options(file_values, flag_values)
     timestamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
@@ -339,14 +272,14 @@ def _upload_model() -> None:
 
 def _tuning_spec() -> tuning.TuningSpec | None:
     """The tuning study, if --hparam_tuning or any tuning flag was given."""
-    flag_values = {name: FLAGS[name].value for name in tuning.TUNING_KEYS if FLAGS[name].present}
+    flag_values = options_lib.passed_values(tuning.TUNING_OPTIONS, FLAGS)
     if not FLAGS.hparam_tuning and not flag_values:
         return None
     file_values = (
         submission.read_json_object(
             FLAGS.hparam_tuning,
             flag="--hparam_tuning",
-            keys=tuning.TUNING_KEYS + ("description",),
+            keys=tuning.TUNING_KEYS,
             example="configs/tuning/learning_rate_optimizer.json",
         )
         if FLAGS.hparam_tuning

@@ -12,14 +12,19 @@ from typing import Sequence
 
 from absl import flags
 
-from tfdist import cli
 from tfdist._internal.preconditions import quoted
 from tfdist.distribute import flags as tfdist_flags
 from tfdist.errors import UsageError
 from trainer import config as config_lib
+from trainer import options as options_lib
 
-CONFIG_FLAG = cli.FlagSpec(
-    "config", None, "JSON file of experiment settings (see configs/).", kind="string"
+# The one trainer.task flag that is no config key: the config file itself.
+CONFIG_FLAG = options_lib.Option(
+    "JSON file of experiment settings (see configs/).",
+    name="config",
+    value_type=str,
+    default=None,
+    is_config_key=False,
 )
 # The options whose flags trainer.task defines; tfdist.distribute.flags defines the strategy flags.
 TRAINER_OPTIONS = tuple(row for row in config_lib.OPTIONS if row.flag_module == "trainer.task")
@@ -30,14 +35,7 @@ _ABSL_MODULES = ("absl.logging", "absl.flags")
 def define_task_flags(flag_values: flags.FlagValues = flags.FLAGS, *, module_name: str) -> None:
     """Defines every flag of `trainer.task` in `flag_values`."""
     tfdist_flags.define_strategy_flags(flag_values)
-    cli.define_flags(
-        [
-            CONFIG_FLAG,
-            *(cli.FlagSpec(row.name, row.default, row.flag_help) for row in TRAINER_OPTIONS),
-        ],
-        flag_values,
-        module_name=module_name,
-    )
+    options_lib.define_flags((CONFIG_FLAG, *TRAINER_OPTIONS), flag_values, module_name=module_name)
 
 
 def passed_values(flag_values: flags.FlagValues) -> dict:

@@ -23,6 +23,7 @@ from tfdist.errors import UsageError
 from trainer import config as config_lib
 from trainer import submission, task_flags
 from trainer.kubernetes import checks, manifest
+from trainer.kubernetes import options as kubernetes_options
 from trainer.kubernetes import shape as shape_lib
 from trainer.kubernetes.manifest_file import read_manifest
 from trainer.vertex import options as vertex_options
@@ -96,7 +97,7 @@ def _tfjob_shape(directory: pathlib.Path, values: dict) -> shape_lib.TFJobShape:
     file_values = submission.read_json_object(
         _file(directory, json.dumps(values)),
         flag="--job_config",
-        keys=(*shape_lib.TFJobShape.field_names(), "description"),
+        keys=kubernetes_options.CONFIG_KEYS,
         example="configs/kubernetes/multiworker_cpu.json",
     )
     file_values.pop("description", None)

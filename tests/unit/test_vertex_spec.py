@@ -380,3 +380,62 @@ def test_the_crash_loop_guard_is_written_into_the_job_unless_the_trainer_args_se
     assert "--max_restarts_without_progress=3" in make_spec().task_args
     own = make_spec(trainer_args=("--max_restarts_without_progress=7",)).task_args
     assert [arg for arg in own if "max_restarts" in arg] == ["--max_restarts_without_progress=7"]
+
+
+_WRONG_JSON_TYPES = (5, 2.5, True, None, "", "x", [], ["x", 1], {}, {"a": 1})
+
+
+@pytest.mark.parametrize("name", options.CONFIG_KEYS)
+def test_a_job_config_value_of_any_json_type_is_a_job_or_one_line(tmp_path, name):
+    # trainer.submit turns a UsageError into one line and exit 2; anything else is a traceback.
+    for value in _WRONG_JSON_TYPES:
+        path = tmp_path / "job.json"
+        path.write_text(json.dumps({name: value}))
+        try:
+            make_spec(**_load(path))
+        except UsageError:
+            pass
+
+
+@pytest.mark.parametrize(
+    "values, expected",
+    [
+        (
+            {"reserved_ip_ranges": 5, "network": "projects/1/global/networks/n"},
+            "--reserved_ip_ranges is 5, expected the names of reserved IP ranges "
+            "(lowercase letters, digits, hyphens), comma-separated or a list",
+        ),
+        (
+            {"lustre_mount": 5, "network": "projects/1/global/networks/n"},
+            "lustre_mount is 5, expected a list of "
+            "INSTANCE_IP:VOLUME_HANDLE:FILESYSTEM:MOUNT_POINT items",
+        ),
+    ],
+)
+def test_a_list_option_given_a_number_is_one_line(tmp_path, values, expected):
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps(values))
+    with pytest.raises(UsageError) as raised:
+        make_spec(**_load(path))
+    assert str(raised.value) == expected
+
+
+@pytest.mark.parametrize(
+    "name, file_value, flag_value",
+    [
+        ("nfs_mount", 5, ("10.0.0.2:/share:data",)),
+        ("nfs_mount", {"a": "b"}, ("10.0.0.2:/share:data",)),
+        ("lustre_mount", "10.90.1.4:v:lfs:data", ("10.90.1.4:v:lfs:other",)),
+        ("trainer_args", "--epochs=2", ("--epochs=3",)),
+    ],
+)
+def test_an_accumulating_option_of_the_wrong_type_in_the_file_is_named(
+    tmp_path, name, file_value, flag_value
+):
+    path = tmp_path / "job.json"
+    path.write_text(json.dumps({name: file_value}))
+    with pytest.raises(UsageError) as raised:
+        options.merge_options(_load(path), {name: flag_value})
+    assert str(raised.value) == (
+        f"{name} is {file_value!r}, expected a list (the config file's items, then the flags')"
+    )

@@ -55,3 +55,25 @@ def test_shipped_studies_tune_real_trainer_flags(study):
     with open(os.path.join(TUNING, study), encoding="utf-8") as handle:
         names = set(json.load(handle)["hparam"])
     assert names <= set(trainer_config.FIELDS), names - set(trainer_config.FIELDS)
+
+
+@pytest.mark.parametrize("name", tuning.TUNING_KEYS)
+def test_a_tuning_value_of_any_json_type_is_a_study_or_one_line(name):
+    # trainer.submit turns a UsageError into one line and exit 2; anything else is a traceback.
+    for value in (5, 2.5, True, None, "", "x", [], ["x", 1], {}, {"a": 1}):
+        file_values = {"hparam_metric": "accuracy", "hparam_goal": "maximize", name: value}
+        file_values.pop("description", None)
+        try:
+            tuning.TuningSpec.from_options(
+                tuning.merge_tuning_options(file_values, {"hparam": ("epochs=integer:1:3",)})
+            )
+        except UsageError:
+            pass
+
+
+def test_hparam_given_a_number_is_one_line():
+    with pytest.raises(UsageError) as raised:
+        tuning.merge_tuning_options({"hparam": 5}, {})
+    assert str(raised.value) == (
+        "hparam is 5, expected NAME=SPEC items or an object of NAME to SPEC"
+    )

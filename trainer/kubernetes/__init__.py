@@ -1,6 +1,7 @@
 """Kubernetes jobs (Kubeflow TFJob, JobSet, Kubeflow Trainer v2) for the trainer: `python -m trainer.kubernetes`.
 
     shape      TFJobShape: the job's replicas, pods and policies, checked (frozen)
+    options    the option tables: the shape's flags and --job_config keys, the command's flags
     manifest   TFJobShape -> the TFJob manifest (kubeflow.org/v1)
     jobset     TFJobShape -> a JobSet, or a Kubeflow Trainer v2 TrainingRuntime + TrainJob
     checks     what the training operator and tfdist refuse in any TFJob manifest

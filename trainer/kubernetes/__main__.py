@@ -5,15 +5,16 @@
     kubectl apply -f tfjob.json
 
 Everything after `--` goes to `python -m trainer.task` on every replica. Flags
-override `--job_config`. `--api=jobset` writes a JobSet instead (restarts counted
-by `failurePolicy.maxRestarts`; `trainer/kubernetes/jobset.py`), `--api=trainjob`
-a Kubeflow Trainer v2 TrainingRuntime and TrainJob around it. The manifest goes to stdout and nothing is contacted
-(a dry run, always); `--check=FILE` checks a hand-written TFJob (JSON or YAML)
-instead. Exit codes: 0 written or accepted; 2 a shape or manifest the operator
-or tfdist would refuse, one line on stderr.
+override `--job_config`; both come from the option tables of
+`trainer/kubernetes/options.py`. `--api=jobset` writes a JobSet instead
+(restarts counted by `failurePolicy.maxRestarts`; `trainer/kubernetes/jobset.py`),
+`--api=trainjob` a Kubeflow Trainer v2 TrainingRuntime and TrainJob around it. The
+manifest goes to stdout and nothing is contacted (a dry run, always);
+`--check=FILE` checks a hand-written TFJob (JSON or YAML) instead. Exit codes: 0
+written or accepted; 2 a shape or manifest the operator or tfdist would refuse,
+one line on stderr.
 """
 
-import dataclasses
 import json
 import sys
 
@@ -21,73 +22,15 @@ from absl import flags
 
 from tfdist import cli
 from tfdist.errors import UsageError
+from trainer import options as options_lib
 from trainer import submission
-from trainer.kubernetes import checks, jobset, manifest
+from trainer.kubernetes import checks, jobset, manifest, options
 from trainer.kubernetes import shape as shape_lib
 from trainer.kubernetes.manifest_file import read_manifest
 
 FLAGS = flags.FLAGS
-_DEFAULTS = {
-    field.name: field.default
-    for field in dataclasses.fields(shape_lib.TFJobShape)
-    if field.default is not dataclasses.MISSING
-}
-_HELP = {
-    "name": "The TFJob's name (a DNS-1035 label).",
-    "image": "The trainer image every replica runs (docker/).",
-    "namespace": "Its namespace; default: kubectl's.",
-    "strategy": f"trainer.task --strategy: {', '.join(shape_lib.STRATEGIES)}.",
-    "chief": "A Chief replica (the coordinator under parameter_server).",
-    "workers": "Worker replicas.",
-    "parameter_servers": "PS replicas (strategy parameter_server).",
-    "evaluators": "Evaluator replicas, 0 or 1.",
-    "cpu": "CPU of chief, worker and evaluator pods (request = limit).",
-    "memory": "Memory of those pods.",
-    "gpus": "GPUs per chief and worker pod.",
-    "gpu_resource": "Extended resource the GPUs are counted in.",
-    "ps_cpu": "CPU of a parameter-server pod.",
-    "ps_memory": "Memory of a parameter-server pod.",
-    "volume_claim": "ReadWriteMany PersistentVolumeClaim for the model and backups.",
-    "bucket": "Instead of a volume: gs:// or s3:// prefix for the model and backups.",
-    "mount_path": "Where the volume is mounted.",
-    "backup_every_steps": "trainer.task --backup_every_steps.",
-    "restart_policy": "ExitCode (retries tfdist's 137, 143, 200, 201; never 2 or 3), OnFailure, "
-    "Never or Always.",
-    "backoff_limit": "TFJob backoffLimit; does not bound ExitCode restarts (the trainer's "
-    "--max_restarts_without_progress does).",
-    "clean_pod_policy": "None keeps the evaluator alive; Running or All delete it when the "
-    "chief ends.",
-    "termination_grace_seconds": "Pod grace period after SIGTERM; the trainer saves within "
-    "5 s less.",
-    "service_account": "Kubernetes service account of the pods.",
-    "node_selector": "Comma-separated key=value pairs for every pod.",
-}
-_KINDS = {"chief": "boolean", "node_selector": "list"}
-
-cli.define_flags(
-    [
-        cli.FlagSpec(
-            "job_config", "", "JSON job shape (see configs/kubernetes/); flags override it."
-        ),
-        cli.FlagSpec("format", "json", "Output format: json or yaml (yaml needs PyYAML)."),
-        cli.FlagSpec(
-            "api",
-            "tfjob",
-            "What to write: tfjob (Kubeflow training-operator 1.9), jobset (a JobSet, "
-            "jobset.x-k8s.io/v1alpha2: restarts counted) or trainjob (Kubeflow Trainer v2: a "
-            "TrainingRuntime and a TrainJob running the same JobSet).",
-        ),
-        cli.FlagSpec(
-            "check",
-            "",
-            "Check this hand-written TFJob manifest (JSON or YAML) instead of writing one.",
-        ),
-        *(
-            cli.FlagSpec(name, _DEFAULTS.get(name, ""), help_text, kind=_KINDS.get(name, ""))
-            for name, help_text in _HELP.items()
-        ),
-    ]
-)
+options.define_flags(FLAGS)
+flags.adopt_module_key_flags(options)  # --help lists the tables' flags as this command's
 
 
 def shape_from_flags(trainer_args=()) -> shape_lib.TFJobShape:
@@ -96,14 +39,14 @@ def shape_from_flags(trainer_args=()) -> shape_lib.TFJobShape:
         submission.read_json_object(
             FLAGS.job_config,
             flag="--job_config",
-            keys=(*_HELP, "trainer_args", "description"),
+            keys=options.CONFIG_KEYS,
             example="configs/kubernetes/multiworker_cpu.json",
         )
         if FLAGS.job_config
         else {}
     )
     values.pop("description", None)
-    values.update({name: FLAGS[name].value for name in _HELP if FLAGS[name].present})
+    values.update(options_lib.passed_values(options.SHAPE_OPTIONS, FLAGS))
     if trainer_args:
         from_file = values.get("trainer_args", [])
         shape_lib.check_type("trainer_args", from_file, list[str])

@@ -2,7 +2,8 @@
 
 One job per module, in the order a submission uses them:
 
-    options        the option table: flags, --job_config keys and defaults
+    command        the flags of trainer.submit: the job, tuning and command tables
+    options        the job's option table: flags, --job_config keys and defaults
     option_values  turning raw option values into typed ones (durations, labels, env)
     spec           the job model: MachineSpec, Scheduling, JobSpec (frozen, checked)
     machines       which accelerators, counts and TPU topologies each machine takes;

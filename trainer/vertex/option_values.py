@@ -216,6 +216,11 @@ def parse_lustre_mounts(value) -> tuple[tuple[str, str, str, str], ...]:
         "lustre_mount is a string, expected a list of "
         "INSTANCE_IP:VOLUME_HANDLE:FILESYSTEM:MOUNT_POINT items",
     )
+    require(
+        isinstance(value, (list, tuple)),
+        f"lustre_mount is {quoted(value)}, expected a list of "
+        f"INSTANCE_IP:VOLUME_HANDLE:FILESYSTEM:MOUNT_POINT items",
+    )
     mounts = []
     for item in value:
         match = _LUSTRE.match(str(item))
@@ -239,6 +244,11 @@ def parse_reserved_ip_ranges(value) -> tuple[str, ...]:
     """The range names of `--reserved_ip_ranges=a,b` (or a list in a config file)."""
     if not value:
         return ()
+    require(
+        isinstance(value, (str, list, tuple)),
+        f"--reserved_ip_ranges is {quoted(value)}, expected the names of reserved IP ranges "
+        f"(lowercase letters, digits, hyphens), comma-separated or a list",
+    )
     items = value.split(",") if isinstance(value, str) else value
     names = []
     for item in items:

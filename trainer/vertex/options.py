@@ -1,5 +1,5 @@
-"""The option table: one row per job option drives its flag, its `--job_config`
-key and its default.
+"""The job's option table (`JobOptions`): one row per job option drives its flag,
+its `--job_config` key and its default.
 
     python -m trainer.submit --workers=2 ...              (flag)
     {"workers": 2, ...}                                   (--job_config key)
@@ -8,6 +8,10 @@ Flags override the config file; `trainer_args` and `env` accumulate (file
 first, then flags) so the last occurrence of a trainer flag wins, as in absl.
 `trainer_args` and `description` exist only in config files (trainer flags go
 after `--` on the command line).
+
+The rows are `trainer.options.Option`s, the trainer's own row type; the flags of
+`python -m trainer.submit` are this table, `trainer.vertex.tuning.TuningOptions`
+and the command's own (`trainer.vertex.command`).
 """
 
 import dataclasses
@@ -15,6 +19,8 @@ from typing import Any, Mapping
 
 from tfdist.distribute.choice import STRATEGIES
 from tfdist.errors import UsageError
+from trainer import options as options_lib
+from trainer.options import option
 from trainer.vertex import network
 from trainer.vertex.checks import quoted
 from trainer.vertex.option_values import parse_env
@@ -31,298 +37,189 @@ SCHEDULING_STRATEGIES = ("standard", "spot", "flex_start")
 
 
 @dataclasses.dataclass(frozen=True)
-class Option:
-    """One job option.
+class JobOptions:
+    """The options of a Vertex AI job: each field is a flag and a `--job_config` key.
 
-    Attributes:
-        name: Flag name and config key.
-        kind: `string`, `integer`, `boolean`, `multi_string` (repeatable flag;
-            a list or object in a config file) or `list`.
-        default: Value when neither the file nor a flag sets it.
-        help: The flag's help text.
-        templated: `{project}` and `{region}` in the value are filled in.
-        accumulates: File values and flag values add up instead of replacing.
-        is_flag: Also a command-line flag (else config files only).
+    A field's type is what a config file may hold (a flag of a union type is a
+    string flag); `JobSpec.from_options` reads the `str` ones as plain strings
+    (`TEXT_OPTIONS`) and parses the others (`trainer.vertex.option_values`).
     """
 
-    name: str
-    kind: str
-    default: Any
-    help: str
-    templated: bool = False
-    accumulates: bool = False
-    is_flag: bool = True
-
-
-OPTIONS = (
-    Option("project", "string", "", "Google Cloud project ID."),
-    Option("region", "string", "", "Vertex AI region, e.g. us-central1."),
-    Option(
-        "staging_bucket",
-        "string",
-        "",
-        "gs:// bucket for staged packages and the default output directory.",
-        templated=True,
-    ),
-    Option("display_name", "string", "", "Job name shown by Vertex AI (default tfdist-STRATEGY)."),
-    Option(
-        "strategy",
-        "string",
-        "auto",
-        "trainer.task --strategy for every replica: " + ", ".join(STRATEGIES) + ".",
-    ),
-    Option(
-        "machine_type",
-        "string",
+    project: str = option("", "Google Cloud project ID.")
+    region: str = option("", "Vertex AI region, e.g. us-central1.")
+    staging_bucket: str = option(
+        "", "gs:// bucket for staged packages and the default output directory.", templated=True
+    )
+    display_name: str = option("", "Job name shown by Vertex AI (default tfdist-STRATEGY).")
+    strategy: str = option(
+        "auto", "trainer.task --strategy for every replica: " + ", ".join(STRATEGIES) + "."
+    )
+    machine_type: str = option(
         DEFAULT_MACHINE_TYPE,
         "Machine type of the chief and workers (and by default PS and evaluator).",
-    ),
-    Option(
-        "accelerator_type",
-        "string",
-        "",
-        "e.g. NVIDIA_TESLA_A100, NVIDIA_H100_80GB, TPU_V5_LITEPOD; empty for none.",
-    ),
-    Option("accelerator_count", "integer", 0, "Accelerators per machine."),
-    Option("tpu_topology", "string", "", "TPU topology (TPU v4/v5e), e.g. 2x2."),
-    Option("workers", "integer", 0, "Replicas in worker pool 1 (besides the chief)."),
-    Option("parameter_servers", "integer", 0, "Parameter servers in worker pool 2."),
-    Option(
-        "parameter_server_machine_type",
-        "string",
-        "",
-        "CPU machine type of the parameter servers (default: --machine_type).",
-    ),
-    Option("reduction_servers", "integer", 0, "Reduction Server replicas in worker pool 2."),
-    Option(
-        "reduction_server_machine_type",
-        "string",
-        DEFAULT_REDUCTION_SERVER_MACHINE_TYPE,
-        "Machine type of the Reduction Server replicas.",
-    ),
-    Option(
-        "reduction_server_image",
-        "string",
+    )
+    accelerator_type: str = option(
+        "", "e.g. NVIDIA_TESLA_A100, NVIDIA_H100_80GB, TPU_V5_LITEPOD; empty for none."
+    )
+    accelerator_count: int = option(0, "Accelerators per machine.")
+    tpu_topology: str = option("", "TPU topology (TPU v4/v5e), e.g. 2x2.")
+    workers: int = option(0, "Replicas in worker pool 1 (besides the chief).")
+    parameter_servers: int = option(0, "Parameter servers in worker pool 2.")
+    parameter_server_machine_type: str = option(
+        "", "CPU machine type of the parameter servers (default: --machine_type)."
+    )
+    reduction_servers: int = option(0, "Reduction Server replicas in worker pool 2.")
+    reduction_server_machine_type: str = option(
+        DEFAULT_REDUCTION_SERVER_MACHINE_TYPE, "Machine type of the Reduction Server replicas."
+    )
+    reduction_server_image: str = option(
         DEFAULT_REDUCTION_SERVER_IMAGE,
         "Reduction Server image (europe-docker / asia-docker mirrors exist).",
         templated=True,
-    ),
-    Option("evaluators", "integer", 0, "Evaluators in worker pool 3 (0 or 1)."),
-    Option(
-        "evaluator_machine_type",
-        "string",
-        "",
-        "CPU machine type of the evaluator (default: the chief's machine).",
-    ),
-    Option(
-        "boot_disk_type",
-        "string",
+    )
+    evaluators: int = option(0, "Evaluators in worker pool 3 (0 or 1).")
+    evaluator_machine_type: str = option(
+        "", "CPU machine type of the evaluator (default: the chief's machine)."
+    )
+    boot_disk_type: str = option(
         DEFAULT_BOOT_DISK_TYPE,
         "Boot disk type of every replica: pd-ssd, pd-standard or hyperdisk-balanced "
         "(default: per machine family: pd-ssd, hyperdisk-balanced on A3 Ultra, none sent "
         "on A4, A4X and G4 so that Vertex AI decides).",
-    ),
-    Option(
-        "boot_disk_size_gb",
-        "integer",
-        DEFAULT_BOOT_DISK_SIZE_GB,
-        "Boot disk size of every replica, 100 to 64000 GB.",
-    ),
-    Option(
-        "container_uri",
-        "string",
+    )
+    boot_disk_size_gb: int = option(
+        DEFAULT_BOOT_DISK_SIZE_GB, "Boot disk size of every replica, 100 to 64000 GB."
+    )
+    container_uri: str = option(
         "",
         "Our trainer image, or a Vertex AI prebuilt "
         "training image (then the sdist is built, staged and run from it).",
         templated=True,
-    ),
-    Option(
-        "image_architecture",
-        "string",
+    )
+    image_architecture: str = option(
         "",
         "CPU architecture of --container_uri: "
         "amd64 (default), arm64 or multi (a multi-arch image); ARM machines (A4X) need "
         "arm64 or multi.",
-    ),
-    Option(
-        "allow_ended_image",
-        "boolean",
+    )
+    allow_ended_image: bool = option(
         False,
         "Accept a Vertex AI prebuilt training "
         "image past its end of availability (Vertex AI may refuse it).",
-    ),
-    Option(
-        "allow_fewer_reducers",
-        "boolean",
+    )
+    allow_fewer_reducers: bool = option(
         False,
         "Send a Reduction Server with fewer reducers than the bandwidth table asks for "
         "(Vertex AI runs it; the all-reduce is slower); the count it asks for is printed.",
-    ),
-    Option(
-        "task_package",
-        "string",
+    )
+    task_package: str = option(
         "",
         "Directory of your own Python project (with "
         "pyproject.toml, setup.cfg or setup.py) holding the --task code: built and "
         "staged next to the trainer package (prebuilt images only).",
-    ),
-    Option("service_account", "string", "", "Service account the replicas run as.", templated=True),
-    Option("scheduling", "string", "standard", "standard, spot or flex_start."),
-    Option(
-        "max_wait_duration",
-        "string",
-        "",
-        "flex_start only: longest wait for resources, e.g. 2h (0: no limit).",
-    ),
-    Option(
-        "restart_job_on_worker_restart",
-        "boolean",
-        False,
-        "Restart every replica when one restarts.",
-    ),
-    Option(
-        "disable_retries",
-        "boolean",
-        False,
-        "Fail the job instead of retrying after internal errors.",
-    ),
-    Option("timeout", "string", "", "Longest run time, e.g. 3600s, 12h, 2d."),
-    Option(
-        "base_output_dir",
-        "string",
+    )
+    service_account: str = option("", "Service account the replicas run as.", templated=True)
+    scheduling: str = option("standard", "standard, spot or flex_start.")
+    max_wait_duration: str | int = option(
+        "", "flex_start only: longest wait for resources, e.g. 2h (0: no limit)."
+    )
+    restart_job_on_worker_restart: bool = option(False, "Restart every replica when one restarts.")
+    disable_retries: bool = option(False, "Fail the job instead of retrying after internal errors.")
+    timeout: str | int = option("", "Longest run time, e.g. 3600s, 12h, 2d.")
+    base_output_dir: str = option(
         "",
         "gs:// directory for AIP_MODEL_DIR, "
         "AIP_CHECKPOINT_DIR and AIP_TENSORBOARD_LOG_DIR (default: under "
         "--staging_bucket).",
         templated=True,
-    ),
-    Option(
-        "tensorboard",
-        "string",
-        "",
-        "Vertex AI TensorBoard: projects/P/locations/R/tensorboards/ID.",
-        templated=True,
-    ),
-    Option("enable_web_access", "boolean", False, "Interactive shell access to replicas."),
-    Option(
-        "enable_dashboard_access",
-        "boolean",
+    )
+    tensorboard: str = option(
+        "", "Vertex AI TensorBoard: projects/P/locations/R/tensorboards/ID.", templated=True
+    )
+    enable_web_access: bool = option(False, "Interactive shell access to replicas.")
+    enable_dashboard_access: bool = option(
         False,
         "Access to the replicas' own dashboards (e.g. TensorBoard on port 6006) from the console.",
-    ),
-    Option(
-        "psc_network_attachment",
-        "string",
+    )
+    psc_network_attachment: str = option(
         "",
         "Private Service Connect interface instead of VPC peering: "
         "projects/P/regions/REGION/networkAttachments/NAME, in the job's region.",
         templated=True,
-    ),
-    Option(
-        "reserved_ip_ranges",
-        "string",
+    )
+    reserved_ip_ranges: str | list[str] = option(
         "",
         "With --network: names of the reserved IP ranges the job's machines take "
         "addresses from, comma-separated.",
-    ),
-    Option(
-        "gpu_partition_size",
-        "string",
+    )
+    gpu_partition_size: str = option(
         "",
         "GPU partition (multi-instance GPU) size for the chief's and workers' GPUs, e.g. 1g.10gb.",
-    ),
-    Option(
-        "network",
-        "string",
+    )
+    network: str = option(
         "",
         "VPC network peered with Vertex AI: projects/PROJECT_NUMBER/global/networks/NAME.",
         templated=True,
-    ),
-    Option(
-        "reservation_affinity",
-        "string",
+    )
+    reservation_affinity: str = option(
         "",
         "Compute Engine reservation for the "
         "chief's and workers' machines: none, any, or "
         "specific:projects/P/zones/Z/reservations/NAME.",
         templated=True,
-    ),
-    Option(
-        "kms_key_name",
-        "string",
+    )
+    kms_key_name: str = option(
         "",
         "Customer-managed encryption key: projects/P/locations/REGION/keyRings/R/cryptoKeys/K.",
         templated=True,
-    ),
-    Option("labels", "string", "", "Job labels: key=value,key=value."),
-    Option(
-        "persistent_resource_id",
-        "string",
+    )
+    labels: str | dict[str, str] = option("", "Job labels: key=value,key=value.")
+    persistent_resource_id: str = option(
         "",
         "Run on this Vertex AI persistent "
         "resource (its ID, in the job's project and region) instead of new machines.",
-    ),
-    Option(
-        "experiment",
-        "string",
+    )
+    experiment: str = option(
         "",
         "Vertex AI Experiment to associate the job with: "
         "its name or projects/P/locations/R/metadataStores/default/contexts/NAME.",
         templated=True,
-    ),
-    Option("experiment_run", "string", "", "With --experiment: the run's name within it."),
-    Option(
-        "nfs_mount",
-        "multi_string",
+    )
+    experiment_run: str = option("", "With --experiment: the run's name within it.")
+    nfs_mount: tuple[str, ...] = option(
         (),
         "SERVER:/PATH:MOUNT_POINT, mounted at "
         "/mnt/nfs/MOUNT_POINT on every replica of ours (needs --network; repeatable).",
+        repeatable=True,
         accumulates=True,
-    ),
-    Option(
-        "lustre_mount",
-        "multi_string",
+    )
+    lustre_mount: tuple[str, ...] = option(
         (),
         "INSTANCE_IP:VOLUME_HANDLE:FILESYSTEM:MOUNT_POINT, a Managed Lustre instance mounted "
         "at /mnt/lustre/MOUNT_POINT on every replica of ours (needs --network or "
         "--psc_network_attachment; repeatable).",
+        repeatable=True,
         accumulates=True,
-    ),
-    Option(
-        "env",
-        "multi_string",
-        (),
-        "NAME=VALUE for our replicas (values never printed).",
-        accumulates=True,
-    ),
-    Option(
-        "trainer_args",
-        "list",
+    )
+    env: tuple[str, ...] = option(
+        (), "NAME=VALUE for our replicas (values never printed).", repeatable=True, accumulates=True
+    )
+    trainer_args: tuple[str, ...] = option(
         (),
         "trainer.task flags (config files; on the command line they go after --).",
         accumulates=True,
         is_flag=False,
-    ),
-    Option("description", "string", "", "Free text describing a config file.", is_flag=False),
-)
+    )
+    description: str = option("", "Free text describing a config file.", is_flag=False)
+
+
+OPTIONS = options_lib.table(JobOptions)
 
 BY_NAME = {option.name: option for option in OPTIONS}
-CONFIG_KEYS = tuple(BY_NAME)
-DEFAULTS = {option.name: option.default for option in OPTIONS}
-
-
-def define_flags(flag_values, table: tuple[Option, ...] = OPTIONS) -> None:
-    """Defines one absl flag per option of `table` (those that are flags) in `flag_values`."""
-    from tfdist import cli  # pylint: disable=g-import-not-at-top
-
-    cli.define_flags(
-        (
-            cli.FlagSpec(option.name, option.default, option.help, kind=option.kind)
-            for option in table
-            if option.is_flag
-        ),
-        flag_values,
-    )
+CONFIG_KEYS = options_lib.config_keys(OPTIONS)
+DEFAULTS = options_lib.defaults(OPTIONS)
+# The options whose value is a plain string (a union type has its own parser).
+TEXT_OPTIONS = tuple(row.name for row in OPTIONS if row.is_flag and row.value_type is str)
 
 
 def merge_options(file_values: Mapping[str, Any], flag_values: Mapping[str, Any]) -> dict:
@@ -340,14 +237,14 @@ def merge_options(file_values: Mapping[str, Any], flag_values: Mapping[str, Any]
                     f"unknown job option {quoted(name)}, expected one of: {', '.join(CONFIG_KEYS)}"
                 )
             if BY_NAME[name].accumulates and options[name]:
-                options[name] = _concat(options[name], value)
+                options[name] = _concat(name, options[name], value)
             else:
                 options[name] = value
-    for option in OPTIONS:
-        value = options[option.name]
-        if option.templated and isinstance(value, str) and "{" in value:
-            options[option.name] = expand_placeholders(
-                option.name, value, project=str(options["project"]), region=str(options["region"])
+    for row in OPTIONS:
+        value = options[row.name]
+        if row.templated and isinstance(value, str) and "{" in value:
+            options[row.name] = expand_placeholders(
+                row.name, value, project=str(options["project"]), region=str(options["region"])
             )
     return options
 
@@ -363,13 +260,21 @@ def expand_placeholders(name: str, value: str, *, project: str, region: str) -> 
         ) from None
 
 
-def _concat(first, second):
-    if isinstance(first, Mapping) or isinstance(second, Mapping):
+def _concat(name: str, first, second):
+    """The config file's values of an accumulating option, then the flags'."""
+    if name == "env" and (isinstance(first, Mapping) or isinstance(second, Mapping)):
         merged = dict(parse_env(first))
         merged.update(parse_env(second))
         return merged
-    if not isinstance(first, (list, tuple)) or not isinstance(second, (list, tuple)):
-        raise UsageError(
-            f"trainer_args/env must be lists, got {quoted(first)} and {quoted(second)}"
-        )
+    for value in (first, second):
+        if not isinstance(value, (list, tuple)):
+            raise UsageError(
+                f"{name} is {quoted(value)}, expected a list (the config file's items, then "
+                f"the flags')"
+                + (
+                    ', or an object of NAME to VALUE such as {"DEBUG": "1"}'
+                    if name == "env"
+                    else ""
+                )
+            )
     return tuple(first) + tuple(second)

@@ -27,6 +27,7 @@ from trainer.vertex.options import (
     DEFAULT_BOOT_DISK_TYPE,
     DEFAULT_REDUCTION_SERVER_IMAGE,
     DEFAULT_REDUCTION_SERVER_MACHINE_TYPE,
+    TEXT_OPTIONS,
 )
 
 
@@ -227,39 +228,7 @@ class JobSpec:
         Raises:
             UsageError: Any value is malformed or the shape is impossible.
         """
-        text = {
-            name: option_values.string(name, options[name])
-            for name in (
-                "project",
-                "region",
-                "staging_bucket",
-                "display_name",
-                "strategy",
-                "machine_type",
-                "accelerator_type",
-                "tpu_topology",
-                "parameter_server_machine_type",
-                "reduction_server_machine_type",
-                "reduction_server_image",
-                "evaluator_machine_type",
-                "boot_disk_type",
-                "container_uri",
-                "task_package",
-                "image_architecture",
-                "persistent_resource_id",
-                "experiment",
-                "experiment_run",
-                "service_account",
-                "scheduling",
-                "base_output_dir",
-                "tensorboard",
-                "network",
-                "reservation_affinity",
-                "kms_key_name",
-                "psc_network_attachment",
-                "gpu_partition_size",
-            )
-        }
+        text = {name: option_values.string(name, options[name]) for name in TEXT_OPTIONS}
         strategy = text["strategy"].lower()
         display_name = text["display_name"] or f"tfdist-{strategy}"
         base_output_dir = text["base_output_dir"]

@@ -1,4 +1,4 @@
-"""Hyperparameter tuning: its options, its model, and the HyperparameterTuningJob JSON.
+"""Hyperparameter tuning: its options (`TuningOptions`), its model, and the HyperparameterTuningJob JSON.
 
     python -m trainer.submit --job_config=... --hparam_tuning=configs/tuning/learning_rate_optimizer.json
     python -m trainer.submit ... --hparam_metric=val_accuracy --hparam_goal=maximize \\
@@ -39,10 +39,11 @@ import re
 from typing import Any, Mapping, Sequence
 
 from tfdist.errors import UsageError
+from trainer import options as options_lib
 from trainer import submission, task_flags
+from trainer.options import option
 from trainer.vertex import option_values, rendering
 from trainer.vertex.checks import quoted, require
-from trainer.vertex.options import Option
 from trainer.vertex.spec import JobSpec
 
 GOALS = ("maximize", "minimize")
@@ -67,46 +68,43 @@ _METRIC = re.compile(r"^[A-Za-z0-9_./-]{1,128}$")
 # Flags the submitter itself sets on every replica: a trial must not change them.
 _RESERVED_PARAMETERS = ("strategy", "hparam_metric", "tpu")
 
-TUNING_OPTIONS = (
-    Option(
-        "hparam_metric",
-        "string",
+
+@dataclasses.dataclass(frozen=True)
+class TuningOptions:
+    """The options of a tuning study: each field is a flag and an `--hparam_tuning` key."""
+
+    hparam_metric: str = option(
         "",
         "Tuning: the metric the trainer reports at each "
         "evaluation (an epoch-log key such as val_accuracy).",
-    ),
-    Option("hparam_goal", "string", "", "Tuning: maximize or minimize the metric."),
-    Option(
-        "hparam",
-        "multi_string",
+    )
+    hparam_goal: str = option("", "Tuning: maximize or minimize the metric.")
+    hparam: tuple[str, ...] = option(
         (),
         "Tuning: NAME=SPEC for a trainer flag, SPEC one of "
         "double:MIN:MAX[:SCALE], integer:MIN:MAX[:SCALE], discrete:V1,V2[:SCALE], "
         "categorical:A,B (repeatable).",
-    ),
-    Option(
-        "hparam_algorithm",
-        "string",
-        "bayesian",
-        "Tuning: bayesian (Vertex's default), grid or random.",
-    ),
-    Option("max_trial_count", "integer", 10, "Tuning: trials in all."),
-    Option("parallel_trial_count", "integer", 1, "Tuning: trials running at once."),
-    Option(
-        "max_failed_trial_count",
-        "integer",
-        0,
-        "Tuning: failed trials before the job fails (0: Vertex AI decides).",
-    ),
-    Option(
-        "hparam_early_stopping",
-        "string",
-        "",
-        "Tuning: automated early stopping of trials: median or decay_curve (empty: none).",
-    ),
-)
-TUNING_KEYS = tuple(option.name for option in TUNING_OPTIONS)
-TUNING_DEFAULTS = {option.name: option.default for option in TUNING_OPTIONS}
+        repeatable=True,
+        accumulates=True,
+    )
+    hparam_algorithm: str = option(
+        "bayesian", "Tuning: bayesian (Vertex's default), grid or random."
+    )
+    max_trial_count: int = option(10, "Tuning: trials in all.")
+    parallel_trial_count: int = option(1, "Tuning: trials running at once.")
+    max_failed_trial_count: int = option(
+        0, "Tuning: failed trials before the job fails (0: Vertex AI decides)."
+    )
+    hparam_early_stopping: str = option(
+        "", "Tuning: automated early stopping of trials: median or decay_curve (empty: none)."
+    )
+    description: str = option("", "Free text describing a config file.", is_flag=False)
+
+
+TUNING_OPTIONS = options_lib.table(TuningOptions)
+TUNING_KEYS = options_lib.config_keys(TUNING_OPTIONS)
+TUNING_DEFAULTS = options_lib.defaults(TUNING_OPTIONS)
+_ACCUMULATING = {row.name for row in TUNING_OPTIONS if row.accumulates}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -362,11 +360,10 @@ class TuningSpec:
 def merge_tuning_options(file_values: Mapping[str, Any], flag_values: Mapping[str, Any]) -> dict:
     """Defaults, then the `--hparam_tuning` file, then flags (`hparam` adds up)."""
     options = dict(TUNING_DEFAULTS)
-    options["hparam"] = ()
     for source in (file_values, flag_values):
         for name, value in source.items():
-            if name == "hparam":
-                options["hparam"] = tuple(_parameter_items(options["hparam"])) + tuple(
+            if name in _ACCUMULATING:
+                options[name] = tuple(_parameter_items(options[name])) + tuple(
                     _parameter_items(value)
                 )
             else:
@@ -378,7 +375,7 @@ def _parameter_items(value: Any) -> list[tuple[str, Any]]:
     if isinstance(value, Mapping):
         return [(str(name), spec) for name, spec in value.items()]
     require(
-        not isinstance(value, str),
+        isinstance(value, (list, tuple)),
         f"hparam is {quoted(value)}, expected NAME=SPEC items or an object of NAME to SPEC",
     )
     items = []
