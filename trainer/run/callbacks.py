@@ -1,4 +1,4 @@
-"""The callbacks of a training run: non-finite guard, tuning, TensorBoard, evaluation exports, backup.
+"""The callbacks of a training run: the non-finite guard, tuning, TensorBoard, exports, backup.
 
 `training_callbacks` puts them in order (the backup last: it may end the
 process after a preemption notice; under `python -m trainer.ray`, Ray's own

@@ -95,7 +95,7 @@ class Inputs:
         return self.evaluation.evaluation_stream(self.global_batch_size)
 
     def worker_batches(self, num_workers: int) -> Callable[[int, int], tf.data.Dataset]:
-        """`(worker, first_batch) -> dataset`: worker `worker`'s own batches from its batch `first_batch`.
+        """`(worker, first_batch) -> dataset`: a worker's own batches from its batch `first_batch`.
 
         Worker `w` of a parameter-server job reads its part of every round of
         `num_workers` global batches (`tfdist.data.worker_shares`): the workers
@@ -142,7 +142,7 @@ class Inputs:
         return make_batches
 
     def sample_batch(self) -> Callable[[], tf.data.Dataset] | None:
-        """What a parameter-server coordinator builds the variables on: one batch, decoding only it.
+        """What a parameter-server coordinator builds the variables on: one batch, decoding it only.
 
         None with declared batching: the coordinator then takes worker 0's first batch.
         """
