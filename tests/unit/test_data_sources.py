@@ -225,10 +225,10 @@ def _record_task_config(pattern: str, kind: str, **overrides):
 @pytest.mark.parametrize("kind", ["files", "dataset"])
 def test_the_trainer_counts_nothing_with_steps_per_epoch_and_counts_once_without(kind, tmp_path):
     from trainer import tasks  # pylint: disable=g-import-not-at-top
-    from trainer.run import pipeline  # pylint: disable=g-import-not-at-top
+    from trainer.run.inputs import build_inputs  # pylint: disable=g-import-not-at-top
 
     pattern = record_tasks.write_tfrecords(str(tmp_path / "tf"), 80, num_files=2)
-    given = pipeline.build_inputs(
+    given = build_inputs(
         tasks.load(_record_task_config(pattern, kind, steps_per_epoch=3)),
         _record_task_config(pattern, kind, steps_per_epoch=3),
         count_dir=str(tmp_path / "backup"),
@@ -237,30 +237,29 @@ def test_the_trainer_counts_nothing_with_steps_per_epoch_and_counts_once_without
     assert not (tmp_path / "backup").exists(), "nothing was counted, nothing recorded"
 
     config = _record_task_config(pattern, kind)
-    counted = pipeline.build_inputs(tasks.load(config), config, count_dir=str(tmp_path / "backup"))
+    counted = build_inputs(tasks.load(config), config, count_dir=str(tmp_path / "backup"))
     assert (counted.num_train_examples, counted.steps_per_epoch) == (80, 5)
     record = json.loads((tmp_path / "backup" / "input_count.json").read_text())
     assert record["count"] == 80
     # A restart reads the record: make it say something no count would, and see it used.
     (tmp_path / "backup" / "input_count.json").write_text(json.dumps({**record, "count": 64}))
-    again = pipeline.build_inputs(tasks.load(config), config, count_dir=str(tmp_path / "backup"))
+    again = build_inputs(tasks.load(config), config, count_dir=str(tmp_path / "backup"))
     assert again.num_train_examples == 64
     if kind == "files":
         # Other files (another size): counted anew.
         record_tasks.write_tfrecords(str(tmp_path / "tf"), 96, num_files=2)
-        fresh = pipeline.build_inputs(
-            tasks.load(config), config, count_dir=str(tmp_path / "backup")
-        )
+        fresh = build_inputs(tasks.load(config), config, count_dir=str(tmp_path / "backup"))
         assert fresh.num_train_examples == 96
 
 
 def test_a_restart_with_another_worker_count_is_refused_only_for_file_sources(tmp_path):
-    from trainer.run import pipeline  # pylint: disable=g-import-not-at-top
+    from trainer.run.inputs import Inputs  # pylint: disable=g-import-not-at-top
+    from trainer.run.restarts import changeable_settings  # pylint: disable=g-import-not-at-top
 
     pattern = record_tasks.write_tfrecords(str(tmp_path / "tf"), 32, num_files=2)
     config = _record_task_config(pattern, "files")
     for value, changeable in ((tfdist.data.FileSource(pattern), False), (_array_source(), True)):
-        inputs = pipeline.Inputs(
+        inputs = Inputs(
             train=TaskInput(value),
             evaluation=None,
             num_train_examples=None,
@@ -268,7 +267,7 @@ def test_a_restart_with_another_worker_count_is_refused_only_for_file_sources(tm
             global_batch_size=16,
             seed=0,
         )
-        settings = pipeline.changeable_settings(config, inputs)
+        settings = changeable_settings(config, inputs)
         assert ("num_workers" in settings) is changeable, type(value).__name__
 
 

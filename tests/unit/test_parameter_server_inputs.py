@@ -87,7 +87,7 @@ def test_data_smaller_than_one_batch_per_worker_is_refused_in_one_line():
 def _trainer_inputs(tmp_path, kind: str, num_examples: int = NUM_EXAMPLES):
     from trainer import tasks  # pylint: disable=g-import-not-at-top
     from trainer.config import ExperimentConfig  # pylint: disable=g-import-not-at-top
-    from trainer.run import pipeline  # pylint: disable=g-import-not-at-top
+    from trainer.run.inputs import build_inputs  # pylint: disable=g-import-not-at-top
 
     root = tmp_path / f"{kind}-{num_examples}"
     pattern = record_tasks.write_tfrecords(str(root / "tf"), num_examples, num_files=4)
@@ -99,18 +99,13 @@ def _trainer_inputs(tmp_path, kind: str, num_examples: int = NUM_EXAMPLES):
         steps_per_execution=1,
         steps_per_epoch=num_examples // GLOBAL_BATCH,
     )
-    loaded = tasks.load(config)
-    return loaded, pipeline.build_inputs(loaded, config, num_workers=WORKERS)
+    return build_inputs(tasks.load(config), config, num_workers=WORKERS)
 
 
-def _first_batches(loaded, inputs, start: int, count: int) -> tuple[list, int]:
+def _first_batches(inputs, start: int, count: int) -> tuple[list, int]:
     """Worker 0's first `count` batches from its batch `start`, and the decodes until then."""
-    from trainer.run import parameter_server  # pylint: disable=g-import-not-at-top
-
     record_tasks._decodes["count"] = 0  # pylint: disable=protected-access
-    make_batches = parameter_server._worker_batches(  # pylint: disable=protected-access
-        loaded, inputs, WORKERS
-    )
+    make_batches = inputs.worker_batches(WORKERS)
     batches = [_ids(batch) for batch in itertools.islice(iter(make_batches(0, start)), count)]
     return batches, record_tasks._decodes["count"]  # pylint: disable=protected-access
 
@@ -120,10 +115,10 @@ def test_the_trainers_worker_stream_is_the_same_in_every_build_and_starts_where_
     kind, tmp_path
 ):
     """Today's main started each worker at a batch drawn from the clock, decoding the skip."""
-    loaded, inputs = _trainer_inputs(tmp_path, kind)
-    fresh, _ = _first_batches(loaded, inputs, 0, 6)
-    assert _first_batches(loaded, inputs, 0, 6)[0] == fresh
-    assert _first_batches(loaded, inputs, 4, 2)[0] == fresh[4:6]
+    inputs = _trainer_inputs(tmp_path, kind)
+    fresh, _ = _first_batches(inputs, 0, 6)
+    assert _first_batches(inputs, 0, 6)[0] == fresh
+    assert _first_batches(inputs, 4, 2)[0] == fresh[4:6]
     assert len({example for batch in fresh for example in batch}) == 6 * GLOBAL_BATCH
 
 
@@ -133,8 +128,8 @@ def test_a_worker_decodes_its_first_batch_and_read_ahead_whatever_the_size_of_th
     """A `FileSource` of 256 and of 4,096 records; today's main decoded all of them first."""
     decoded = {}
     for num_examples in (NUM_EXAMPLES, 4096):
-        loaded, inputs = _trainer_inputs(tmp_path, "files", num_examples)
-        decoded[num_examples] = _first_batches(loaded, inputs, 0, 1)[1]
+        inputs = _trainer_inputs(tmp_path, "files", num_examples)
+        decoded[num_examples] = _first_batches(inputs, 0, 1)[1]
     # The batch, plus what tf.data's autotuned map and prefetch had read ahead by then.
     assert all(GLOBAL_BATCH <= count <= 8 * GLOBAL_BATCH for count in decoded.values()), decoded
 
@@ -142,10 +137,8 @@ def test_a_worker_decodes_its_first_batch_and_read_ahead_whatever_the_size_of_th
 def test_the_coordinator_builds_the_model_on_one_batch_and_decodes_only_it(tmp_path):
     from trainer.run import parameter_server  # pylint: disable=g-import-not-at-top
 
-    loaded, inputs = _trainer_inputs(tmp_path, "dataset")
-    dataset_fn = parameter_server._worker_dataset_fn(  # pylint: disable=protected-access
-        loaded, inputs, WORKERS, [0, 0]
-    )
+    inputs = _trainer_inputs(tmp_path, "dataset")
+    dataset_fn = parameter_server.worker_dataset_fn(inputs, WORKERS, [0, 0])
     record_tasks._decodes["count"] = 0  # pylint: disable=protected-access
     batches = list(dataset_fn(None).take(2))  # outside a worker: the coordinator's sample
     assert len(batches) == 1 and batches[0][0].shape[0] == GLOBAL_BATCH

@@ -8,7 +8,7 @@ from trainer.config import ExperimentConfig
 
 
 def test_backup_dir_defaults_to_aip_checkpoint_dir():
-    from trainer.run.pipeline import OutputDirs  # pylint: disable=g-import-not-at-top
+    from trainer.run.directories import OutputDirs  # pylint: disable=g-import-not-at-top
 
     environ = {"AIP_CHECKPOINT_DIR": "gs://bucket/job/checkpoints/"}
     assert (

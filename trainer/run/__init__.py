@@ -1,11 +1,11 @@
 """`run(config, cluster)`: the one place where a task's role decides what it does.
 
-| role                   | strategy            | does                                   |
-|------------------------|---------------------|----------------------------------------|
-| evaluator              | any                 | `evaluator.evaluate`                   |
-| worker, ps             | parameter_server    | serve until the chief is done          |
-| chief (or single task) | parameter_server    | `parameter_server.train`               |
-| chief, worker, single  | any other           | `synchronous.train`                    |
+| role                   | strategy            | does                                             |
+|------------------------|---------------------|--------------------------------------------------|
+| evaluator              | any                 | `evaluator.evaluate`                             |
+| worker, ps             | parameter_server    | serve until the chief is done                    |
+| chief (or single task) | parameter_server    | `loop.train` with `ParameterServerDriver`        |
+| chief, worker, single  | any other           | `loop.train` with `SynchronousDriver`            |
 
 Everything a user can get wrong (flags, the task, the cluster) is checked
 before any task contacts another.
@@ -13,14 +13,18 @@ before any task contacts another.
 Reading order, one job per module:
 
 1. this module: the role and strategy decide what runs;
-2. `synchronous`, `parameter_server`, `evaluator`: the three ways a task trains or evaluates;
-3. `pipeline`: `prepare` (everything before the first step) and `conclude`
+2. `loop`: the one training loop (`train`) and what a strategy brings to it
+   (`Driver`); `evaluator`: the task that only evaluates;
+3. `synchronous`, `parameter_server`: the two drivers (Keras `fit` on every
+   worker; the chief's coordinator);
+4. `pipeline`: `prepare` (everything before the first step) and `conclude`
    (everything after the last), the same for every strategy, made of:
-4. `directories` (where outputs go), `inputs` (the task's examples as
-   streams), `compiling` (strategy limits, XLA, the optimizer, steps per
-   execution), `restarts` (what a backup records, what a restart may change,
-   where it resumes), `callbacks` (in their order), `outputs` (`summary.json`
-   and the model), `throughput` (the examples-per-second meter).
+5. `directories` (where outputs go), `inputs` (the task's examples as
+   streams, a parameter-server worker's own batches), `compiling` (strategy
+   limits, XLA, the optimizer, steps per execution), `restarts` (what a
+   backup records, what a restart may change, where it resumes), `callbacks`
+   (in their order), `outputs` (`summary.json` and the model), `throughput`
+   (the examples-per-second meter).
 """
 
 import os
@@ -39,9 +43,11 @@ from tfdist.errors import UsageError
 from tfdist.parameter_server import training as ps_training
 from trainer import tasks
 from trainer.config import ExperimentConfig
-from trainer.run import evaluator, parameter_server, synchronous
+from trainer.run import evaluator, loop
 from trainer.run.compiling import check_settings_for_strategy
 from trainer.run.directories import OutputDirs
+from trainer.run.parameter_server import ParameterServerDriver
+from trainer.run.synchronous import SynchronousDriver
 
 # What a collective or a remote call raises when another task died or hung
 # (`trainer.task` exits 200 on these): the same errors as a lost parameter server's.
@@ -104,25 +110,26 @@ def run(
                 f"expected chief, worker, ps or evaluator"
             )
         strategy = strategy_lib.make_strategy("parameter_server", cluster, options)
-        return parameter_server.train(
-            config, cluster, dirs, loaded, strategy=strategy, environ=environ
+        driver = ParameterServerDriver(config, cluster, strategy)
+    else:
+        replicas = strategy_lib.expected_num_replicas(strategy_name, cluster, options)
+        if replicas:
+            per_replica_batch_size(config.global_batch_size, replicas)
+        strategy = strategy_lib.make_strategy(strategy_name, cluster, options)
+        logging.info(
+            "Training %s under %s on %d replica(s).",
+            loaded.spec,
+            strategy_name,
+            strategy.num_replicas_in_sync,
         )
-    replicas = strategy_lib.expected_num_replicas(strategy_name, cluster, options)
-    if replicas:
-        per_replica_batch_size(config.global_batch_size, replicas)
-    strategy = strategy_lib.make_strategy(strategy_name, cluster, options)
-    logging.info(
-        "Training %s under %s on %d replica(s).",
-        loaded.spec,
-        strategy_name,
-        strategy.num_replicas_in_sync,
-    )
-    return synchronous.train(
+        driver = SynchronousDriver(cluster, strategy)
+    return loop.train(
         config,
         cluster,
         dirs,
         loaded,
         strategy=strategy,
-        strategy_name=strategy_name,
         environ=environ,
+        strategy_name=strategy_name,
+        driver=driver,
     )

@@ -1,11 +1,13 @@
-"""The callbacks of a training run: throughput, TensorBoard, tuning, evaluation exports, backup.
+"""The callbacks of a training run: the non-finite guard, tuning, TensorBoard, exports, backup.
 
 `training_callbacks` puts them in order (the backup last: it may end the
 process after a preemption notice; under `python -m trainer.ray`, Ray's own
 preemption notice is polled just before it and the committed backups are
-reported to Ray just after it, under every strategy); `evaluation_exporter` is the chief's checkpoint
-exporter for an evaluator task, and `finish_exports` its last export once
-training is over.
+reported to Ray just after it, under every strategy); `evaluation_exporter`
+is the chief's checkpoint exporter for an evaluator task, and
+`finish_exports` its last export once training is over. The throughput meter
+is not among them: `trainer.run.pipeline.prepare` hands it to the loop on its
+own, and only a loop whose callbacks see every step runs it.
 """
 
 import sys
@@ -23,7 +25,6 @@ from tfdist.callbacks import (
 from tfdist.distribute.cluster import Cluster, has_evaluator
 from trainer.config import ExperimentConfig
 from trainer.run.directories import OutputDirs
-from trainer.run.throughput import ThroughputMeter
 
 # Evaluation checkpoints kept; the evaluator reads the newest.
 EVALUATION_CHECKPOINTS_KEPT = 3
@@ -46,14 +47,9 @@ def training_callbacks(
     backup: BackupAndRestore | None,
     exporter: CheckpointExporter | None,
     environ: Mapping[str, str],
-    steps_per_execution: int = 1,
 ) -> list:
-    """The meter, the chief's TensorBoard and exporter, and the backup (with Ray's calls)."""
-    callbacks = [
-        ThroughputMeter(
-            global_batch_size=config.global_batch_size, steps_per_execution=steps_per_execution
-        )
-    ]
+    """The chief's TensorBoard and exporter, and the backup (with Ray's calls), in order."""
+    callbacks = []
     if backup is None:
         callbacks.append(NonFiniteGuard())  # the backup checks the same itself
     if config.hparam_metric:

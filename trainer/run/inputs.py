@@ -3,10 +3,12 @@
 `build_inputs` calls the task's `build_inputs` for both splits, checks them
 against the contract, applies declared batching and class weights, shards
 files per worker and counts the steps of an epoch; `Inputs` makes the
-training, evaluation and validation streams from them.
+training, evaluation and validation streams from them, and each
+parameter-server worker's own batches (`Inputs.worker_batches`).
 """
 
 import dataclasses
+from typing import Callable
 
 import tensorflow as tf
 from absl import logging
@@ -15,6 +17,7 @@ from tfdist import data as data_lib
 from tfdist import tasks as tasks_lib
 from tfdist.data import batching as batching_lib
 from tfdist.data import counts as data_counts
+from tfdist.data import worker_shares
 from tfdist.errors import UsageError
 from tfdist.tasks import first_batch_check, weighting
 from trainer.config import AUTO, ExperimentConfig, check_steps_per_execution
@@ -34,6 +37,10 @@ class Inputs:
         global_batch_size: Examples per step across all replicas.
         seed: Fixes the order of every pass.
         batching: The task's declared padding or bucketing (`tfdist.data.batching`), or None.
+        build_train: Builds the training split anew (the task's
+            `build_inputs(True)` with its class weights), for a function that
+            must build its own dataset: a parameter-server worker's. None:
+            `train` is used as it is.
     """
 
     train: data_lib.TaskInput
@@ -43,6 +50,9 @@ class Inputs:
     global_batch_size: int
     seed: int
     batching: object = None
+    build_train: Callable[[], data_lib.TaskInput] | None = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def eval_examples(self):
@@ -84,6 +94,67 @@ class Inputs:
             )
         return self.evaluation.evaluation_stream(self.global_batch_size)
 
+    def worker_batches(self, num_workers: int) -> Callable[[int, int], tf.data.Dataset]:
+        """`(worker, first_batch) -> dataset`: a worker's own batches from its batch `first_batch`.
+
+        Worker `w` of a parameter-server job reads its part of every round of
+        `num_workers` global batches (`tfdist.data.worker_shares`): the workers
+        read distinct examples in an order fixed by the seed, and a worker
+        started at the batch it had reached neither replays nor skips one.
+
+        Raises:
+            UsageError: Fewer examples than one global batch per worker, or a
+                source read in Python (workers run graphs only).
+        """
+        size = self.num_train_examples
+        if size is None:
+            size = self.train.known_size()
+        if size is None:  # reads at most one round of examples
+            size = int(
+                self.train.first_examples(self.global_batch_size * num_workers).reduce(
+                    tf.constant(0, tf.int64), lambda count, _: count + 1
+                )
+            )
+        worker_shares.rounds_per_pass(size, self.global_batch_size, num_workers)
+        self.train.graph_examples()  # refuses a Python source before any step is scheduled
+        shard_files = self.batching is None and self.train.file_shards == num_workers
+
+        def make_batches(worker: int, first_batch: int) -> tf.data.Dataset:
+            # Called inside the function each worker runs: a dataset made
+            # eagerly on the chief cannot be captured by it (a source can).
+            split = (
+                self.train
+                if self.train.is_source or self.build_train is None
+                else self.build_train()
+            )
+            return worker_shares.worker_batches(
+                split,
+                worker=worker,
+                num_workers=num_workers,
+                global_batch_size=self.global_batch_size,
+                seed=self.seed,
+                first_batch=first_batch,
+                num_examples=self.num_train_examples,
+                batching=self.batching,
+                shard_files=shard_files,
+            )
+
+        return make_batches
+
+    def sample_batch(self) -> Callable[[], tf.data.Dataset] | None:
+        """What a parameter-server coordinator builds the variables on: one batch, decoding it only.
+
+        None with declared batching: the coordinator then takes worker 0's first batch.
+        """
+        if self.batching is not None:
+            return None
+
+        def sample() -> tf.data.Dataset:
+            first = self.train.first_examples(self.global_batch_size)
+            return first.batch(self.global_batch_size, drop_remainder=True)
+
+        return sample
+
 
 def build_inputs(
     loaded: LoadedTask,
@@ -121,9 +192,12 @@ def build_inputs(
         )
     if not train.is_source:
         batching_lib.check_declared(train.value, batching, loaded.spec)
-    train = weighting.with_class_weight(
-        train, weighting.class_weight_of(loaded.task, loaded.spec), loaded.spec
-    )
+    class_weight = weighting.class_weight_of(loaded.task, loaded.spec)
+
+    def weighted(split: data_lib.TaskInput) -> data_lib.TaskInput:
+        return weighting.with_class_weight(split, class_weight, loaded.spec)
+
+    train = weighted(train)
     if batching is None:
         train = train.sharded_by_file(num_workers)
     if config.steps_per_epoch:
@@ -143,7 +217,8 @@ def build_inputs(
                 train.value, num_examples, config.global_batch_size, loaded.spec
             )
         steps_per_epoch = data_lib.batches_per_pass(num_examples, config.global_batch_size)
-    if config.steps_per_execution != AUTO:
+    if config.steps_per_execution != AUTO and not config.steps_per_epoch:
+        # A given --steps_per_epoch was checked with the flags (`ExperimentConfig`).
         check_steps_per_execution(config.steps_per_execution, steps_per_epoch)
     logging.info("Input: %s.", train.describe(num_workers))
     return Inputs(
@@ -154,6 +229,7 @@ def build_inputs(
         global_batch_size=config.global_batch_size,
         seed=config.seed,
         batching=batching,
+        build_train=lambda: weighted(data_lib.TaskInput(loaded.task.build_inputs(True))),
     )
 
 

@@ -2,8 +2,8 @@
 
 Every strategy and role runs the same pieces, each in its own module
 (`trainer/run/__init__.py` gives the reading order): `directories`,
-`inputs`, `compiling`, `restarts`, `callbacks` and `outputs`. Their names
-stay importable from here.
+`inputs`, `compiling`, `restarts`, `callbacks`, `outputs` and `throughput`.
+Import their names from them.
 """
 
 import dataclasses
@@ -14,78 +14,19 @@ import tensorflow as tf
 from absl import logging
 
 from tfdist.callbacks import BackupAndRestore, CheckpointExporter
-from tfdist.distribute.cluster import WORKER, Cluster
+from tfdist.distribute.cluster import Cluster
 from tfdist.outputs import export as export_lib
 from trainer.config import ExperimentConfig
-from trainer.run.callbacks import (
-    EVALUATION_CHECKPOINTS_KEPT,
-    evaluation_exporter,
-    finish_exports,
-    training_callbacks,
-)
-from trainer.run.compiling import (
-    build_model,
-    check_settings_for_strategy,
-    explicit_steps_per_execution,
-    resolve_jit_compile,
-    tune_steps_per_execution,
-)
-from trainer.run.directories import CHECKPOINTS_SUBDIR, EVAL_SUBDIR, OutputDirs
-from trainer.run.inputs import Inputs, build_inputs, validation_kwargs
-from trainer.run.outputs import (
-    MODEL_FILE,
-    SUMMARY_FILE,
-    Outcome,
-    build_summary,
-    epoch_logs,
-    read_summary,
-    write_outputs,
-)
-from trainer.run.restarts import (
-    Plan,
-    already_completed,
-    changeable_settings,
-    make_backup,
-    plan,
-    run_settings,
-)
+from trainer.run.callbacks import evaluation_exporter, finish_exports, training_callbacks
+from trainer.run.compiling import build_model, resolve_jit_compile, tune_steps_per_execution
+from trainer.run.directories import OutputDirs
+from trainer.run.inputs import Inputs, build_inputs
+from trainer.run.outputs import Outcome, build_summary, write_outputs
+from trainer.run.restarts import Plan, make_backup, plan, run_settings
+from trainer.run.throughput import ThroughputMeter
 from trainer.tasks import LoadedTask
 
-# The pieces' names, importable from here as before the split.
-__all__ = [
-    "CHECKPOINTS_SUBDIR",
-    "EVAL_SUBDIR",
-    "EVALUATION_CHECKPOINTS_KEPT",
-    "MODEL_FILE",
-    "SUMMARY_FILE",
-    "Inputs",
-    "Outcome",
-    "OutputDirs",
-    "Plan",
-    "Prepared",
-    "already_completed",
-    "build_inputs",
-    "build_model",
-    "build_summary",
-    "changeable_settings",
-    "check_settings_for_strategy",
-    "conclude",
-    "epoch_logs",
-    "evaluation_exporter",
-    "explicit_steps_per_execution",
-    "finish_exports",
-    "make_backup",
-    "plan",
-    "prepare",
-    "read_summary",
-    "resolve_jit_compile",
-    "run_settings",
-    "seed_everything",
-    "training_callbacks",
-    "tune_steps_per_execution",
-    "validation_kwargs",
-    "write_outputs",
-]
+__all__ = ["Prepared", "conclude", "prepare", "seed_everything"]
 
 
 def seed_everything(config: ExperimentConfig) -> None:
@@ -106,13 +47,20 @@ def seed_everything(config: ExperimentConfig) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class Prepared:
-    """A run ready to train: its inputs, its model (restored), its backup and plan."""
+    """A run ready to train: its inputs, its model (restored), its backup and plan.
+
+    Attributes:
+        meter: Measures the throughput of `fit`'s steps; not among `callbacks`,
+            which a loop that runs callbacks at sync points only leaves out.
+        callbacks: The run's other callbacks, in order (`training_callbacks`).
+    """
 
     inputs: Inputs
     model: keras.Model
     backup: BackupAndRestore | None
     todo: Plan
     exporter: CheckpointExporter | None
+    meter: ThroughputMeter
     callbacks: tuple
 
 
@@ -125,20 +73,25 @@ def prepare(
     strategy_name: str,
     environ: Mapping[str, str],
     *,
+    num_workers: int,
     extra_state=None,
 ) -> Prepared:
     """Inputs, model, restore and callbacks: everything before the first step.
 
-    `extra_state`: named trackables backed up with the weights (the
-    parameter-server workers' input positions).
+    Args:
+        num_workers: The workers that read the training data, each its own
+            pipeline (under parameter servers each its own share,
+            `tfdist.data.worker_shares`).
+        extra_state: Named trackables backed up with the weights (the
+            parameter-server workers' input positions).
     """
     seed_everything(config)
-    # Parameter-server workers each read their own share (tfdist.data.worker_shares).
-    pipelines = (
-        cluster.count(WORKER) if strategy_name == "parameter_server" else cluster.num_workers
-    )
     inputs = build_inputs(
-        loaded, config, num_workers=pipelines, count_dir=dirs.backup_dir, is_chief=cluster.is_chief
+        loaded,
+        config,
+        num_workers=num_workers,
+        count_dir=dirs.backup_dir,
+        is_chief=cluster.is_chief,
     )
     jit_compile, why = resolve_jit_compile(config, strategy_name)
     logging.info("XLA %s: %s.", "on" if jit_compile else "off", why)
@@ -162,11 +115,10 @@ def prepare(
         is_chief=cluster.is_chief,
     )
     steps_per_execution = tune_steps_per_execution(
-        config,
-        model,
-        inputs,
-        todo,
-        num_workers=cluster.count(WORKER) if strategy_name == "parameter_server" else 1,
+        config, model, inputs, todo, num_workers=num_workers
+    )
+    meter = ThroughputMeter(
+        global_batch_size=config.global_batch_size, steps_per_execution=steps_per_execution
     )
     exporter = evaluation_exporter(config, cluster, dirs, environ) if cluster.is_chief else None
     callbacks = training_callbacks(
@@ -176,9 +128,8 @@ def prepare(
         backup=backup,
         exporter=exporter,
         environ=environ,
-        steps_per_execution=steps_per_execution,
     )
-    return Prepared(inputs, model, backup, todo, exporter, tuple(callbacks))
+    return Prepared(inputs, model, backup, todo, exporter, meter, tuple(callbacks))
 
 
 def conclude(
