@@ -111,6 +111,7 @@ from tfdist.keras_compat._input_state import (
     worker_of,  # noqa: F401
 )
 from tfdist.keras_compat._input_state import supported as input_state_supported  # noqa: F401
+from tfdist.keras_compat._record_sharding import enough_files_to_shard  # noqa: F401
 
 # Re-exported: the public names of the reduced-precision gradient all-reduce.
 from tfdist.keras_compat._reduced_precision import (
@@ -125,6 +126,7 @@ __all__ = [
     "runtime_initialized",
     "runtime_left_unstarted",
     "can_shard_by_file",
+    "enough_files_to_shard",
     "shard_by_file",
     "REDUCED_DTYPES",
     "gradient_all_reduce_dtype",
