@@ -166,11 +166,29 @@ class _Recording:
         return iterator
 
 
+def _reads(adapter_dataset, dataset) -> bool:
+    """Whether Keras's adapter reads `dataset`: itself, or its `class_weight` map.
+
+    With `fit(class_weight=...)` Keras's `TFDatasetAdapter` reads
+    `dataset.map(class_weight_fn).prefetch(AUTOTUNE)`; the iterator over that
+    is recorded, its state holding the position of `dataset` inside it.
+    """
+    if adapter_dataset is dataset:
+        return True
+    if type(adapter_dataset).__name__ != "_PrefetchDataset":
+        return False
+    mapped = getattr(adapter_dataset, "_input_dataset", None)
+    return (
+        type(mapped).__name__ == "_MapDataset"
+        and getattr(mapped, "_input_dataset", None) is dataset
+    )
+
+
 def _get_iterator(self):
     original = _patching.original(tf_trainer.TFEpochIterator, "_get_iterator")
     source = original(self)
     for training_input in _active:
-        if getattr(self.data_adapter, "_dataset", None) is training_input.dataset:
+        if _reads(getattr(self.data_adapter, "_dataset", None), training_input.dataset):
             return _Recording(training_input, source)
     return source
 
