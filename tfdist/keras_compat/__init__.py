@@ -107,6 +107,7 @@ from tfdist.keras_compat._input_state import (
     PipelineFacts,  # noqa: F401
     TrainingInput,  # noqa: F401
     global_seed_is_set,  # noqa: F401
+    holds_shuffle_seed_state,  # noqa: F401
     pipeline_facts,  # noqa: F401
     worker_of,  # noqa: F401
 )
@@ -143,6 +144,7 @@ __all__ = [
     "PipelineFacts",
     "TrainingInput",
     "global_seed_is_set",
+    "holds_shuffle_seed_state",
     "input_state_supported",
     "pipeline_facts",
     "worker_of",
