@@ -19,9 +19,22 @@
 Where that does not hold, one line says so at the first backup and a restart
 skips the batches already taken (`dataset.skip`, which decodes them): a
 `from_generator` pipeline (Python state), a state above `max_state_bytes`,
-a restart on another number of workers. An unseeded shuffle (no op seed, no
-global seed) restores the interrupted pass but not the seeds of later passes
-(measured on TF 2.21): one line says so.
+a restart on another number of workers. Where the position is restored but a
+later pass may not be the uninterrupted run's, one line says so too (measured
+on TF 2.21):
+
+- an unseeded shuffle (no op seed, no global seed): the seeds of later passes
+  come from the operating system (at the first backup);
+- a reshuffling shuffle before a batch that ends each pass partial
+  (`timeseries_dataset_from_array`): a state saved at that batch holds no
+  seed state of the shuffle (at the first backup when the pass's length is
+  known, else at the first backup whose state lacks it);
+- shuffle seeds other than the backed-up run's (a seed drawn from NumPy by
+  `image_dataset_from_directory(seed=None)` and its kin): at the restart,
+  where it is first visible.
+
+`fit(class_weight=...)` is saved as any other pipeline: the recorded iterator
+is the one over Keras's class-weight map of the dataset.
 """
 
 import logging
