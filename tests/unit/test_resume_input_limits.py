@@ -129,14 +129,20 @@ def _restored_stream(build, taken: int, total: int):
     return state, [next(after).numpy().tolist() for _ in range(total - taken)]
 
 
-@pytest.mark.parametrize("drop_remainder", [False, True])
-def test_tf_restores_a_reshuffle_after_a_partial_last_batch_into_another_next_pass(drop_remainder):
-    """The TF 2.21 limit the warning below names, measured on tf.data alone."""
+@pytest.mark.parametrize("shape", ["partial last batch", "drop_remainder", "a map before it"])
+def test_tf_restores_a_reshuffle_after_a_partial_last_batch_into_another_next_pass(shape):
+    """The TF 2.21 limit the warnings below name, measured on tf.data alone."""
+    drop_remainder = shape == "drop_remainder"
+    exact = shape != "partial last batch"
 
     def build():
         dataset = tf.data.Dataset.range(PASS_ROWS).shuffle(128, seed=7)
+        if shape == "a map before it":  # fused into one MapAndBatchDataset, which keeps its input
+            dataset = dataset.map(lambda value: value * 2)
         return _no_injected_prefetch(dataset.batch(PASS_BATCH, drop_remainder).repeat())
 
+    predicted = keras_compat.pipeline_facts(build()).partial_passes
+    assert predicted == (() if exact else ((PASS_ROWS, PASS_BATCH),))
     per_pass = PASS_ROWS // PASS_BATCH + (0 if drop_remainder else 1)
     total = 3 * per_pass
     uninterrupted = [batch.numpy().tolist() for batch in build().take(total)]
@@ -147,8 +153,8 @@ def test_tf_restores_a_reshuffle_after_a_partial_last_batch_into_another_next_pa
     # Right after a pass's last batch: the rest of the pass is empty, the next pass differs
     # unless every batch is whole (the batch then holds no exhausted input).
     state, rest = _restored_stream(build, per_pass, total)
-    assert (rest == uninterrupted[per_pass:]) is drop_remainder
-    assert keras_compat.holds_shuffle_seed_state(state, 1) is drop_remainder
+    assert (rest == uninterrupted[per_pass:]) is exact
+    assert keras_compat.holds_shuffle_seed_state(state, 1) is exact
 
 
 def _timeseries(rows):

@@ -128,8 +128,18 @@ def pipeline_facts(dataset: tf.data.Dataset) -> PipelineFacts:
 
 
 # Batch ops that emit a pass's partial last batch after dropping their exhausted
-# input iterator (measured on TF 2.21; `batch(num_parallel_calls=...)` keeps it).
+# input iterator (measured on TF 2.21; `batch(num_parallel_calls=...)` keeps it,
+# and so does the `MapAndBatchDataset` tf.data fuses a map and a batch into).
 _DROPPING_BATCHES = frozenset({"_BatchDataset", "_PaddedBatchDataset"})
+_MAPS = frozenset({"_MapDataset", "_ParallelMapDataset"})
+
+
+def _fuses_map_and_batch(dataset: tf.data.Dataset) -> bool:
+    optimization = dataset.options().experimental_optimization
+    return (
+        optimization.apply_default_optimizations is not False
+        and optimization.map_and_batch_fusion is not False
+    )
 
 
 def _inputs(dataset) -> list:
@@ -162,8 +172,10 @@ def reshuffled_partial_batches(dataset: tf.data.Dataset) -> tuple[tuple[int, int
     state saved there holds no state of the shuffle before it, so its seed
     generator's count is lost: restored, the next pass draws other seeds (TF
     2.21, `holds_shuffle_seed_state`). Only passes whose length tf.data knows
-    are listed; for the others the saved state itself tells.
+    are listed; for the others the saved state itself tells. A `batch` right
+    after a `map` is left out: tf.data fuses the two (`map_and_batch_fusion`).
     """
+    fused = _fuses_map_and_batch(dataset)
     found, pending, seen = [], [dataset], set()
     while pending:
         current = pending.pop()
@@ -177,6 +189,8 @@ def reshuffled_partial_batches(dataset: tf.data.Dataset) -> tuple[tuple[int, int
         batch = tf.get_static_value(getattr(current, "_batch_size", 0))
         source = getattr(current, "_input_dataset", None)
         if drop or not batch or source is None or not _reshuffles_upstream(source):
+            continue
+        if fused and type(current).__name__ == "_BatchDataset" and type(source).__name__ in _MAPS:
             continue
         per_pass = int(source.cardinality())
         if per_pass >= 0 and per_pass % int(batch):
