@@ -177,3 +177,11 @@ def test_from_generator_says_once_that_it_cannot_be_restored(runs):
     marker = "cannot be restored to its position"
     for log in [runs["one_logs"]["crash"], *runs["two_logs"]["crash"]]:
         assert log.count(marker) == 1, log[-3000:]
+
+
+def test_a_restart_of_the_same_script_finds_the_backed_up_shuffle_seeds(runs):
+    # The unseeded pipeline draws its op seed from the global seed strategy_from_environment
+    # sets: the restarted process draws the same, so no line about other seeds.
+    for log in [runs["one_logs"]["resume"], *runs["two_logs"]["resume"]]:
+        assert "Resuming from the backup" in log
+        assert "shuffle seeds differ" not in log
