@@ -124,15 +124,14 @@ class TaskInput:
 
         A source is returned as it is (it shards itself). A task's own dataset is
         sharded when it has a file reader with at least `num_pipelines` files
-        (one example is read to find out); otherwise every worker keeps the
-        whole pipeline.
+        (`keras_compat.enough_files_to_shard`, the policy of the Keras path
+        too: file names are read, no example is decoded); otherwise every
+        worker keeps the whole pipeline.
         """
         from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
 
-        if (
-            self.kind != DATASET
-            or num_pipelines < 2
-            or not keras_compat.can_shard_by_file(self.value, num_pipelines)
+        if self.kind != DATASET or not keras_compat.enough_files_to_shard(
+            self.value, num_pipelines
         ):
             return self
         return dataclasses.replace(self, file_shards=num_pipelines)
@@ -147,7 +146,7 @@ class TaskInput:
 
         if self.kind == FILES or self.file_shards:
             return True
-        return self.kind == DATASET and keras_compat.can_shard_by_file(self.value, 2)
+        return self.kind == DATASET and keras_compat.enough_files_to_shard(self.value, 2)
 
     def describe(self, num_pipelines: int) -> str:
         """One line for the log: what each worker reads and decodes."""

@@ -19,9 +19,22 @@
 Where that does not hold, one line says so at the first backup and a restart
 skips the batches already taken (`dataset.skip`, which decodes them): a
 `from_generator` pipeline (Python state), a state above `max_state_bytes`,
-a restart on another number of workers. An unseeded shuffle (no op seed, no
-global seed) restores the interrupted pass but not the seeds of later passes
-(measured on TF 2.21): one line says so.
+a restart on another number of workers. Where the position is restored but a
+later pass may not be the uninterrupted run's, one line says so too (measured
+on TF 2.21):
+
+- an unseeded shuffle (no op seed, no global seed): the seeds of later passes
+  come from the operating system (at the first backup);
+- a reshuffling shuffle before a batch that ends each pass partial
+  (`timeseries_dataset_from_array`): a state saved at that batch holds no
+  seed state of the shuffle (at the first backup when the pass's length is
+  known, else at the first backup whose state lacks it);
+- shuffle seeds other than the backed-up run's (a seed drawn from NumPy by
+  `image_dataset_from_directory(seed=None)` and its kin): at the restart,
+  where it is first visible.
+
+`fit(class_weight=...)` is saved as any other pipeline: the recorded iterator
+is the one over Keras's class-weight map of the dataset.
 """
 
 import logging
@@ -108,6 +121,7 @@ class ResumableInput:
         self.dataset = dataset.with_options(options)
         self._compat = keras_compat.TrainingInput(self.dataset)
         self._said = False
+        self._said_next_pass = False
         self._saving = self._saving_possible()
 
     def _saving_possible(self) -> bool:
@@ -191,14 +205,50 @@ class ResumableInput:
             return {}, None
         if first:
             self._describe(largest)
+        self._check_next_pass(state, first)
         states = sync.gather_bytes(state)
         files = {state_file(index): data for index, data in enumerate(states)}
         metadata = {
             "workers": len(states),
             "files": sorted(files),
             "symbolic": self.symbolic,
+            "shuffle_seeds": [list(seeds) for seeds in self.facts.shuffle_seeds],
         }
         return files, metadata
+
+    def _check_next_pass(self, state: bytes, first: bool) -> None:
+        """Says once when a restart may shuffle a later pass otherwise than the run did."""
+        if self._said_next_pass or not self.facts.reshuffles:
+            return
+        shuffle = next((op for op in self.facts.buffers if op.startswith("Shuffle")), "the shuffle")
+        fix = (
+            "batch with drop_remainder=True, give a pass a whole number of batches, or "
+            "shuffle with reshuffle_each_iteration=False."
+        )
+        if first and self.facts.partial_passes:
+            per_pass, batch = self.facts.partial_passes[0]
+            _log.warning(
+                "The training data's later passes may not resume exactly: %s reshuffles each "
+                "pass and the batch after it ends each pass of %d examples with a partial "
+                "batch of %d; a backup taken at that batch holds no seed state of the shuffle "
+                "(TF 2.21), so a restart from it may differ from the uninterrupted run from "
+                "the next pass on; %s",
+                shuffle,
+                per_pass,
+                per_pass % batch,
+                fix,
+            )
+        elif not keras_compat.holds_shuffle_seed_state(state, self.facts.reshuffles):
+            _log.warning(
+                "The training data's position in this backup holds no seed state of %s (saved "
+                "after a pass's partial last batch, TF 2.21): a restart from it may differ "
+                "from the uninterrupted run from the next pass on; %s",
+                shuffle,
+                fix,
+            )
+        else:
+            return
+        self._said_next_pass = True
 
     def _buffers_text(self) -> str:
         if not self.facts.buffers:
@@ -263,6 +313,23 @@ class ResumableInput:
                 self._num_workers,
             )
             return False
+        self._compare_seeds(metadata.get("shuffle_seeds"))
         with tf.io.gfile.GFile(f"{backup_path}/{state_file(self._worker_index)}", "rb") as handle:
             self._compat.restore_into_next(handle.read())
         return True
+
+    def _compare_seeds(self, saved) -> None:
+        """Says so when this run's shuffle seeds are not the backed-up run's (None: an old backup)."""
+        current = [list(seeds) for seeds in self.facts.shuffle_seeds]
+        if saved is None or saved == current:
+            return
+        _log.warning(
+            "The training data's shuffle seeds differ from the backed-up run's (%s then, %s "
+            "now): a seed drawn at random when the dataset was built (keras.utils."
+            "image_dataset_from_directory, text_dataset_from_directory and "
+            "timeseries_dataset_from_array with seed=None draw it from NumPy) gives the "
+            "restart another order than the uninterrupted run; pass seed=N, or call "
+            "keras.utils.set_random_seed(N) before building the dataset.",
+            saved,
+            current,
+        )

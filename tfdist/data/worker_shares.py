@@ -76,8 +76,10 @@ def worker_batches(
         num_examples: Examples in one pass of a task's own dataset, or None
             when not counted.
         batching: The task's declared padding or bucketing, or None.
-        shard_files: A task's own dataset reads at least `num_workers` files:
-            each worker reads only its share of them.
+        shard_files: A task's own dataset has enough files for `num_workers`
+            workers by `keras_compat.enough_files_to_shard`, the policy the
+            Keras path follows too (`TaskInput.sharded_by_file` records its
+            answer as `file_shards`): each worker reads only its share of them.
 
     Raises:
         UsageError: A Python random-access source (workers run graphs only).

@@ -107,10 +107,12 @@ from tfdist.keras_compat._input_state import (
     PipelineFacts,  # noqa: F401
     TrainingInput,  # noqa: F401
     global_seed_is_set,  # noqa: F401
+    holds_shuffle_seed_state,  # noqa: F401
     pipeline_facts,  # noqa: F401
     worker_of,  # noqa: F401
 )
 from tfdist.keras_compat._input_state import supported as input_state_supported  # noqa: F401
+from tfdist.keras_compat._record_sharding import enough_files_to_shard  # noqa: F401
 
 # Re-exported: the public names of the reduced-precision gradient all-reduce.
 from tfdist.keras_compat._reduced_precision import (
@@ -125,6 +127,7 @@ __all__ = [
     "runtime_initialized",
     "runtime_left_unstarted",
     "can_shard_by_file",
+    "enough_files_to_shard",
     "shard_by_file",
     "REDUCED_DTYPES",
     "gradient_all_reduce_dtype",
@@ -141,6 +144,7 @@ __all__ = [
     "PipelineFacts",
     "TrainingInput",
     "global_seed_is_set",
+    "holds_shuffle_seed_state",
     "input_state_supported",
     "pipeline_facts",
     "worker_of",

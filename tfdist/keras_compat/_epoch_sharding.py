@@ -84,7 +84,7 @@ def worker_dataset(dataset: tf.data.Dataset, *, role: str, num_workers: int, wor
             f"and decodes only its share."
         )
         return _with_policy(worker_shard(num_workers, worker_index), _Policy.OFF)
-    if _record_sharding.reads_at_least(dataset, num_workers):
+    if _record_sharding.enough_files_to_shard(dataset, num_workers):
         _say_once(f"The {role} data is sharded by file among {num_workers} workers.")
         return dataset
     if role == EVALUATION:

@@ -79,11 +79,19 @@ class PipelineFacts:
         python_state: Ops holding Python state (`from_generator`, `py_function`).
         buffers: Dataset ops whose saved state holds elements.
         unseeded_shuffles: Shuffle ops without a seed (op and global seed 0).
+        reshuffles: Shuffle ops that reshuffle each pass (a seed generator).
+        shuffle_seeds: Each shuffle op's `(seed, seed2)`, in graph order.
+        partial_passes: A reshuffled pass that ends with a partial batch, as
+            `(examples per pass, batch size)` per batch op after a reshuffle
+            (see `reshuffled_partial_batches`).
     """
 
     python_state: tuple[str, ...]
     buffers: tuple[str, ...]
     unseeded_shuffles: int
+    reshuffles: int = 0
+    shuffle_seeds: tuple[tuple[int, int], ...] = ()
+    partial_passes: tuple[tuple[int, int], ...] = ()
 
 
 def pipeline_facts(dataset: tf.data.Dataset) -> PipelineFacts:
@@ -95,7 +103,7 @@ def pipeline_facts(dataset: tf.data.Dataset) -> PipelineFacts:
         nodes.extend(function.node_def)
     ops = [node.op for node in nodes]
     by_name = {node.name: node for node in graph.node}
-    unseeded = 0
+    unseeded, reshuffles, seeds_of = 0, 0, []
     for node in graph.node:
         if node.op in _SHUFFLES and len(node.input) >= 4:
             seeds = [by_name.get(name.split(":")[0]) for name in node.input[2:4]]
@@ -105,11 +113,101 @@ def pipeline_facts(dataset: tf.data.Dataset) -> PipelineFacts:
             ]
             if all(value in ([0], []) for value in values):
                 unseeded += 1
+            seeds_of.append(tuple(int(value[0]) if value else 0 for value in values))
+            reshuffle = node.attr.get("reshuffle_each_iteration")
+            if reshuffle is None or reshuffle.b:
+                reshuffles += 1
     return PipelineFacts(
         python_state=tuple(sorted({op for op in ops if op in PYTHON_STATE_OPS})),
         buffers=tuple(op for op in ops if op in BUFFERING_OPS),
         unseeded_shuffles=unseeded,
+        reshuffles=reshuffles,
+        shuffle_seeds=tuple(seeds_of),
+        partial_passes=reshuffled_partial_batches(dataset),
     )
+
+
+# Batch ops that emit a pass's partial last batch after dropping their exhausted
+# input iterator (measured on TF 2.21; `batch(num_parallel_calls=...)` keeps it,
+# and so does the `MapAndBatchDataset` tf.data fuses a map and a batch into).
+_DROPPING_BATCHES = frozenset({"_BatchDataset", "_PaddedBatchDataset"})
+_MAPS = frozenset({"_MapDataset", "_ParallelMapDataset"})
+
+
+def _fuses_map_and_batch(dataset: tf.data.Dataset) -> bool:
+    optimization = dataset.options().experimental_optimization
+    return (
+        optimization.apply_default_optimizations is not False
+        and optimization.map_and_batch_fusion is not False
+    )
+
+
+def _inputs(dataset) -> list:
+    try:
+        return list(dataset._inputs())  # pylint: disable=protected-access
+    except (AttributeError, NotImplementedError, TypeError):
+        return []
+
+
+def _reshuffles_upstream(dataset) -> bool:
+    pending, seen = [dataset], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if type(current).__name__ == "_ShuffleDataset" and bool(
+            getattr(current, "_reshuffle_each_iteration", True)
+        ):
+            return True
+        pending.extend(_inputs(current))
+    return False
+
+
+def reshuffled_partial_batches(dataset: tf.data.Dataset) -> tuple[tuple[int, int], ...]:
+    """`(examples per pass, batch size)` of each batch after a reshuffle whose passes end partial.
+
+    A `batch` (or `padded_batch`) without `drop_remainder` drops its input's
+    iterator when the input ends, then yields the partial batch. An iterator
+    state saved there holds no state of the shuffle before it, so its seed
+    generator's count is lost: restored, the next pass draws other seeds (TF
+    2.21, `holds_shuffle_seed_state`). Only passes whose length tf.data knows
+    are listed; for the others the saved state itself tells. A `batch` right
+    after a `map` is left out: tf.data fuses the two (`map_and_batch_fusion`).
+    """
+    fused = _fuses_map_and_batch(dataset)
+    found, pending, seen = [], [dataset], set()
+    while pending:
+        current = pending.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        pending.extend(_inputs(current))
+        if type(current).__name__ not in _DROPPING_BATCHES:
+            continue
+        drop = tf.get_static_value(getattr(current, "_drop_remainder", True))
+        batch = tf.get_static_value(getattr(current, "_batch_size", 0))
+        source = getattr(current, "_input_dataset", None)
+        if drop or not batch or source is None or not _reshuffles_upstream(source):
+            continue
+        if fused and type(current).__name__ == "_BatchDataset" and type(source).__name__ in _MAPS:
+            continue
+        per_pass = int(source.cardinality())
+        if per_pass >= 0 and per_pass % int(batch):
+            found.append((per_pass, int(batch)))
+    return tuple(found)
+
+
+def holds_shuffle_seed_state(state: bytes, reshuffles: int) -> bool:
+    """Whether an iterator state holds the seed-generator count of each of `reshuffles` shuffles.
+
+    Each shuffle iterator in the state writes `epoch_num_random_samples`, the
+    count its restore resets the seed generator to. A state saved after a
+    batch dropped its exhausted input (a pass's partial last batch) has none:
+    restored, the shuffle's next pass draws its seeds from a fresh generator
+    that the restore itself already advanced, and differs.
+    """
+    return state.count(b"epoch_num_random_samples") >= reshuffles
 
 
 def _local_iterator(iterator):
@@ -166,11 +264,29 @@ class _Recording:
         return iterator
 
 
+def _reads(adapter_dataset, dataset) -> bool:
+    """Whether Keras's adapter reads `dataset`: itself, or its `class_weight` map.
+
+    With `fit(class_weight=...)` Keras's `TFDatasetAdapter` reads
+    `dataset.map(class_weight_fn).prefetch(AUTOTUNE)`; the iterator over that
+    is recorded, its state holding the position of `dataset` inside it.
+    """
+    if adapter_dataset is dataset:
+        return True
+    if type(adapter_dataset).__name__ != "_PrefetchDataset":
+        return False
+    mapped = getattr(adapter_dataset, "_input_dataset", None)
+    return (
+        type(mapped).__name__ == "_MapDataset"
+        and getattr(mapped, "_input_dataset", None) is dataset
+    )
+
+
 def _get_iterator(self):
     original = _patching.original(tf_trainer.TFEpochIterator, "_get_iterator")
     source = original(self)
     for training_input in _active:
-        if getattr(self.data_adapter, "_dataset", None) is training_input.dataset:
+        if _reads(getattr(self.data_adapter, "_dataset", None), training_input.dataset):
             return _Recording(training_input, source)
     return source
 

@@ -173,6 +173,21 @@ def shard_by_record(dataset: tf.data.Dataset, num_shards: int, index: int):
         return None
 
 
+def enough_files_to_shard(dataset: tf.data.Dataset, num_workers: int) -> bool:
+    """Whether each of `num_workers` workers can read its own files of the pipeline.
+
+    The one policy of every path that reads a user's dataset: the Keras path
+    (`_epoch_sharding`) and the task path (`tfdist.data.TaskInput.sharded_by_file`,
+    whose answer `tfdist.data.worker_shares` and the synchronous streams follow).
+    True with at least 2 workers and a file reader of at least `num_workers`
+    files, found by reading its file names and at most one record, decoding
+    nothing (`reads_at_least`). What comes after the reader does not change
+    the answer: a filter that leaves a worker's files without an example still
+    gives that worker its files.
+    """
+    return num_workers >= 2 and reads_at_least(dataset, num_workers)
+
+
 def reads_at_least(dataset: tf.data.Dataset, num_files: int) -> bool:
     """Whether the pipeline reads at least `num_files` files, decoding nothing to find out.
 
