@@ -83,10 +83,11 @@ def test_class_weight_resumes_at_the_saved_position_bit_for_bit(lines, tmp_path,
     with caplog.at_level(logging.INFO, logger="tfdist"):
         resumed, decodes = _fit_csv(lines, tmp_path / "resumed", **weights)
     _assert_same_weights(resumed, reference)
-    # What its remaining steps consume, plus the shuffle buffer's refill and a batch in
-    # flight; skipping the 12 batches taken decoded 48 more.
+    # What its remaining steps consume, give or take the shuffle buffer and a batch in
+    # flight (restored decoded with the state, or refilled after it: 68 and 76 seen);
+    # skipping the 12 batches taken decoded 48 more.
     remaining = (STEPS - RESUMED_AT) * BATCH
-    assert remaining <= decodes <= remaining + BUFFER + BATCH, decodes
+    assert abs(decodes - remaining) <= BUFFER + BATCH, decodes
     assert "could not be saved" not in caplog.text
     assert "skipping the batches already taken" not in caplog.text
 
