@@ -52,11 +52,13 @@ def _one_process(root: pathlib.Path, command: list[str]) -> dict:
 
 def _two_workers(root: pathlib.Path, command: list[str]) -> dict:
     from tfdist.launch.local_cluster import LocalCluster  # pylint: disable=g-import-not-at-top
+    from tfdist.launch.testing import SHARED_PRELOADERS  # pylint: disable=g-import-not-at-top
 
     logs = {}
     for phase, extra in PHASES.items():
         backup = "full" if phase == "full" else "res"
         with LocalCluster(
+            preload_servers=SHARED_PRELOADERS.get,  # one import of TensorFlow per pytest process
             num_workers=2,
             env=ENV,
             log_dir=root / f"two-{phase}",
