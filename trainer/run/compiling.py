@@ -115,6 +115,21 @@ def build_model(
     return model
 
 
+def build_training_model(
+    loaded: LoadedTask,
+    config: ExperimentConfig,
+    inputs: Inputs,
+    *,
+    strategy: tf.distribute.Strategy,
+    strategy_name: str,
+) -> keras.Model:
+    """The model to train: XLA chosen for the strategy (and logged), built in its scope."""
+    jit_compile, why = resolve_jit_compile(config, strategy_name)
+    logging.info("XLA %s: %s.", "on" if jit_compile else "off", why)
+    with strategy.scope():
+        return build_model(loaded, config, inputs, jit_compile=jit_compile)
+
+
 def explicit_steps_per_execution(config: ExperimentConfig) -> int:
     """The number to compile with: the configured one, or 1 until `tune` chooses."""
     return 1 if config.steps_per_execution == AUTO else config.steps_per_execution

@@ -11,14 +11,13 @@ from typing import Mapping
 
 import keras
 import tensorflow as tf
-from absl import logging
 
 from tfdist.callbacks import BackupAndRestore, CheckpointExporter
 from tfdist.distribute.cluster import Cluster
 from tfdist.outputs import export as export_lib
 from trainer.config import ExperimentConfig
 from trainer.run.callbacks import evaluation_exporter, finish_exports, training_callbacks
-from trainer.run.compiling import build_model, resolve_jit_compile, tune_steps_per_execution
+from trainer.run.compiling import build_training_model, tune_steps_per_execution
 from trainer.run.directories import OutputDirs
 from trainer.run.inputs import Inputs, build_inputs
 from trainer.run.outputs import Outcome, build_summary, write_outputs
@@ -93,10 +92,9 @@ def prepare(
         count_dir=dirs.backup_dir,
         is_chief=cluster.is_chief,
     )
-    jit_compile, why = resolve_jit_compile(config, strategy_name)
-    logging.info("XLA %s: %s.", "on" if jit_compile else "off", why)
-    with strategy.scope():
-        model = build_model(loaded, config, inputs, jit_compile=jit_compile)
+    model = build_training_model(
+        loaded, config, inputs, strategy=strategy, strategy_name=strategy_name
+    )
     backup = make_backup(
         config,
         dirs,
