@@ -162,6 +162,14 @@ def main() -> None:
             np.asarray(w).astype("float32").tobytes().hex() for w in model.get_weights()
         ]
         (out / f"{case}-{task}.json").write_text(json.dumps(result))
+    # Every task leaves together once all wrote their results: a task that exits first
+    # makes its peer's coordination service report it crashed, and the peer's teardown
+    # of TensorFlow's threads can then hang (seen with tasks forked from a preload server).
+    if strategy.num_replicas_in_sync > 1:
+        strategy.reduce("SUM", strategy.run(lambda: tf.constant(1.0)), axis=None)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # pylint: disable=protected-access
 
 
 if __name__ == "__main__":
