@@ -73,6 +73,9 @@ class ResumableInput:
         strategy: The strategy `fit` runs under (its workers, this one's index).
         max_state_bytes: Largest iterator state saved per worker; above it
             no state is saved and a restart skips (one line says so).
+        endless: The dataset never ends, whatever tf.data's cardinality says
+            (the trainer's stream of passes, a `flat_map`): it is iterated as
+            it is, without `repeat()`.
     """
 
     def __init__(
@@ -82,6 +85,7 @@ class ResumableInput:
         steps_per_epoch: int | None,
         strategy=None,
         max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+        endless: bool = False,
     ):
         if not isinstance(max_state_bytes, int) or max_state_bytes < 0:
             raise UsageError(
@@ -92,7 +96,7 @@ class ResumableInput:
         self._max_state_bytes = max_state_bytes
         self.facts = keras_compat.pipeline_facts(dataset)
         cardinality = int(dataset.cardinality())
-        self.endless = cardinality == int(tf.data.INFINITE_CARDINALITY)
+        self.endless = endless or cardinality == int(tf.data.INFINITE_CARDINALITY)
         self.steps_per_epoch = steps_per_epoch
         if not self.endless and self._saving_possible():
             # One iterator across epochs: the epoch count and the reshuffle seeds

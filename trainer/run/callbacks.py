@@ -5,11 +5,15 @@ process after a preemption notice; under `python -m trainer.ray`, Ray's own
 preemption notice is polled just before it and the committed backups are
 reported to Ray just after it, under every strategy); `evaluation_exporter`
 is the chief's checkpoint exporter for an evaluator task, and
-`finish_exports` its last export once training is over. The throughput meter
+`finish_exports` its last export once training is over. With a saved input
+position (`trainer.run.inputs.TrainingPosition`), `SavedInputPosition` comes
+first: it records the iterator `fit` builds over the task's dataset, and
+restores the backed-up position into it. The throughput meter
 is not among them: `trainer.run.pipeline.prepare` hands it to the loop on its
 own, and only a loop whose callbacks see every step runs it.
 """
 
+import contextlib
 import sys
 from typing import Mapping
 
@@ -47,9 +51,17 @@ def training_callbacks(
     backup: BackupAndRestore | None,
     exporter: CheckpointExporter | None,
     environ: Mapping[str, str],
+    position=None,
 ) -> list:
-    """The chief's TensorBoard and exporter, and the backup (with Ray's calls), in order."""
+    """The chief's TensorBoard and exporter, and the backup (with Ray's calls), in order.
+
+    Args:
+        position: The task's dataset's saved position
+            (`trainer.run.inputs.TrainingPosition`), or None.
+    """
     callbacks = []
+    if position is not None:
+        callbacks.append(SavedInputPosition(position))
     if backup is None:
         callbacks.append(NonFiniteGuard())  # the backup checks the same itself
     if config.hparam_metric:
@@ -68,6 +80,27 @@ def training_callbacks(
         if ray_backend is not None:
             callbacks.append(ray_backend.ReportBackups(dirs.backup_dir))
     return callbacks
+
+
+class SavedInputPosition(keras.callbacks.Callback):
+    """Keeps each `fit` call inside `position.capture()`, from its start to its end.
+
+    Keras builds its iterator over the training data after `on_train_begin`:
+    while captured, that iterator is recorded (its state goes into each
+    backup) and a restored position is put into it before the first step.
+    """
+
+    def __init__(self, position):
+        super().__init__()
+        self._position = position
+        self._inside = contextlib.ExitStack()
+
+    def on_train_begin(self, logs=None):
+        if self._position.in_use:
+            self._inside.enter_context(self._position.capture())
+
+    def on_train_end(self, logs=None):
+        self._inside.close()
 
 
 def ray_backend_if_set_up():

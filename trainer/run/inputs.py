@@ -5,6 +5,9 @@ against the contract, applies declared batching and class weights, shards
 files per worker and counts the steps of an epoch; `Inputs` makes the
 training, evaluation and validation streams from them, and each
 parameter-server worker's own batches (`Inputs.worker_batches`).
+`TrainingPosition` backs up the iterator position of a task's own dataset
+with every backup and restores it on restart (`tfdist.data.resume_input`, the
+mechanism of `tfdist.resumable.fit`).
 """
 
 import dataclasses
@@ -18,6 +21,7 @@ from tfdist import tasks as tasks_lib
 from tfdist.data import batching as batching_lib
 from tfdist.data import counts as data_counts
 from tfdist.data import worker_shares
+from tfdist.data.resume_input import ResumableInput
 from tfdist.errors import UsageError
 from tfdist.tasks import first_batch_check, weighting
 from trainer.config import AUTO, ExperimentConfig, check_steps_per_execution
@@ -53,6 +57,7 @@ class Inputs:
     build_train: Callable[[], data_lib.TaskInput] | None = dataclasses.field(
         default=None, repr=False, compare=False
     )
+    position: "TrainingPosition | None" = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def eval_examples(self):
@@ -66,8 +71,12 @@ class Inputs:
         """Global batches from step `first_step` on, the same in every process.
 
         A source under a strategy with several replicas comes back distributed:
-        each worker builds only its replicas' part of every global batch.
+        each worker builds only its replicas' part of every global batch. With
+        a `position` in use, the stream from step 0 whose iterator state the
+        backups hold (restored at `first_step` already).
         """
+        if self.position is not None and self.position.in_use:
+            return self.position.next_stream()
         if self.batching is not None:  # variable lengths: tfdist.data.batching
             return batching_lib.padded_training_batches(
                 self.train.value,
@@ -154,6 +163,100 @@ class Inputs:
             return first.batch(self.global_batch_size, drop_remainder=True)
 
         return sample
+
+
+class TrainingPosition:
+    """The iterator position of a task's own training dataset, in every backup.
+
+    Every process trains on the stream from step 0 (`Inputs.train_stream(0)`,
+    the same batches in every run) and its tf.data iterator state goes into
+    each backup, inside the same atomic commit and checksums as the weights
+    (`tfdist.data.resume_input.ResumableInput`: the files, log lines and
+    warnings of `tfdist.resumable.fit`). A restart restores it: it decodes only
+    what its remaining steps read, plus the buffers that state holds. Where
+    it cannot be restored (no state in the backup, another number of workers,
+    `from_generator`) the run skips the batches already taken, as before, and
+    its backups hold no position.
+
+    Args:
+        stream: `Inputs.train_stream(0, strategy)`, a `tf.data.Dataset`.
+        steps_per_epoch: Optimizer updates per epoch.
+        total_steps: The run's steps: the stream ends there, so that tf.data
+            reads nothing ahead past the last step (a restart would decode it).
+        strategy: The synchronous strategy `fit` runs under.
+    """
+
+    def __init__(
+        self, stream: tf.data.Dataset, *, steps_per_epoch: int, total_steps: int, strategy
+    ):
+        self.input = ResumableInput(
+            stream.take(total_steps),
+            steps_per_epoch=steps_per_epoch,
+            strategy=strategy,
+            endless=True,
+        )
+        self.in_use = True
+        self._streams = 0
+
+    def restore(self, backup) -> None:
+        """Restores this worker's position from the backup `backup` resumed from, if any.
+
+        Every worker decides alike from the backup's metadata. When the
+        position cannot be restored, this run skips and `backup` saves no
+        position (`in_use` is False).
+        """
+        point = backup.resume_point
+        if point is None or not point.global_step:
+            return
+        self.in_use = self.input.restore_from(point.backup_path, point.metadata.get("input_state"))
+        if not self.in_use:
+            backup.input_state = None
+
+    def next_stream(self) -> tf.data.Dataset:
+        """The dataset of the next `fit` call: its iterator goes on where the last one's stopped."""
+        if self._streams:
+            self.input.carry_over()
+        self._streams += 1
+        return self.input.dataset_for(0)
+
+    def capture(self):
+        """The context `fit` must run in for its iterator to be saved and restored."""
+        return self.input.capture()
+
+
+def training_position(
+    inputs: Inputs, strategy: tf.distribute.Strategy, backup, *, epochs: int
+) -> TrainingPosition | None:
+    """The position of the task's own dataset, backed up by `backup` and restored from it.
+
+    None (batches are skipped on restart, as before) without a backup, for a
+    source (it resumes by arithmetic, decoding nothing), or when the stream
+    is not one dataset (a dataset sharded by file among workers, each
+    building its own part).
+    """
+    from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
+
+    if backup is None or inputs.train.is_source or not keras_compat.input_state_supported():
+        return None
+    if inputs.build_train is not None:
+        # A dataset of its own, iterated first by this stream in every process: the
+        # seed generators of the task's own shuffles are where a fresh run's are, and a
+        # pass the trainer caches holds the same examples in every run (the
+        # checks and the count iterate the split built first).
+        fresh = dataclasses.replace(inputs.build_train(), file_shards=inputs.train.file_shards)
+        inputs = dataclasses.replace(inputs, train=fresh)
+    stream = inputs.train_stream(0, strategy)
+    if not isinstance(stream, tf.data.Dataset):
+        return None
+    position = TrainingPosition(
+        stream,
+        steps_per_epoch=inputs.steps_per_epoch,
+        total_steps=epochs * inputs.steps_per_epoch,
+        strategy=strategy,
+    )
+    backup.input_state = position.input
+    position.restore(backup)
+    return position
 
 
 def build_inputs(

@@ -19,7 +19,7 @@ from trainer.config import ExperimentConfig
 from trainer.run.callbacks import evaluation_exporter, finish_exports, training_callbacks
 from trainer.run.compiling import build_training_model, tune_steps_per_execution
 from trainer.run.directories import OutputDirs
-from trainer.run.inputs import Inputs, build_inputs
+from trainer.run.inputs import Inputs, build_inputs, training_position
 from trainer.run.outputs import Outcome, build_summary, write_outputs
 from trainer.run.restarts import Plan, make_backup, plan, run_settings
 from trainer.run.throughput import ThroughputMeter
@@ -115,6 +115,11 @@ def prepare(
     steps_per_execution = tune_steps_per_execution(
         config, model, inputs, todo, num_workers=num_workers
     )
+    # After the tuner, whose probe reads a stream of its own.
+    position = None
+    if strategy_name != "parameter_server" and not todo.completed:
+        position = training_position(inputs, strategy, backup, epochs=config.epochs)
+        inputs = dataclasses.replace(inputs, position=position)
     meter = ThroughputMeter(
         global_batch_size=config.global_batch_size, steps_per_execution=steps_per_execution
     )
@@ -126,6 +131,7 @@ def prepare(
         backup=backup,
         exporter=exporter,
         environ=environ,
+        position=position,
     )
     return Prepared(inputs, model, backup, todo, exporter, meter, tuple(callbacks))
 

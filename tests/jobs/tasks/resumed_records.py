@@ -1,0 +1,59 @@
+"""A task returning its own shuffled `tf.data.Dataset` of JPEG records, killed at a step (not a test module).
+
+`ShuffledRecords` is `record_tasks.RecordImages(kind="dataset")` with the
+task's own `shuffle` (unseeded, reshuffled each pass: the trainer's
+`--seed` sets TensorFlow's global seed, which fixes it), counting its decodes
+per process in `count_dir` as `RecordImages` does. With `kill_at_call`, the
+loss SIGKILLs the process at its `kill_at_call`-th call (the one-batch check
+calls it once before training, then every training step once), once: a
+`kill_marker` file records it, so the restarted run trains to the end.
+"""
+
+import os
+import signal
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tests.jobs.tasks import record_tasks
+
+_calls = {"count": 0, "at": 0, "marker": ""}
+
+
+def _tick(_):
+    _calls["count"] += 1
+    if _calls["at"] and _calls["count"] >= _calls["at"] and not os.path.exists(_calls["marker"]):
+        with open(_calls["marker"], "w") as handle:
+            handle.write(str(_calls["count"]))
+        os.kill(os.getpid(), signal.SIGKILL)
+    return np.float32(0)
+
+
+class ShuffledRecords(record_tasks.RecordImages):
+    """`TFRecordDataset(files).map(decode).shuffle(buffer)`, decodes counted."""
+
+    def __init__(
+        self,
+        pattern: str,
+        count_dir: str = "",
+        buffer: int = 64,
+        kill_at_call: int = 0,
+        kill_marker: str = "",
+    ):
+        super().__init__(pattern, kind="dataset", count_dir=count_dir)
+        self.buffer = buffer
+        _calls.update(at=kill_at_call, marker=kill_marker)
+
+    def build_inputs(self, training):
+        examples = super().build_inputs(training)
+        return None if examples is None else examples.shuffle(self.buffer)
+
+    def loss(self):
+        crossentropy = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+        def loss(labels, logits):
+            tick = tf.numpy_function(_tick, [tf.constant(0)], tf.float32, stateful=True)
+            return crossentropy(labels, logits) + 0.0 * tf.reshape(tick, [])
+
+        return loss
