@@ -56,6 +56,37 @@ BUFFERING_OPS = frozenset(
     }
 )
 _SHUFFLES = frozenset(name for name in BUFFERING_OPS if name.startswith("Shuffle"))
+# Dataset ops that only arrange tensors already in memory: a pipeline of these
+# alone (`from_tensor_slices(arrays).shuffle(n)`) decodes nothing, so reading
+# it again costs no decoding.
+IN_MEMORY_OPS = frozenset(
+    {
+        "TensorSliceDataset",
+        "TensorDataset",
+        "RangeDataset",
+        "ShuffleDataset",
+        "ShuffleDatasetV2",
+        "ShuffleDatasetV3",
+        "BatchDataset",
+        "BatchDatasetV2",
+        "PaddedBatchDataset",
+        "PaddedBatchDatasetV2",
+        "PrefetchDataset",
+        "RepeatDataset",
+        "TakeDataset",
+        "SkipDataset",
+        "OptionsDataset",
+        "CacheDataset",
+        "CacheDatasetV2",
+        "ZipDataset",
+        "ConcatenateDataset",
+        "UnbatchDataset",
+        "ShardDataset",
+        "ModelDataset",
+        "FinalizeDataset",
+        "AssertCardinalityDataset",
+    }
+)
 
 _active: list["TrainingInput"] = []
 
@@ -84,6 +115,8 @@ class PipelineFacts:
         partial_passes: A reshuffled pass that ends with a partial batch, as
             `(examples per pass, batch size)` per batch op after a reshuffle
             (see `reshuffled_partial_batches`).
+        in_memory: Every dataset op only arranges tensors in memory
+            (`IN_MEMORY_OPS`): no map, no file reader, no generator.
     """
 
     python_state: tuple[str, ...]
@@ -92,6 +125,7 @@ class PipelineFacts:
     reshuffles: int = 0
     shuffle_seeds: tuple[tuple[int, int], ...] = ()
     partial_passes: tuple[tuple[int, int], ...] = ()
+    in_memory: bool = False
 
 
 def pipeline_facts(dataset: tf.data.Dataset) -> PipelineFacts:
@@ -124,6 +158,7 @@ def pipeline_facts(dataset: tf.data.Dataset) -> PipelineFacts:
         reshuffles=reshuffles,
         shuffle_seeds=tuple(seeds_of),
         partial_passes=reshuffled_partial_batches(dataset),
+        in_memory=all(op in IN_MEMORY_OPS for op in ops if "Dataset" in op),
     )
 
 

@@ -88,16 +88,24 @@ class SavedInputPosition(keras.callbacks.Callback):
     Keras builds its iterator over the training data after `on_train_begin`:
     while captured, that iterator is recorded (its state goes into each
     backup) and a restored position is put into it before the first step.
+    On several workers that iterator is a plain tf.data iterator, not the
+    distributed one the steps-per-execution tuner traced the step with: the
+    first `fit` traces its step anew.
     """
 
     def __init__(self, position):
         super().__init__()
         self._position = position
         self._inside = contextlib.ExitStack()
+        self._traced = False
 
     def on_train_begin(self, logs=None):
-        if self._position.in_use:
-            self._inside.enter_context(self._position.capture())
+        if not self._position.in_use:
+            return
+        self._inside.enter_context(self._position.capture())
+        if not self._traced and self._position.workers > 1:
+            self.model.make_train_function(force=True)
+        self._traced = True
 
     def on_train_end(self, logs=None):
         self._inside.close()

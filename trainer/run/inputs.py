@@ -17,6 +17,7 @@ import tensorflow as tf
 from absl import logging
 
 from tfdist import data as data_lib
+from tfdist import keras_compat
 from tfdist import tasks as tasks_lib
 from tfdist.data import batching as batching_lib
 from tfdist.data import counts as data_counts
@@ -75,8 +76,8 @@ class Inputs:
         a `position` in use, the stream from step 0 whose iterator state the
         backups hold (restored at `first_step` already).
         """
-        if self.position is not None and self.position.in_use:
-            return self.position.next_stream()
+        if self.position is not None:
+            return self.position.next_stream(first_step)
         if self.batching is not None:  # variable lengths: tfdist.data.batching
             return batching_lib.padded_training_batches(
                 self.train.value,
@@ -179,22 +180,21 @@ class TrainingPosition:
     its backups hold no position.
 
     Args:
-        stream: `Inputs.train_stream(0, strategy)`, a `tf.data.Dataset`.
-        steps_per_epoch: Optimizer updates per epoch.
+        inputs: The run's inputs, their training split built anew.
         total_steps: The run's steps: the stream ends there, so that tf.data
             reads nothing ahead past the last step (a restart would decode it).
         strategy: The synchronous strategy `fit` runs under.
     """
 
-    def __init__(
-        self, stream: tf.data.Dataset, *, steps_per_epoch: int, total_steps: int, strategy
-    ):
+    def __init__(self, inputs: Inputs, *, total_steps: int, strategy):
+        self._inputs, self._strategy = inputs, strategy
         self.input = ResumableInput(
-            stream.take(total_steps),
-            steps_per_epoch=steps_per_epoch,
+            inputs.train_stream(0, strategy).take(total_steps),
+            steps_per_epoch=inputs.steps_per_epoch,
             strategy=strategy,
             endless=True,
         )
+        self.workers = keras_compat.worker_of(strategy)[1]
         self.in_use = True
         self._streams = 0
 
@@ -212,8 +212,14 @@ class TrainingPosition:
         if not self.in_use:
             backup.input_state = None
 
-    def next_stream(self) -> tf.data.Dataset:
-        """The dataset of the next `fit` call: its iterator goes on where the last one's stopped."""
+    def next_stream(self, first_step: int):
+        """The dataset of the next `fit` call: its iterator goes on where the last one's stopped.
+
+        Not `in_use`: the stream of before, from `first_step` (its batches
+        before it skipped), of the split built anew.
+        """
+        if not self.in_use:
+            return self._inputs.train_stream(first_step, self._strategy)
         if self._streams:
             self.input.carry_over()
         self._streams += 1
@@ -230,13 +236,15 @@ def training_position(
     """The position of the task's own dataset, backed up by `backup` and restored from it.
 
     None (batches are skipped on restart, as before) without a backup, for a
-    source (it resumes by arithmetic, decoding nothing), or when the stream
-    is not one dataset (a dataset sharded by file among workers, each
+    source (it resumes by arithmetic, decoding nothing), for tensors already in
+    memory (`from_tensor_slices(arrays)` without a map: skipping them decodes
+    nothing, and a backup need not hold the shuffle window), or when the
+    stream is not one dataset (a dataset sharded by file among workers, each
     building its own part).
     """
-    from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
-
     if backup is None or inputs.train.is_source or not keras_compat.input_state_supported():
+        return None
+    if keras_compat.pipeline_facts(inputs.train.value).in_memory:
         return None
     if inputs.build_train is not None:
         # A dataset of its own, iterated first by this stream in every process: the
@@ -245,14 +253,10 @@ def training_position(
         # checks and the count iterate the split built first).
         fresh = dataclasses.replace(inputs.build_train(), file_shards=inputs.train.file_shards)
         inputs = dataclasses.replace(inputs, train=fresh)
-    stream = inputs.train_stream(0, strategy)
-    if not isinstance(stream, tf.data.Dataset):
+    if not isinstance(inputs.train_stream(0, strategy), tf.data.Dataset):
         return None
     position = TrainingPosition(
-        stream,
-        steps_per_epoch=inputs.steps_per_epoch,
-        total_steps=epochs * inputs.steps_per_epoch,
-        strategy=strategy,
+        inputs, total_steps=epochs * inputs.steps_per_epoch, strategy=strategy
     )
     backup.input_state = position.input
     position.restore(backup)
