@@ -14,7 +14,10 @@ that window's state, and once the pass is cached, the cache.
 - killed in step 26, restarted from the backup of step 24: nothing is decoded
   for the 16 steps left (the cache is in the backup).
 
-Both restarts end bit-equal to the uninterrupted run. Before, the restart
+Both restarts end bit-equal to the uninterrupted run. On 2 workers
+(`--strategy=multiworker`, one file: every worker reads the whole global
+batches and keeps its part), both killed in step 14, the restart from each
+worker's own state in the backup of step 12 ends bit-equal too. Before, the restart
 skipped the batches already taken, decoded the whole pass again (320) in both
 cases and ended with other weights (max |difference| 0.0013): the task's
 reshuffling shuffle had been iterated once more in the first run (to count
@@ -43,14 +46,14 @@ TOTAL_STEPS = EPOCHS * NUM_EXAMPLES // GLOBAL_BATCH
 RESTARTS = {"epoch1": (15, 12, NUM_EXAMPLES), "epoch2": (27, 24, 0)}
 
 
-def _command(pattern: str, name: pathlib.Path, **config) -> list[str]:
+def _command(pattern: str, name: pathlib.Path, strategy: str = "default", **config) -> list[str]:
     return [
         sys.executable,
         "-m",
         "trainer.task",
         "--task=tests.jobs.tasks.resumed_records:ShuffledRecords",
         f"--task_config={json.dumps({'pattern': pattern, **config})}",
-        "--strategy=default",
+        f"--strategy={strategy}",
         f"--global_batch_size={GLOBAL_BATCH}",
         "--steps_per_execution=1",
         f"--epochs={EPOCHS}",
@@ -125,3 +128,41 @@ def test_a_killed_run_of_the_tasks_own_dataset_resumes_at_its_position(
     assert 0 <= decodes - checks <= pass_decoded_again, (decodes, checks)
     assert "skipping the batches already taken" not in restart_log
     assert reference_log.count("Backing up the training data's iterator state") == 1
+    # The trainer replays its cached first pass: the task's reshuffle is drawn once.
+    assert "holds no seed state" not in reference_log + restart_log
+
+
+def test_two_workers_killed_mid_epoch_resume_each_at_its_own_position(local_cluster, tmp_path):
+    pattern = record_tasks.write_tfrecords(str(tmp_path / "records"), NUM_EXAMPLES, num_files=1)
+    env = {"PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
+    kill_at_call, resumed_at, _ = RESTARTS["epoch1"]
+
+    def run(name: str, expected: int, **config) -> str:
+        cluster = local_cluster(
+            num_workers=2,
+            command=_command(pattern, tmp_path / name, "multiworker", **config),
+            env=env,
+        )
+        cluster.start()
+        codes = cluster.wait(timeout=WAIT_SECONDS, stop_on_failure=False)
+        assert set(codes.values()) == {expected}, cluster.format_logs()
+        return cluster.format_logs()
+
+    run("full", 0)
+    kill = {"kill_at_call": kill_at_call, "kill_marker": str(tmp_path / "killed")}
+    run("res", -signal.SIGKILL, **kill)
+    backup = tmp_path / "res" / "backup"
+    assert committed_steps(backup)[-1] == resumed_at
+    saved = sorted(path.name for path in (backup / f"backup-{resumed_at:012d}").glob("input-*"))
+    assert saved == ["input-worker-0.state", "input-worker-1.state"]
+
+    logs = run("res", 0, **kill)
+
+    summary = json.loads((tmp_path / "res" / "model" / "summary.json").read_text())
+    assert (summary["resumed_from_step"], summary["steps_completed"]) == (resumed_at, TOTAL_STEPS)
+    for want, got in zip(
+        _weights(tmp_path / "full" / "model"), _weights(tmp_path / "res" / "model"), strict=True
+    ):
+        np.testing.assert_array_equal(got, want)
+    assert "skipping the batches already taken" not in logs
+    assert "holds no seed state" not in logs

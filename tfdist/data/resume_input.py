@@ -49,6 +49,12 @@ __all__ = ["DEFAULT_MAX_STATE_BYTES", "state_file", "ResumableInput"]
 _log = logging.getLogger(__name__)
 
 DEFAULT_MAX_STATE_BYTES = 128 << 20
+# Why a state can lack a reshuffle's seed state, and the fix, in `fit`'s pipelines.
+PARTIAL_LAST_BATCH = (
+    "saved after a pass's partial last batch, TF 2.21",
+    "batch with drop_remainder=True, give a pass a whole number of batches, or "
+    "shuffle with reshuffle_each_iteration=False.",
+)
 
 
 def _size(count: int) -> str:
@@ -76,6 +82,10 @@ class ResumableInput:
         endless: The dataset never ends, whatever tf.data's cardinality says
             (the trainer's stream of passes, a `flat_map`): it is iterated as
             it is, without `repeat()`.
+        lost_seed_state: `(why, fix)` of the warning given once when a state
+            holds no seed state of a reshuffling shuffle; None: its later
+            passes are never drawn (the trainer caches the first pass), no
+            warning.
     """
 
     def __init__(
@@ -86,6 +96,7 @@ class ResumableInput:
         strategy=None,
         max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
         endless: bool = False,
+        lost_seed_state: tuple[str, str] | None = PARTIAL_LAST_BATCH,
     ):
         if not isinstance(max_state_bytes, int) or max_state_bytes < 0:
             raise UsageError(
@@ -125,7 +136,8 @@ class ResumableInput:
         self.dataset = dataset.with_options(options)
         self._compat = keras_compat.TrainingInput(self.dataset)
         self._said = False
-        self._said_next_pass = False
+        self._said_next_pass = lost_seed_state is None
+        self._lost_seed_state = lost_seed_state or PARTIAL_LAST_BATCH
         self._saving = self._saving_possible()
 
     def _saving_possible(self) -> bool:
@@ -225,10 +237,7 @@ class ResumableInput:
         if self._said_next_pass or not self.facts.reshuffles:
             return
         shuffle = next((op for op in self.facts.buffers if op.startswith("Shuffle")), "the shuffle")
-        fix = (
-            "batch with drop_remainder=True, give a pass a whole number of batches, or "
-            "shuffle with reshuffle_each_iteration=False."
-        )
+        why, fix = self._lost_seed_state
         if first and self.facts.partial_passes:
             per_pass, batch = self.facts.partial_passes[0]
             _log.warning(
@@ -244,10 +253,11 @@ class ResumableInput:
             )
         elif not keras_compat.holds_shuffle_seed_state(state, self.facts.reshuffles):
             _log.warning(
-                "The training data's position in this backup holds no seed state of %s (saved "
-                "after a pass's partial last batch, TF 2.21): a restart from it may differ "
-                "from the uninterrupted run from the next pass on; %s",
+                "The training data's position in this backup holds no seed state of %s (%s): "
+                "a restart from it may differ from the uninterrupted run from the next pass "
+                "on; %s",
                 shuffle,
+                why,
                 fix,
             )
         else:

@@ -21,7 +21,7 @@ from tfdist import keras_compat
 from tfdist import tasks as tasks_lib
 from tfdist.data import batching as batching_lib
 from tfdist.data import counts as data_counts
-from tfdist.data import worker_shares
+from tfdist.data import streaming, worker_shares
 from tfdist.data.resume_input import ResumableInput
 from tfdist.errors import UsageError
 from tfdist.tasks import first_batch_check, weighting
@@ -188,11 +188,13 @@ class TrainingPosition:
 
     def __init__(self, inputs: Inputs, *, total_steps: int, strategy):
         self._inputs, self._strategy = inputs, strategy
+        stream = inputs.train_stream(0, strategy).take(total_steps)
         self.input = ResumableInput(
-            inputs.train_stream(0, strategy).take(total_steps),
+            stream,
             steps_per_epoch=inputs.steps_per_epoch,
             strategy=strategy,
             endless=True,
+            lost_seed_state=None if _caches_a_pass(inputs) else _WINDOW_READ,
         )
         self.workers = keras_compat.worker_of(strategy)[1]
         self.in_use = True
@@ -228,6 +230,33 @@ class TrainingPosition:
     def capture(self):
         """The context `fit` must run in for its iterator to be saved and restored."""
         return self.input.capture()
+
+
+# Why a backup of the trainer's stream can lack the seed state of the task's own
+# reshuffling shuffle, and the fix.
+_WINDOW_READ = (
+    "saved once the trainer's shuffle window had read the rest of the pass from it, TF 2.21",
+    "shuffle with reshuffle_each_iteration=False, or leave the shuffling to the trainer "
+    "(--seed orders every pass).",
+)
+
+
+def _caches_a_pass(inputs: Inputs) -> bool:
+    """Whether the trainer keeps the first pass in memory (`streaming.training_batches`).
+
+    It does when the examples were counted and one pass of them, dense and of
+    known shapes, fits `streaming.MAX_CACHED_BYTES`. Later passes then replay
+    the first: a task's own reshuffling shuffle is drawn once, and no backup
+    needs its seed state.
+    """
+    if inputs.batching is not None or inputs.num_train_examples is None:
+        return False
+    example_bytes = 0
+    for spec in tf.nest.flatten(inputs.train.value.element_spec):
+        if not isinstance(spec, tf.TensorSpec) or not spec.shape.is_fully_defined():
+            return False
+        example_bytes += spec.shape.num_elements() * spec.dtype.size
+    return example_bytes * inputs.num_train_examples <= streaming.MAX_CACHED_BYTES
 
 
 def training_position(

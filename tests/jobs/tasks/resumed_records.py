@@ -6,9 +6,11 @@ task's own `shuffle` (unseeded, reshuffled each pass: the trainer's
 per process in `count_dir` as `RecordImages` does. With `kill_at_call`, the
 loss SIGKILLs the process at its `kill_at_call`-th call (the one-batch check
 calls it once before training, then every training step once), once: a
-`kill_marker` file records it, so the restarted run trains to the end.
+`kill_marker` file (one per task of a cluster) records it, so the restarted
+run trains to the end.
 """
 
+import json
 import os
 import signal
 
@@ -21,10 +23,15 @@ from tests.jobs.tasks import record_tasks
 _calls = {"count": 0, "at": 0, "marker": ""}
 
 
+def _marker() -> str:
+    task = json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {})
+    return f"{_calls['marker']}-{task.get('type', 'single')}-{task.get('index', 0)}"
+
+
 def _tick(_):
     _calls["count"] += 1
-    if _calls["at"] and _calls["count"] >= _calls["at"] and not os.path.exists(_calls["marker"]):
-        with open(_calls["marker"], "w") as handle:
+    if _calls["at"] and _calls["count"] >= _calls["at"] and not os.path.exists(_marker()):
+        with open(_marker(), "w") as handle:
             handle.write(str(_calls["count"]))
         os.kill(os.getpid(), signal.SIGKILL)
     return np.float32(0)
