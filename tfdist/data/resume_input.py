@@ -1,6 +1,7 @@
 """A user's own training dataset, resumed from its saved iterator position.
 
-`ResumableInput` wraps the `tf.data.Dataset` given to `tfdist.resumable.fit`:
+`ResumableInput` wraps the `tf.data.Dataset` given to `tfdist.resumable.fit`
+(and the trainer's stream of a task's own dataset, which never ends: `endless`):
 
 - a finite dataset of known length becomes one stream across epochs
   (`repeat()`, `steps_per_epoch` = its length), so that the epoch count and a
@@ -50,7 +51,7 @@ _log = logging.getLogger(__name__)
 
 DEFAULT_MAX_STATE_BYTES = 128 << 20
 # Why a state can lack a reshuffle's seed state, and the fix, in `fit`'s pipelines.
-PARTIAL_LAST_BATCH = (
+_PARTIAL_LAST_BATCH = (
     "saved after a pass's partial last batch, TF 2.21",
     "batch with drop_remainder=True, give a pass a whole number of batches, or "
     "shuffle with reshuffle_each_iteration=False.",
@@ -96,7 +97,7 @@ class ResumableInput:
         strategy=None,
         max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
         endless: bool = False,
-        lost_seed_state: tuple[str, str] | None = PARTIAL_LAST_BATCH,
+        lost_seed_state: tuple[str, str] | None = _PARTIAL_LAST_BATCH,
     ):
         if not isinstance(max_state_bytes, int) or max_state_bytes < 0:
             raise UsageError(
@@ -137,7 +138,7 @@ class ResumableInput:
         self._compat = keras_compat.TrainingInput(self.dataset)
         self._said = False
         self._said_next_pass = lost_seed_state is None
-        self._lost_seed_state = lost_seed_state or PARTIAL_LAST_BATCH
+        self._lost_seed_state = lost_seed_state or _PARTIAL_LAST_BATCH
         self._saving = self._saving_possible()
 
     def _saving_possible(self) -> bool:
