@@ -16,6 +16,9 @@ from tfdist.data.shards import Shard
 from tfdist.errors import UsageError
 
 BATCH = 8
+# Decodes tf.data's AUTOTUNE map and prefetch may run ahead of the consumer before a count is
+# read: timing-dependent (up to 37 records seen under a loaded CI machine), so bounds allow 80.
+READ_AHEAD = 80
 
 
 class CountingRecords:
@@ -140,10 +143,12 @@ def test_file_shards_read_disjoint_files_and_decode_only_their_share(tmp_path):
     stream = files_lib.replica_batches(
         _decoding_source(pattern, counter), global_batch_size=BATCH, seed=0, shard=Shard(0, 2, 1)
     )
-    batches = list(itertools.islice(iter(stream), 10))
+    steps = 40
+    batches = list(itertools.islice(iter(stream), steps))
     assert all(batch[0].shape[0] == BATCH // 2 for batch in batches)
-    # 10 steps of 4 examples, plus what tf.data read ahead.
-    assert 40 <= len(counter) <= 40 + 10 * (BATCH // 2), len(counter)
+    # This shard's 160 examples, plus read-ahead; decoding both shards would be 320 and more.
+    mine = steps * (BATCH // 2)
+    assert mine <= len(counter) <= mine + READ_AHEAD, len(counter)
 
 
 def test_a_file_resume_skips_records_without_decoding_them(tmp_path):
@@ -157,7 +162,8 @@ def test_a_file_resume_skips_records_without_decoding_them(tmp_path):
         shard=Shard(1, 2, 1),
     )
     next(iter(stream))
-    assert len(counter) <= 10 * (BATCH // 2), (
+    # Decoding what was skipped would be this shard's 300 records and more.
+    assert len(counter) <= BATCH // 2 + READ_AHEAD, (
         f"{len(counter)} decodes for one batch after skipping 150 steps (600 records)"
     )
 
