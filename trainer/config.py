@@ -336,6 +336,15 @@ class ExperimentConfig:
         zero_unsets="a positive number of steps; leave it unset to back up once per epoch",
         details="Unset: once per epoch. Passing `0` is an error.",
     )
+    max_input_state_mb: int = option(
+        128,
+        "Largest tf.data iterator state of a task's own dataset saved per worker per backup, "
+        "in MiB.",
+        OUTPUTS,
+        check=NOT_NEGATIVE,
+        details="Above it the position is not saved (one warning) and a restart skips the "
+        "batches already taken, decoding them again; `0` never saves it.",
+    )
     keep_backup: bool = option(
         False,
         "Keep the backup after training completes.",

@@ -15,9 +15,12 @@ that window's state, and once the pass is cached, the cache.
   for the 16 steps left (the cache is in the backup).
 
 Both restarts end bit-equal to the uninterrupted run. On 2 workers
-(`--strategy=multiworker`, one file: every worker reads the whole global
-batches and keeps its part), both killed in step 14, the restart from each
-worker's own state in the backup of step 12 ends bit-equal too. Before, the restart
+(`--strategy=multiworker`), both killed in step 14, the restart from each
+worker's own state in the backup of step 12 ends bit-equal too, with one file
+(every worker reads the whole global batches and keeps its part) and with two
+(each worker reads its own file: before, no state was saved and the restart
+skipped). `--max_input_state_mb=0` saves no position and the restart skips,
+each said in one line. Before, the restart
 skipped the batches already taken, decoded the whole pass again (320) in both
 cases and ended with other weights (max |difference| 0.0013): the task's
 reshuffling shuffle had been iterated once more in the first run (to count
@@ -46,7 +49,9 @@ TOTAL_STEPS = EPOCHS * NUM_EXAMPLES // GLOBAL_BATCH
 RESTARTS = {"epoch1": (15, 12, NUM_EXAMPLES), "epoch2": (27, 24, 0)}
 
 
-def _command(pattern: str, name: pathlib.Path, strategy: str = "default", **config) -> list[str]:
+def _command(
+    pattern: str, name: pathlib.Path, strategy: str = "default", flags=(), **config
+) -> list[str]:
     return [
         sys.executable,
         "-m",
@@ -60,6 +65,7 @@ def _command(pattern: str, name: pathlib.Path, strategy: str = "default", **conf
         "--backup_every_steps=4",
         f"--backup_dir={name / 'backup'}",
         f"--model_dir={name / 'model'}",
+        *flags,
     ]
 
 
@@ -132,12 +138,44 @@ def test_a_killed_run_of_the_tasks_own_dataset_resumes_at_its_position(
     assert "holds no seed state" not in reference_log + restart_log
 
 
-def test_two_workers_killed_mid_epoch_resume_each_at_its_own_position(local_cluster, tmp_path):
-    pattern = record_tasks.write_tfrecords(str(tmp_path / "records"), NUM_EXAMPLES, num_files=1)
+def test_a_bound_of_zero_backs_up_no_position_and_a_restart_skips(uninterrupted, tmp_path):
+    pattern = uninterrupted[0]
+    kill_at_call, resumed_at, _ = RESTARTS["epoch1"]
+    command = _command(
+        pattern,
+        tmp_path,
+        flags=["--max_input_state_mb=0"],
+        kill_at_call=kill_at_call,
+        kill_marker=str(tmp_path / "killed.marker"),
+    )
+    killed_log = _run(command, tmp_path / "killed-log", -signal.SIGKILL)
+    assert "Not backing up the training data's position (--max_input_state_mb is 0)" in killed_log
+    backup_dir = tmp_path / "backup"
+    assert committed_steps(backup_dir)[-1] == resumed_at
+    assert not list((backup_dir / f"backup-{resumed_at:012d}").glob("input-*"))
+
+    restart_log = _run(command, tmp_path / "restart-log")
+
+    assert "The backup holds no position of the training data; skipping" in restart_log
+    summary = json.loads((tmp_path / "model" / "summary.json").read_text())
+    assert (summary["resumed_from_step"], summary["steps_completed"]) == (resumed_at, TOTAL_STEPS)
+
+
+# Files in the records: one (every worker reads the whole global batches and keeps
+# its part) or two (each worker reads its own file, `distribute_datasets_from_function`).
+@pytest.mark.parametrize("num_files", [1, 2])
+def test_two_workers_killed_mid_epoch_resume_each_at_its_own_position(
+    local_cluster, tmp_path, num_files
+):
+    pattern = record_tasks.write_tfrecords(
+        str(tmp_path / "records"), NUM_EXAMPLES, num_files=num_files
+    )
     env = {"PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
     kill_at_call, resumed_at, _ = RESTARTS["epoch1"]
 
     def run(name: str, expected: int, **config) -> str:
+        (tmp_path / name / "decodes").mkdir(parents=True, exist_ok=True)
+        config["count_dir"] = str(tmp_path / name / "decodes")
         cluster = local_cluster(
             num_workers=2,
             command=_command(pattern, tmp_path / name, "multiworker", **config),
@@ -148,13 +186,20 @@ def test_two_workers_killed_mid_epoch_resume_each_at_its_own_position(local_clus
         assert set(codes.values()) == {expected}, cluster.format_logs()
         return cluster.format_logs()
 
+    def decodes(name: str) -> list[int]:
+        counts = (tmp_path / name / "decodes").glob("decodes-*.json")
+        return sorted(json.loads(path.read_text())["decodes"] for path in counts)
+
     run("full", 0)
+    full_decodes = decodes("full")
     kill = {"kill_at_call": kill_at_call, "kill_marker": str(tmp_path / "killed")}
     run("res", -signal.SIGKILL, **kill)
     backup = tmp_path / "res" / "backup"
     assert committed_steps(backup)[-1] == resumed_at
     saved = sorted(path.name for path in (backup / f"backup-{resumed_at:012d}").glob("input-*"))
     assert saved == ["input-worker-0.state", "input-worker-1.state"]
+    for path in (tmp_path / "res" / "decodes").glob("*"):
+        path.unlink()  # SIGKILL leaves none; nothing but the restart's counts
 
     logs = run("res", 0, **kill)
 
@@ -166,3 +211,16 @@ def test_two_workers_killed_mid_epoch_resume_each_at_its_own_position(local_clus
         np.testing.assert_array_equal(got, want)
     assert "skipping the batches already taken" not in logs
     assert "holds no seed state" not in logs
+    # Each worker compares its own shuffles' seeds (its files' pipeline has its own).
+    assert "shuffle seeds differ" not in logs
+    restart_decodes = decodes("res")
+    print(
+        f"{num_files} file(s): decodes per worker {full_decodes} uninterrupted, "
+        f"{restart_decodes} restarted at step {resumed_at}"
+    )
+    assert len(restart_decodes) == len(full_decodes) == 2
+    # A restart decodes no example of the 12 steps it resumed after: each worker
+    # reads at most what the uninterrupted run read less those steps' share.
+    taken = resumed_at * GLOBAL_BATCH // 2
+    for full, restarted in zip(full_decodes, restart_decodes, strict=True):
+        assert restarted <= full - taken, (full_decodes, restart_decodes)

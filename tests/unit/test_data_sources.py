@@ -10,7 +10,7 @@ import tensorflow as tf
 import tfdist.data
 from tests.jobs.tasks import record_tasks
 from tfdist.data import files as files_lib
-from tfdist.data import random_access
+from tfdist.data import random_access, streaming
 from tfdist.data.inputs import TaskInput
 from tfdist.data.shards import Shard
 from tfdist.errors import UsageError
@@ -303,3 +303,32 @@ def _first_batch_indices(count: int, batch: int, seed: int) -> list[int]:
         .numpy()
         .tolist()
     )
+
+
+def _decoding_dataset(pattern: str, counter: list) -> tf.data.Dataset:
+    """`TFRecordDataset(files).map(decode)`, as a task returns it, its decodes counted."""
+    source = _decoding_source(pattern, counter)
+    return tf.data.TFRecordDataset(source.paths()).map(source.preprocess)
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["global", "file-sharded"])
+def test_a_stream_ending_at_a_pass_end_reads_nothing_of_the_next_pass(tmp_path, sharded):
+    # The trainer's stream ends at the run's last step: its prefetch must not
+    # start the next pass (a shuffle window's fill), which a restart would decode.
+    pattern = record_tasks.write_tfrecords(str(tmp_path / "tf"), 400, num_files=4)
+    counter = []
+    examples = _decoding_dataset(pattern, counter)
+    if sharded:
+        share, shard = 200, Shard(0, 2, 1)
+        stream = streaming.file_sharded_batches(
+            examples, shard=shard, global_batch_size=BATCH, seed=0, end_step=2 * 200 // 4
+        )
+    else:
+        share = 400
+        stream = streaming.training_batches(
+            examples, global_batch_size=BATCH, seed=0, num_examples=None, end_step=2 * 400 // 8
+        )
+    batches = list(stream)
+    assert len(batches) == 2 * share // (BATCH // 2 if sharded else BATCH)
+    # Two whole passes of this pipeline's share, then the end: not one decode more.
+    assert len(counter) == 2 * share, len(counter)

@@ -166,7 +166,7 @@ def _timeseries(rows):
     ).map(lambda x, y: (tf.reshape(x, [-1, 24]), y))
 
 
-def _backups(dataset, *, steps: int, count: int = 2):
+def _backups(dataset, *, steps: int, count: int = 2, **options):
     from tfdist.backups.sync import WorkerSync  # pylint: disable=g-import-not-at-top
     from tfdist.data.resume_input import ResumableInput  # pylint: disable=g-import-not-at-top
 
@@ -176,7 +176,7 @@ def _backups(dataset, *, steps: int, count: int = 2):
     model.compile(
         optimizer="sgd", loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     )
-    training = ResumableInput(dataset, steps_per_epoch=None)
+    training = ResumableInput(dataset, steps_per_epoch=None, **options)
     with training.capture():
         model.fit(training.dataset, epochs=1, steps_per_epoch=steps, shuffle=False, verbose=0)
     return [training.backup(WorkerSync()) for _ in range(count)]
@@ -220,6 +220,28 @@ def test_a_backup_at_a_pass_end_that_lost_the_shuffles_seed_state_says_so_once(l
     lines_seen = _warnings(caplog)
     assert len(lines_seen) == 1, lines_seen
     assert "ShuffleDatasetV3" in lines_seen[0] and "holds no seed state" in lines_seen[0]
+
+
+def test_a_state_above_the_bound_is_not_saved_and_the_line_names_the_callers_bound(caplog):
+    with caplog.at_level(logging.INFO, logger="tfdist"):
+        saved = _backups(
+            _timeseries(195), steps=3, max_state_bytes=64, bound_name="--max_input_state_mb"
+        )
+    assert saved == [({}, None), ({}, None)]
+    said = [r.getMessage() for r in caplog.records if "max_input_state" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "above the bound of 64 bytes (--max_input_state_mb): not saved" in said[0]
+
+
+def test_a_bound_of_zero_saves_no_position_and_says_so_without_blaming_the_pipeline(caplog):
+    with caplog.at_level(logging.INFO, logger="tfdist"):
+        saved = _backups(_timeseries(195), steps=3, max_state_bytes=0)
+    assert saved == [({}, None), ({}, None)]
+    said = [r.getMessage() for r in caplog.records if "training data" in r.getMessage()]
+    assert said == [
+        "Not backing up the training data's position (max_input_state_bytes is 0): a restart "
+        "skips the batches already taken, decoding them again."
+    ]
 
 
 # ------------------------------------------- a shuffle seed drawn at random (image_dataset_from_directory)

@@ -4,7 +4,7 @@
 |---|---|---|---|
 | `RandomAccessSource`, `ArraySource` | its replicas' examples | index arithmetic | `len()` |
 | `FileSource` | its replicas' examples | skips records, decodes none | counted on records, only without `--steps_per_epoch` |
-| `tf.data.Dataset` | the whole global batch | skips examples (they are decoded) | cardinality, else counted, only without `--steps_per_epoch` |
+| `tf.data.Dataset` | the whole global batch; its files only when it reads at least one file per worker | a restart restores each worker's iterator state saved in the backup (`tfdist.data.resume_input`); where it cannot, skips examples (they are decoded) | cardinality, else counted, only without `--steps_per_epoch` |
 """
 
 import dataclasses
@@ -208,20 +208,24 @@ class TaskInput:
         seed: int,
         first_step: int = 0,
         num_examples: int | None = None,
+        end_step: int | None = None,
     ):
         """What `fit` takes: global batches, or per-worker batches already distributed.
 
         A source under a strategy with several replicas is distributed with
         `distribute_datasets_from_function`, each worker building only its part.
+        `end_step` ends a dataset's stream before that step, reading nothing
+        past it (`streaming.training_batches`); a source's stream is endless.
         """
         if self.kind == DATASET and self.file_shards:
             return strategy.distribute_datasets_from_function(
-                lambda context: streaming.file_sharded_batches(
-                    self.value,
-                    shard=Shard.of(context),
+                lambda context: self.file_shard_batches(
+                    Shard.of(context),
                     global_batch_size=global_batch_size,
                     seed=seed,
                     first_step=first_step,
+                    num_examples=num_examples,
+                    end_step=end_step,
                 )
             )
         if self.kind == DATASET:
@@ -231,6 +235,7 @@ class TaskInput:
                 seed=seed,
                 num_examples=num_examples,
                 first_step=first_step,
+                end_step=end_step,
             )
         options = dict(
             global_batch_size=global_batch_size,
@@ -242,6 +247,31 @@ class TaskInput:
             return self.replica_batches(shard=Shard(), **options)
         return strategy.distribute_datasets_from_function(
             lambda context: self.replica_batches(shard=Shard.of(context), **options)
+        )
+
+    def file_shard_batches(
+        self,
+        shard: Shard,
+        *,
+        global_batch_size: int,
+        seed: int,
+        first_step: int = 0,
+        num_examples: int | None = None,
+        end_step: int | None = None,
+    ) -> tf.data.Dataset:
+        """Input pipeline `shard`'s per-replica batches of a dataset sharded by file (`file_shards`).
+
+        `num_examples`: of the whole pass, if counted (a small pass is then
+        cached); `end_step`: the stream ends before that step.
+        """
+        return streaming.file_sharded_batches(
+            self.value,
+            shard=shard,
+            global_batch_size=global_batch_size,
+            seed=seed,
+            first_step=first_step,
+            num_examples=num_examples,
+            end_step=end_step,
         )
 
     def evaluation_stream(self, global_batch_size: int) -> tf.data.Dataset:

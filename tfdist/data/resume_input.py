@@ -38,6 +38,7 @@ on TF 2.21):
 is the one over Keras's class-weight map of the dataset.
 """
 
+import json
 import logging
 
 import tensorflow as tf
@@ -87,6 +88,12 @@ class ResumableInput:
             holds no seed state of a reshuffling shuffle; None: its later
             passes are never drawn (the trainer caches the first pass), no
             warning.
+        bound_name: What the caller calls `max_state_bytes`, in the log lines
+            that name the bound (the trainer's flag).
+        worker_part: `dataset` is this worker's own per-replica batches (a
+            task's dataset sharded by file, each worker reading its files):
+            `fit` is given it distributed by `distribute_datasets_from_function`,
+            with no rebatching.
     """
 
     def __init__(
@@ -98,6 +105,8 @@ class ResumableInput:
         max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
         endless: bool = False,
         lost_seed_state: tuple[str, str] | None = _PARTIAL_LAST_BATCH,
+        worker_part: bool = False,
+        bound_name: str = "max_input_state_bytes",
     ):
         if not isinstance(max_state_bytes, int) or max_state_bytes < 0:
             raise UsageError(
@@ -105,7 +114,7 @@ class ResumableInput:
                 f"bytes >= 0 (0: never save the input position, skip on restart)"
             )
         self._worker_index, self._num_workers = keras_compat.worker_of(strategy)
-        self._max_state_bytes = max_state_bytes
+        self._max_state_bytes, self._bound_name = max_state_bytes, bound_name
         self.facts = keras_compat.pipeline_facts(dataset)
         cardinality = int(dataset.cardinality())
         self.endless = endless or cardinality == int(tf.data.INFINITE_CARDINALITY)
@@ -130,7 +139,8 @@ class ResumableInput:
         # Several replicas put a RebatchDataset after the pipeline, which has no symbolic
         # checkpoint ("RebatchDataset does not support symbolic checkpointing", TF 2.21).
         replicas = 1 if strategy is None else int(strategy.num_replicas_in_sync)
-        self.symbolic = not self.facts.buffers and replicas == 1
+        self.symbolic = not self.facts.buffers and (replicas == 1 or worker_part)
+        self._strategy = strategy if worker_part else None
         options = tf.data.Options()
         options.experimental_symbolic_checkpoint = self.symbolic
         options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
@@ -154,9 +164,15 @@ class ResumableInput:
         """Wrap every `fit` call over `self.dataset` in it."""
         return self._compat.capture()
 
-    def dataset_for(self, skip: int) -> tf.data.Dataset:
-        """The dataset of a `fit` call that skips `skip` batches (0: the restored stream)."""
+    def dataset_for(self, skip: int):
+        """What a `fit` call reads: the dataset, `skip` batches skipped (0: the restored stream).
+
+        A `worker_part` comes back distributed.
+        """
         dataset = self.dataset.skip(skip) if skip else self.dataset
+        if self._strategy is not None:
+            part = dataset
+            dataset = self._strategy.distribute_datasets_from_function(lambda _context: part)
         self._compat.dataset = dataset
         return dataset
 
@@ -183,7 +199,13 @@ class ResumableInput:
         first = not self._said
         self._said = True
         if not self._saving:
-            if first:
+            if first and self._max_state_bytes == 0:
+                _log.info(
+                    "Not backing up the training data's position (%s is 0): a restart skips "
+                    "the batches already taken, decoding them again.",
+                    self._bound_name,
+                )
+            elif first:
                 _log.warning(
                     "The training data cannot be restored to its position: %s holds Python "
                     "state (from_generator); a restart skips the batches already taken, "
@@ -212,12 +234,13 @@ class ResumableInput:
             if first:
                 _log.warning(
                     "The training data's iterator state is %s per worker (%s), above the "
-                    "bound of %s (max_input_state_bytes): not saved; a restart skips the "
+                    "bound of %s (%s): not saved; a restart skips the "
                     "batches already taken, decoding them again. Shuffle encoded records "
                     "before decoding them, use a smaller buffer, or raise the bound.",
                     _size(largest),
                     self._buffers_text(),
                     _size(self._max_state_bytes),
+                    self._bound_name,
                 )
             return {}, None
         if first:
@@ -225,13 +248,18 @@ class ResumableInput:
         self._check_next_pass(state, first)
         states = sync.gather_bytes(state)
         files = {state_file(index): data for index, data in enumerate(states)}
+        # Per worker: a worker's own part of the data (its files) has its own seeds.
+        seeds = sync.gather_bytes(json.dumps(self._shuffle_seeds()).encode())
         metadata = {
             "workers": len(states),
             "files": sorted(files),
             "symbolic": self.symbolic,
-            "shuffle_seeds": [list(seeds) for seeds in self.facts.shuffle_seeds],
+            "worker_shuffle_seeds": [json.loads(data) for data in seeds],
         }
         return files, metadata
+
+    def _shuffle_seeds(self) -> list[list[int]]:
+        return [list(seeds) for seeds in self.facts.shuffle_seeds]
 
     def _check_next_pass(self, state: bytes, first: bool) -> None:
         """Says once when a restart may shuffle a later pass otherwise than the run did."""
@@ -284,10 +312,11 @@ class ResumableInput:
         else:
             _log.info(
                 "Backing up the training data's iterator state with every backup: %s per "
-                "worker, not symbolic: %s (bound %s, max_input_state_bytes).",
+                "worker, not symbolic: %s (bound %s, %s).",
                 _size(largest),
                 self._buffers_text(),
                 _size(self._max_state_bytes),
+                self._bound_name,
             )
         if self.facts.unseeded_shuffles:
             _log.warning(
@@ -328,14 +357,15 @@ class ResumableInput:
                 self._num_workers,
             )
             return False
-        self._compare_seeds(metadata.get("shuffle_seeds"))
+        saved_seeds = metadata.get("worker_shuffle_seeds")  # absent in older backups: no comparison
+        self._compare_seeds(None if saved_seeds is None else saved_seeds[self._worker_index])
         with tf.io.gfile.GFile(f"{backup_path}/{state_file(self._worker_index)}", "rb") as handle:
             self._compat.restore_into_next(handle.read())
         return True
 
     def _compare_seeds(self, saved) -> None:
         """Says so when this run's shuffle seeds are not the backed-up run's (None: an old backup)."""
-        current = [list(seeds) for seeds in self.facts.shuffle_seeds]
+        current = self._shuffle_seeds()
         if saved is None or saved == current:
             return
         _log.warning(

@@ -20,6 +20,7 @@ __all__ = [
     "with_shard_policy",
     "MAX_SHUFFLE_BUFFER",
     "MAX_CACHED_BYTES",
+    "caches_first_pass",
     "count_examples",
     "training_batches",
     "shuffle_window",
@@ -48,6 +49,17 @@ MAX_SHUFFLE_BUFFER = 16384
 MAX_CACHED_BYTES = 256 * 2**20
 
 
+def caches_first_pass(examples: tf.data.Dataset, num_examples: int | None) -> bool:
+    """Whether the training streams keep the first pass in memory (`MAX_CACHED_BYTES`).
+
+    When the examples were counted and one pass of them, of fully known
+    shapes, fits. Later passes then replay the first, reshuffled by the
+    stream's own seeded shuffle: a task's own reshuffling shuffle is drawn
+    once, so no iterator state needs its seed state.
+    """
+    return num_examples is not None and _pass_bytes(examples, num_examples) <= MAX_CACHED_BYTES
+
+
 def count_examples(examples: tf.data.Dataset) -> int:
     """The number of examples in a finite dataset (iterates it when TF cannot tell)."""
     cardinality = int(examples.cardinality())
@@ -64,6 +76,7 @@ def training_batches(
     num_examples: int | None,
     first_step: int = 0,
     shuffle_buffer: int = MAX_SHUFFLE_BUFFER,
+    end_step: int | None = None,
 ) -> tf.data.Dataset:
     """The endless, deterministic stream of global training batches.
 
@@ -83,6 +96,9 @@ def training_batches(
             nothing is cached.
         first_step: Index of the first batch to yield.
         shuffle_buffer: Upper bound of the shuffle window.
+        end_step: The stream ends before batch `end_step` (None: never), and
+            reads nothing for the batches after it: the read-ahead of the
+            prefetch stops there (a restart would decode what it read).
     """
     _check_dense(examples)
     if num_examples is None:
@@ -92,7 +108,7 @@ def training_batches(
         per_pass = batches_per_pass(num_examples, global_batch_size)
         first_pass, offset = divmod(first_step, per_pass)
         buffer = shuffle_window(examples, num_examples, shuffle_buffer)
-        if _pass_bytes(examples, num_examples) <= MAX_CACHED_BYTES:
+        if caches_first_pass(examples, num_examples):
             examples = examples.cache()
 
     def one_pass(pass_index, skipped_examples=0):
@@ -113,6 +129,8 @@ def training_batches(
     )
     if num_examples is None and first_step:
         stream = stream.skip(first_step)
+    if end_step is not None:
+        stream = stream.take(max(0, end_step - first_step))
     return with_shard_policy(stream.prefetch(tf.data.AUTOTUNE))
 
 
@@ -194,6 +212,8 @@ def file_sharded_batches(
     seed: int,
     first_step: int = 0,
     shuffle_buffer: int = MAX_SHUFFLE_BUFFER,
+    num_examples: int | None = None,
+    end_step: int | None = None,
 ) -> tf.data.Dataset:
     """This input pipeline's per-replica batches of the examples of its share of the files.
 
@@ -204,6 +224,10 @@ def file_sharded_batches(
     seed, which the trainer sets from `--seed`). The order depends on the
     number of workers; a start at `first_step` skips (and so decodes) this
     shard's examples before it. Check `keras_compat.can_shard_by_file` first.
+    With `num_examples` (of the whole pass) given and the pass small enough
+    (`caches_first_pass`), the share's first pass is kept in memory. With
+    `end_step`, the stream ends before step `end_step`, reading nothing for
+    the steps after it (as `training_batches`).
     """
     from tfdist import keras_compat  # pylint: disable=g-import-not-at-top
 
@@ -211,6 +235,8 @@ def file_sharded_batches(
     per_replica = check_global_batch(global_batch_size, shard.num_replicas)
     span = per_replica * shard.local_replicas
     mine = keras_compat.shard_by_file(examples, shard.count, shard.index)
+    if caches_first_pass(examples, num_examples):
+        mine = mine.cache()
     window = shuffle_window(mine, shuffle_buffer, shuffle_buffer)
     # The task's pipeline stays at the top of the graph, where tf.data's static
     # optimizations apply (its sequential `map(decode)` made parallel); inside a
@@ -225,8 +251,7 @@ def file_sharded_batches(
     # than the share, 3 passes decoded before the first batch instead of 1.
     unfused = tf.data.Options()
     unfused.experimental_optimization.shuffle_and_repeat_fusion = False
-    return (
-        stream.batch(per_replica, drop_remainder=True)
-        .prefetch(tf.data.AUTOTUNE)
-        .with_options(unfused)
-    )
+    batches = stream.batch(per_replica, drop_remainder=True)
+    if end_step is not None:
+        batches = batches.take(max(0, end_step - first_step) * shard.local_replicas)
+    return batches.prefetch(tf.data.AUTOTUNE).with_options(unfused)

@@ -292,7 +292,8 @@ class _Recording:
         self._source = source
 
     def __iter__(self):
-        if isinstance(self._source, input_lib.DistributedDataset):
+        distributed = (input_lib.DistributedDataset, input_lib.DistributedDatasetsFromFunction)
+        if isinstance(self._source, distributed):
             _plain_worker_iterator(self._source)
         iterator = iter(self._source)
         self._input._built(iterator)  # pylint: disable=protected-access

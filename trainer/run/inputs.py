@@ -23,6 +23,7 @@ from tfdist.data import batching as batching_lib
 from tfdist.data import counts as data_counts
 from tfdist.data import streaming, worker_shares
 from tfdist.data.resume_input import ResumableInput
+from tfdist.data.shards import Shard
 from tfdist.errors import UsageError
 from tfdist.tasks import first_batch_check, weighting
 from trainer.config import AUTO, ExperimentConfig, check_steps_per_execution
@@ -68,8 +69,17 @@ class Inputs:
     def train_examples(self):
         return self.train.value
 
-    def train_stream(self, first_step: int = 0, strategy: tf.distribute.Strategy | None = None):
+    def train_stream(
+        self,
+        first_step: int = 0,
+        strategy: tf.distribute.Strategy | None = None,
+        *,
+        end_step: int | None = None,
+    ):
         """Global batches from step `first_step` on, the same in every process.
+
+        `end_step` ends a dataset's stream before that step: nothing past it is
+        read ahead (`tfdist.data.TaskInput.training_stream`).
 
         A source under a strategy with several replicas comes back distributed:
         each worker builds only its replicas' part of every global batch. With
@@ -93,6 +103,7 @@ class Inputs:
             seed=self.seed,
             first_step=first_step,
             num_examples=self.num_train_examples,
+            end_step=end_step,
         )
 
     def eval_stream(self) -> tf.data.Dataset | None:
@@ -174,29 +185,46 @@ class TrainingPosition:
     each backup, inside the same atomic commit and checksums as the weights
     (`tfdist.data.resume_input.ResumableInput`: the files, log lines and
     warnings of `tfdist.resumable.fit`). A restart restores it: it decodes only
-    what its remaining steps read, plus the buffers that state holds. Where
-    it cannot be restored (no state in the backup, another number of workers,
-    `from_generator`) the run skips the batches already taken, as before, and
-    its backups hold no position.
+    what its remaining steps read, plus the buffers that state holds. A
+    dataset sharded by file is each worker's own stream of its files
+    (`TaskInput.file_shard_batches`), distributed as it is. Where it cannot be
+    restored (no state in the backup, another number of workers,
+    `from_generator`, a state above `--max_input_state_mb`) the run skips the
+    batches already taken, as before, and its backups hold no position.
 
     Args:
         inputs: The run's inputs, their training split built anew.
         total_steps: The run's steps: the stream ends there, so that tf.data
             reads nothing ahead past the last step (a restart would decode it).
         strategy: The synchronous strategy `fit` runs under.
+        max_state_mb: Largest state saved per worker (`--max_input_state_mb`).
     """
 
-    def __init__(self, inputs: Inputs, *, total_steps: int, strategy):
-        self._inputs, self._strategy = inputs, strategy
-        stream = inputs.train_stream(0, strategy).take(total_steps)
+    def __init__(self, inputs: Inputs, *, total_steps: int, strategy, max_state_mb: int = 128):
+        self._inputs, self._strategy, self._total_steps = inputs, strategy, total_steps
+        worker, self.workers = keras_compat.worker_of(strategy)
+        if inputs.train.file_shards:
+            # This worker's files only: its own stream, distributed as it is.
+            shard = Shard(worker, self.workers, strategy.num_replicas_in_sync // self.workers)
+            stream = inputs.train.file_shard_batches(
+                shard,
+                global_batch_size=inputs.global_batch_size,
+                seed=inputs.seed,
+                num_examples=inputs.num_train_examples,
+                end_step=total_steps,
+            )
+        else:
+            stream = inputs.train_stream(0, strategy, end_step=total_steps)
         self.input = ResumableInput(
-            stream,
+            stream.take(total_steps),
             steps_per_epoch=inputs.steps_per_epoch,
             strategy=strategy,
             endless=True,
             lost_seed_state=None if _caches_a_pass(inputs) else _WINDOW_READ,
+            worker_part=bool(inputs.train.file_shards),
+            max_state_bytes=max_state_mb << 20,
+            bound_name="--max_input_state_mb",
         )
-        self.workers = keras_compat.worker_of(strategy)[1]
         self.in_use = True
         self._streams = 0
 
@@ -221,7 +249,7 @@ class TrainingPosition:
         before it skipped), of the split built anew.
         """
         if not self.in_use:
-            return self._inputs.train_stream(first_step, self._strategy)
+            return self._inputs.train_stream(first_step, self._strategy, end_step=self._total_steps)
         if self._streams:
             self.input.carry_over()
         self._streams += 1
@@ -242,25 +270,23 @@ _WINDOW_READ = (
 
 
 def _caches_a_pass(inputs: Inputs) -> bool:
-    """Whether the trainer keeps the first pass in memory (`streaming.training_batches`).
+    """Whether the trainer keeps the first pass in memory (`streaming.caches_first_pass`).
 
-    It does when the examples were counted and one pass of them, dense and of
-    known shapes, fits `streaming.MAX_CACHED_BYTES`. Later passes then replay
-    the first: a task's own reshuffling shuffle is drawn once, and no backup
-    needs its seed state.
+    Later passes then replay the first: a task's own reshuffling shuffle is
+    drawn once, and no backup needs its seed state.
     """
-    if inputs.batching is not None or inputs.num_train_examples is None:
-        return False
-    example_bytes = 0
-    for spec in tf.nest.flatten(inputs.train.value.element_spec):
-        if not isinstance(spec, tf.TensorSpec) or not spec.shape.is_fully_defined():
-            return False
-        example_bytes += spec.shape.num_elements() * spec.dtype.size
-    return example_bytes * inputs.num_train_examples <= streaming.MAX_CACHED_BYTES
+    return inputs.batching is None and streaming.caches_first_pass(
+        inputs.train.value, inputs.num_train_examples
+    )
 
 
 def training_position(
-    inputs: Inputs, strategy: tf.distribute.Strategy, backup, *, epochs: int
+    inputs: Inputs,
+    strategy: tf.distribute.Strategy,
+    backup,
+    *,
+    epochs: int,
+    max_state_mb: int = 128,
 ) -> TrainingPosition | None:
     """The position of the task's own dataset, backed up by `backup` and restored from it.
 
@@ -268,8 +294,8 @@ def training_position(
     source (it resumes by arithmetic, decoding nothing), for tensors already in
     memory (`from_tensor_slices(arrays)` without a map: skipping them decodes
     nothing, and a backup need not hold the shuffle window), or when the
-    stream is not one dataset (a dataset sharded by file among workers, each
-    building its own part).
+    stream is neither one dataset nor sharded by file among the workers (each
+    worker's files are its own stream, `TaskInput.file_shard_batches`).
     """
     if backup is None or inputs.train.is_source or not keras_compat.input_state_supported():
         return None
@@ -282,10 +308,14 @@ def training_position(
         # checks and the count iterate the split built first).
         fresh = dataclasses.replace(inputs.build_train(), file_shards=inputs.train.file_shards)
         inputs = dataclasses.replace(inputs, train=fresh)
-    if not isinstance(inputs.train_stream(0, strategy), tf.data.Dataset):
+    sharded = inputs.train.file_shards == keras_compat.worker_of(strategy)[1] > 1
+    if not sharded and not isinstance(inputs.train_stream(0, strategy), tf.data.Dataset):
         return None
     position = TrainingPosition(
-        inputs, total_steps=epochs * inputs.steps_per_epoch, strategy=strategy
+        inputs,
+        total_steps=epochs * inputs.steps_per_epoch,
+        strategy=strategy,
+        max_state_mb=max_state_mb,
     )
     backup.input_state = position.input
     position.restore(backup)

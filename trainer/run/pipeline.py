@@ -118,7 +118,13 @@ def prepare(
     # After the tuner, whose probe reads a stream of its own.
     position = None
     if strategy_name != "parameter_server" and not todo.completed:
-        position = training_position(inputs, strategy, backup, epochs=config.epochs)
+        position = training_position(
+            inputs,
+            strategy,
+            backup,
+            epochs=config.epochs,
+            max_state_mb=config.max_input_state_mb,
+        )
         inputs = dataclasses.replace(inputs, position=position)
     meter = ThroughputMeter(
         global_batch_size=config.global_batch_size, steps_per_execution=steps_per_execution
