@@ -172,8 +172,9 @@ def test_two_workers_killed_mid_epoch_resume_each_at_its_own_position(
     )
     env = {"PYTHONPATH": str(REPO), "TF_CPP_MIN_LOG_LEVEL": "2", "CUDA_VISIBLE_DEVICES": ""}
     kill_at_call, resumed_at, _ = RESTARTS["epoch1"]
+    exit_codes = {}
 
-    def run(name: str, expected: int, **config) -> str:
+    def run(name: str, expected: set[int], **config) -> str:
         (tmp_path / name / "decodes").mkdir(parents=True, exist_ok=True)
         config["count_dir"] = str(tmp_path / name / "decodes")
         cluster = local_cluster(
@@ -183,17 +184,21 @@ def test_two_workers_killed_mid_epoch_resume_each_at_its_own_position(
         )
         cluster.start()
         codes = cluster.wait(timeout=WAIT_SECONDS, stop_on_failure=False)
-        assert set(codes.values()) == {expected}, cluster.format_logs()
+        assert set(codes.values()) <= expected, cluster.format_logs()
+        exit_codes[name] = sorted(codes.values())
         return cluster.format_logs()
 
     def decodes(name: str) -> list[int]:
         counts = (tmp_path / name / "decodes").glob("decodes-*.json")
         return sorted(json.loads(path.read_text())["decodes"] for path in counts)
 
-    run("full", 0)
+    run("full", {0})
     full_decodes = decodes("full")
     kill = {"kill_at_call": kill_at_call, "kill_marker": str(tmp_path / "killed")}
-    run("res", -signal.SIGKILL, **kill)
+    # The first worker killed in step 14 can stop the other in that step's collective
+    # before its own kill: it exits 200 (a peer lost), as a job's tasks do.
+    run("res", {-signal.SIGKILL, 200}, **kill)
+    assert -signal.SIGKILL in exit_codes["res"], exit_codes
     backup = tmp_path / "res" / "backup"
     assert committed_steps(backup)[-1] == resumed_at
     saved = sorted(path.name for path in (backup / f"backup-{resumed_at:012d}").glob("input-*"))
@@ -201,7 +206,7 @@ def test_two_workers_killed_mid_epoch_resume_each_at_its_own_position(
     for path in (tmp_path / "res" / "decodes").glob("*"):
         path.unlink()  # SIGKILL leaves none; nothing but the restart's counts
 
-    logs = run("res", 0, **kill)
+    logs = run("res", {0}, **kill)
 
     summary = json.loads((tmp_path / "res" / "model" / "summary.json").read_text())
     assert (summary["resumed_from_step"], summary["steps_completed"]) == (resumed_at, TOTAL_STEPS)

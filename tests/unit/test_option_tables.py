@@ -79,6 +79,7 @@ TRAINER_TASK = {
     "model_dir": ("string", ""),
     "backup_dir": ("string", ""),
     "backup_every_steps": ("integer", 0),
+    "max_input_state_mb": ("integer", 128),
     "keep_backup": ("boolean", False),
     "preemption_grace_seconds": ("float", 25.0),
     "max_restarts_without_progress": ("integer", 3),
