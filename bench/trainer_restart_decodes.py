@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tests.jobs.tasks import record_tasks  # noqa: E402
+from tests.jobs.tasks import record_tasks, resumed_records  # noqa: E402
 from tfdist.launch.local_cluster import LocalCluster  # noqa: E402
 
 NUM_RECORDS, NUM_FILES, GLOBAL_BATCH = 24_000, 8, 64
@@ -35,20 +35,15 @@ WAIT_SECONDS = 1800
 
 
 def _command(pattern: str, root: pathlib.Path, strategy: str, **config) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "trainer.task",
-        "--task=tests.jobs.tasks.resumed_records:ShuffledRecords",
-        f"--task_config={json.dumps({'pattern': pattern, **config})}",
-        f"--strategy={strategy}",
-        f"--global_batch_size={GLOBAL_BATCH}",
-        "--steps_per_execution=1",
-        "--epochs=1",
-        "--backup_every_steps=20",
-        f"--backup_dir={root / 'backup'}",
-        f"--model_dir={root / 'model'}",
-    ]
+    return resumed_records.trainer_command(
+        pattern,
+        root,
+        strategy=strategy,
+        global_batch_size=GLOBAL_BATCH,
+        epochs=1,
+        backup_every_steps=20,
+        **config,
+    )
 
 
 def _decodes(count_dir: pathlib.Path) -> list[int]:

@@ -30,13 +30,12 @@ the examples) than in the restart.
 import json
 import pathlib
 import signal
-import sys
 
 import keras
 import numpy as np
 import pytest
 
-from tests.jobs.tasks import record_tasks
+from tests.jobs.tasks import record_tasks, resumed_records
 from tests.support.backup_files import committed_steps
 from tests.support.logged_process import LOG_NAME, finish, log_tail, start_logged
 
@@ -52,21 +51,16 @@ RESTARTS = {"epoch1": (15, 12, NUM_EXAMPLES), "epoch2": (27, 24, 0)}
 def _command(
     pattern: str, name: pathlib.Path, strategy: str = "default", flags=(), **config
 ) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "trainer.task",
-        "--task=tests.jobs.tasks.resumed_records:ShuffledRecords",
-        f"--task_config={json.dumps({'pattern': pattern, **config})}",
-        f"--strategy={strategy}",
-        f"--global_batch_size={GLOBAL_BATCH}",
-        "--steps_per_execution=1",
-        f"--epochs={EPOCHS}",
-        "--backup_every_steps=4",
-        f"--backup_dir={name / 'backup'}",
-        f"--model_dir={name / 'model'}",
-        *flags,
-    ]
+    return resumed_records.trainer_command(
+        pattern,
+        name,
+        strategy=strategy,
+        global_batch_size=GLOBAL_BATCH,
+        epochs=EPOCHS,
+        backup_every_steps=4,
+        flags=flags,
+        **config,
+    )
 
 
 def _run(command: list[str], out: pathlib.Path, expected_code: int = 0) -> str:

@@ -13,6 +13,7 @@ run trains to the end.
 import json
 import os
 import signal
+import sys
 
 import keras
 import numpy as np
@@ -64,3 +65,32 @@ class ShuffledRecords(record_tasks.RecordImages):
             return crossentropy(labels, logits) + 0.0 * tf.reshape(tick, [])
 
         return loss
+
+
+def trainer_command(
+    pattern: str,
+    root,
+    *,
+    strategy: str,
+    global_batch_size: int,
+    epochs: int,
+    backup_every_steps: int,
+    flags=(),
+    **task_config,
+) -> list[str]:
+    """`python -m trainer.task` on `ShuffledRecords(pattern, **task_config)`, its outputs under `root`."""
+    return [
+        sys.executable,
+        "-m",
+        "trainer.task",
+        "--task=tests.jobs.tasks.resumed_records:ShuffledRecords",
+        f"--task_config={json.dumps({'pattern': pattern, **task_config})}",
+        f"--strategy={strategy}",
+        f"--global_batch_size={global_batch_size}",
+        "--steps_per_execution=1",
+        f"--epochs={epochs}",
+        f"--backup_every_steps={backup_every_steps}",
+        f"--backup_dir={root / 'backup'}",
+        f"--model_dir={root / 'model'}",
+        *flags,
+    ]
