@@ -223,7 +223,11 @@ class BackupStore:
     def _names(self) -> list[str]:
         if not tf.io.gfile.isdir(self.backup_dir):
             return []
-        return [name.rstrip("/") for name in tf.io.gfile.listdir(self.backup_dir)]
+        try:
+            names = tf.io.gfile.listdir(self.backup_dir)
+        except tf.errors.NotFoundError:  # removed since: the chief's write check of a fresh start
+            return []
+        return [name.rstrip("/") for name in names]
 
     def _step_dirs(self) -> dict[int, str]:
         steps = {}
