@@ -89,7 +89,7 @@ class Inputs:
         if self.position is not None:
             return self.position.next_stream(first_step)
         if self.batching is not None:  # variable lengths: tfdist.data.batching
-            return batching_lib.padded_training_batches(
+            padded = batching_lib.padded_training_batches(
                 self.train.value,
                 self.batching,
                 global_batch_size=self.global_batch_size,
@@ -97,6 +97,7 @@ class Inputs:
                 num_examples=self.num_train_examples,
                 first_step=first_step,
             )
+            return padded if end_step is None else padded.take(max(0, end_step - first_step))
         return self.train.training_stream(
             strategy,
             global_batch_size=self.global_batch_size,
@@ -200,7 +201,7 @@ class TrainingPosition:
         max_state_mb: Largest state saved per worker (`--max_input_state_mb`).
     """
 
-    def __init__(self, inputs: Inputs, *, total_steps: int, strategy, max_state_mb: int = 128):
+    def __init__(self, inputs: Inputs, *, total_steps: int, strategy, max_state_mb: int):
         self._inputs, self._strategy, self._total_steps = inputs, strategy, total_steps
         worker, self.workers = keras_compat.worker_of(strategy)
         if inputs.train.file_shards:
@@ -216,7 +217,7 @@ class TrainingPosition:
         else:
             stream = inputs.train_stream(0, strategy, end_step=total_steps)
         self.input = ResumableInput(
-            stream.take(total_steps),
+            stream,
             steps_per_epoch=inputs.steps_per_epoch,
             strategy=strategy,
             endless=True,
@@ -286,7 +287,7 @@ def training_position(
     backup,
     *,
     epochs: int,
-    max_state_mb: int = 128,
+    max_state_mb: int,
 ) -> TrainingPosition | None:
     """The position of the task's own dataset, backed up by `backup` and restored from it.
 
@@ -308,7 +309,8 @@ def training_position(
         # checks and the count iterate the split built first).
         fresh = dataclasses.replace(inputs.build_train(), file_shards=inputs.train.file_shards)
         inputs = dataclasses.replace(inputs, train=fresh)
-    sharded = inputs.train.file_shards == keras_compat.worker_of(strategy)[1] > 1
+    workers = keras_compat.worker_of(strategy)[1]
+    sharded = workers > 1 and inputs.train.file_shards == workers
     if not sharded and not isinstance(inputs.train_stream(0, strategy), tf.data.Dataset):
         return None
     position = TrainingPosition(
